@@ -1,0 +1,36 @@
+"""The catalog: one entry per exercise (id, title, topic, points, hints), read from catalog.toml."""
+
+import os
+import tomllib
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Exercise:
+    id: str
+    title: str
+    topic: str
+    points: float
+    hints: tuple
+
+    @property
+    def number(self):
+        return int(self.id[2:4])
+
+
+def load():
+    with open(os.path.join(os.path.dirname(__file__), "catalog.toml"), "rb") as handle:
+        data = tomllib.load(handle)
+    return [Exercise(e["id"], e["title"], e["topic"], float(e["points"]), tuple(e["hints"])) for e in data["exercise"]]
+
+
+EXERCISES = load()
+
+
+def find(name):
+    """An exercise by id ('ex04_sharding'), prefix ('ex04') or number ('4'); None if unknown."""
+    name = str(name).strip()
+    for exercise in EXERCISES:
+        if name in (exercise.id, exercise.id[:4]) or (name.isdigit() and int(name) == exercise.number):
+            return exercise
+    return None

@@ -1,0 +1,203 @@
+"""What a check file uses: the `grade` fixture's object and the comparisons.
+
+A check draws inputs with Hypothesis, asks `grade.compare(probe, *args)` for the
+reference's and the target's observations of the same probe on the same input (each run
+in its own worker), and compares them with `expect_equal` / `expect_close`, which turn a
+mismatch into a message a learner can act on.
+"""
+
+import os
+import time
+
+import torch
+
+from grader.observation import describe
+from grader.outcomes import CheckFailed, Verdict
+from grader.workers import WorkerFailure
+
+FATAL = {"not_started", "import_error", "crashed", "exited", "timed_out", "stuck", "uses_reference"}
+REFERENCE_BLOCKED = "the reference solutions are not available to a submission"
+REFERENCE_ALLOWANCE = 300.0  # seconds; the reference is trusted, its limit only guards the kit
+
+
+class Grade:
+    """One check on one target and one device; reused across Hypothesis examples."""
+
+    def __init__(self, session, target, exercise, device, check_file, check_name):
+        self.session = session
+        self.target = target
+        self.exercise = exercise
+        self.device = device
+        self.check_file = check_file
+        self.check_name = check_name
+        self.deadline = time.monotonic() + session.timeout
+
+    def __repr__(self):
+        return f"<{self.exercise} on {self.device}>"
+
+    # --- running probes -------------------------------------------------------------
+
+    def compare(self, probe, *args, world_size=1):
+        """(expected, actual): the probe's observation on the reference and on the target."""
+        expected = self.reference(probe, *args, world_size=world_size)
+        return expected, self.run(probe, *args, world_size=world_size)
+
+    def reference(self, probe, *args, world_size=1):
+        """The reference's observation (cached: shrinking and other targets reuse it)."""
+        key = (self.exercise, probe.__name__, repr(args), world_size, self.device)
+        cache = self.session.reference_cache
+        if key not in cache:
+            replies = self._call(self.session.reference, probe, args, world_size, trusted=True)
+            bad = [r for r in replies if r["status"] != "ok"]
+            if bad:
+                raise Verdict("kit_error", f"the reference failed ({bad[0]['status']}): {bad[0].get('message', '')}",
+                              bad[0].get("traceback", ""))
+            cache[key] = _unwrap(replies, world_size)
+        return cache[key]
+
+    def run(self, probe, *args, world_size=1):
+        """The target's observation; its failures become CheckFailed or a Verdict."""
+        replies = self._call(self.target, probe, args, world_size, trusted=False)
+        bad = [r for r in replies if r["status"] != "ok"]
+        if bad:
+            raise _failure(bad, args)
+        return _unwrap(replies, world_size)
+
+    def _call(self, target, probe, args, world_size, trusted):
+        module_file = os.path.join(target.path, self.exercise + ".py")
+        if not os.path.isfile(module_file):
+            raise Verdict("missing", f"{self.exercise}.py is missing from {target.label}")
+        limit = REFERENCE_ALLOWANCE if trusted else self.deadline - time.monotonic()
+        if limit <= 0:
+            raise Verdict("timed_out", f"the check ran out of time ({self.session.timeout:g} s, --timeout)")
+        deadline = time.monotonic() + limit
+        key = (target.path, self.exercise, world_size)
+        spec = self.session.worker_spec(target, self.exercise, trusted, limit)
+        try:
+            ranks = self.session.pools.get(key, spec, world_size, start_timeout=max(limit, 60.0))
+        except WorkerFailure as error:
+            raise Verdict(error.status, str(error))
+        request = {"probe_file": os.path.abspath(probe.__code__.co_filename), "probe_name": probe.__name__,
+                   "args": args, "device": self.device}
+        ranks.send(request)
+        replies = ranks.receive(deadline)
+        if any(r["status"] != "ok" for r in replies) and world_size > 1:
+            self.session.pools.discard(key)  # a failed collective leaves the group unusable
+        return replies
+
+
+def _unwrap(replies, world_size):
+    values = [r["value"] for r in replies]
+    return values[0] if world_size == 1 else values
+
+
+def _failure(replies, args):
+    """The most telling failure among the ranks' replies."""
+    order = ["uses_reference", "import_error", "not_started", "exception", "exited", "invalid", "crashed",
+             "timed_out", "stuck"]
+    reply = min(replies, key=lambda r: order.index(r["status"]) if r["status"] in order else len(order))
+    status, message = reply["status"], reply.get("message", "")
+    if REFERENCE_BLOCKED in message:
+        status = "uses_reference"
+    rank = "" if len(replies) == 1 else f"rank {replies.index(reply)}: "
+    output = reply.get("output", "").strip()
+    details = reply.get("traceback", "") + (f"\nyour code printed:\n{output}" if output else "")
+    if status in FATAL:
+        if status in ("crashed", "timed_out", "exited", "stuck"):
+            message = f"{message} (input: {_short(args)})"
+        raise Verdict("timed_out" if status == "stuck" else status, rank + message, details)
+    label = {"exception": "raised ", "invalid": "returned an invalid result: "}.get(status, "")
+    raise CheckFailed(rank + label + message, status="invalid" if status == "invalid" else "failed",
+                      details=details)
+
+
+def _short(args, limit=160):
+    text = ", ".join(repr(a) for a in args)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+# --- comparisons ------------------------------------------------------------------------
+
+
+def fail(message, hint=None, status="failed"):
+    __tracebackhide__ = True
+    raise CheckFailed(message, status=status, hint=hint)
+
+
+def expect_type(value, kind, what):
+    """Exact type: a subclass that fakes equality is not the real thing."""
+    __tracebackhide__ = True
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if type(value) not in kinds:
+        names = " or ".join(k.__name__ for k in kinds)
+        fail(f"{what}: expected a {names}, got {type(value).__name__} {describe(value)}", status="invalid")
+
+
+def expect_equal(actual, expected, what, hint=None):
+    """Exact equality, types included (1 is not 1.0, a tensor's dtype and device count)."""
+    __tracebackhide__ = True
+    problem = _difference(actual, expected)
+    if problem:
+        fail(f"{what}: {problem}", hint)
+
+
+def expect_close(actual, expected, what, hint=None, rtol=None, atol=None):
+    """Tensors within the dtype's tolerance (torch.testing's defaults unless given)."""
+    __tracebackhide__ = True
+    expect_type(actual, torch.Tensor, what)
+    problem = _tensor_layout(actual, expected)
+    if problem:
+        fail(f"{what}: {problem}", hint)
+    try:
+        torch.testing.assert_close(actual, expected, rtol=rtol, atol=atol, equal_nan=True, check_device=False)
+    except AssertionError:
+        fail(f"{what}: values differ: {_max_difference(actual, expected)}", hint)
+
+
+def _tensor_layout(actual, expected):
+    if tuple(actual.shape) != tuple(expected.shape):
+        return f"expected shape {tuple(expected.shape)}, got {tuple(actual.shape)}"
+    if actual.dtype != expected.dtype:
+        return f"expected dtype {expected.dtype}, got {actual.dtype}"
+    return ""
+
+
+def _max_difference(actual, expected):
+    a, b = actual.double(), expected.double()
+    if a.numel() == 0:
+        return "(empty)"
+    diff = (a - b).abs().nan_to_num(float("inf"))
+    worst = int(diff.argmax())
+    return (f"max difference {diff.max().item():.3g} at flat index {worst} "
+            f"(expected {b.flatten()[worst].item():.6g}, got {a.flatten()[worst].item():.6g})")
+
+
+def _difference(actual, expected, where=""):
+    """'' when equal, else what differs first."""
+    at = f" at {where}" if where else ""
+    if type(actual) is not type(expected):
+        return f"expected {type(expected).__name__} {describe(expected)}{at}, got {type(actual).__name__} {describe(actual)}"
+    if isinstance(expected, torch.Tensor):
+        problem = _tensor_layout(actual, expected)
+        if not problem and not torch.equal(actual, expected):
+            problem = f"values differ: {_max_difference(actual, expected)}"
+        return problem + at if problem else ""
+    if isinstance(expected, dict):
+        if set(actual) != set(expected):
+            missing, extra = sorted(map(str, set(expected) - set(actual))), sorted(map(str, set(actual) - set(expected)))
+            return f"keys differ{at}: missing {missing}, unexpected {extra}"
+        for key in expected:
+            problem = _difference(actual[key], expected[key], f"{where}[{key!r}]")
+            if problem:
+                return problem
+        return ""
+    if isinstance(expected, (list, tuple)):
+        if len(actual) != len(expected):
+            return f"expected length {len(expected)}{at}, got {len(actual)}: expected {describe(expected)}, got {describe(actual)}"
+        for i, (a, e) in enumerate(zip(actual, expected)):
+            if _difference(a, e):
+                return f"expected {describe(expected)}{at}, got {describe(actual)} (first difference at [{i}])"
+        return ""
+    if actual != expected and not (actual != actual and expected != expected):
+        return f"expected {describe(expected)}{at}, got {describe(actual)}"
+    return ""

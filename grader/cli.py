@@ -1,0 +1,188 @@
+"""`python -m grader`: grade exercises, print the table, write the reports.
+
+Exit status: 0 when grading ran (whatever the score), 1 under --fail-under, 2 for a
+usage error, always with one line and never a traceback.
+"""
+
+import argparse
+import os
+import random
+import sys
+
+from grader import catalog, report
+
+
+class UsageError(Exception):
+    pass
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise UsageError(message)
+
+
+def build_parser():
+    parser = Parser(prog="python -m grader", description="Grade the exercises of the kit.")
+    parser.add_argument("exercises", nargs="*", metavar="EXERCISE",
+                        help="exercise ids or numbers (ex04, 4, ex04_sharding); all when none")
+    parser.add_argument("--target", action="append", metavar="PATH",
+                        help="exercises (default), solutions, or a folder of exNN_*.py files; repeatable")
+    parser.add_argument("--submissions", metavar="DIR",
+                        help="a folder of submission folders: grade each as a --target")
+    parser.add_argument("--device", choices=["cpu", "cuda", "all"], default="all")
+    parser.add_argument("--timeout", type=positive, default=60.0, metavar="SECONDS",
+                        help="the longest one check may run before it counts as a hang (default 60)")
+    parser.add_argument("--seed", type=int, default=None, help="Hypothesis seed, to replay a run")
+    parser.add_argument("--profile", choices=["fast", "thorough"], default=None,
+                        help="how many examples per check (default: thorough under CI, else fast)")
+    parser.add_argument("--json", metavar="PATH", help="write the report as JSON")
+    parser.add_argument("--gradescope", metavar="PATH", help="write Gradescope's results.json")
+    parser.add_argument("--csv", metavar="PATH", help="write one summary row per target as CSV")
+    parser.add_argument("--fail-under", type=float, default=None, metavar="N",
+                        help="exit 1 when a target scores below N points")
+    parser.add_argument("-q", "--quiet", action="store_true", help="print only the report")
+    parser.add_argument("-v", "--verbose", action="store_true", help="full messages and tracebacks")
+    return parser
+
+
+def positive(text):
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}")
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
+    return value
+
+
+def main(argv=None):
+    try:
+        return run(build_parser().parse_args(argv))
+    except UsageError as error:
+        print(f"python -m grader: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("python -m grader: interrupted; no report written", file=sys.stderr)
+        return 130
+
+
+def parse_exercises(names):
+    chosen = []
+    for name in names:
+        exercise = catalog.find(name)
+        if exercise is None:
+            known = ", ".join(e.id for e in catalog.EXERCISES)
+            raise UsageError(f"unknown exercise {name!r} (known: {known})")
+        if exercise not in chosen:
+            chosen.append(exercise)
+    return chosen or list(catalog.EXERCISES)
+
+
+def parse_targets(args):
+    from grader.session import resolve_target
+
+    names = list(args.target or [])
+    if args.submissions:
+        if not os.path.isdir(args.submissions):
+            raise UsageError(f"--submissions {args.submissions}: no such folder")
+        names += sorted(os.path.join(args.submissions, d) for d in os.listdir(args.submissions)
+                        if os.path.isdir(os.path.join(args.submissions, d)) and not d.startswith("."))
+        if not names:
+            raise UsageError(f"--submissions {args.submissions}: holds no submission folders")
+    names = names or ["exercises"]
+    for name in names:
+        target = resolve_target(name)
+        if target is None:
+            raise UsageError(f"--target {name}: no such folder")
+        if not any(f.startswith("ex") and f.endswith(".py") for f in os.listdir(target.path)):
+            raise UsageError(f"--target {name}: holds no exNN_*.py exercise files")
+    if len(set(names)) != len(names):
+        raise UsageError("the same --target is named twice")
+    return names
+
+
+def run(args):
+    exercises = parse_exercises(args.exercises)
+    targets = parse_targets(args)
+    for option in ("json", "gradescope", "csv"):
+        path = getattr(args, option)
+        problem = path and report.check_writable(path)
+        if problem:
+            raise UsageError(f"--{option}: {problem}")
+    if args.gradescope and len(targets) > 1:
+        raise UsageError("--gradescope writes one submission's results; give one --target")
+    from grader import devices
+
+    try:
+        devices.select(args.device)
+    except devices.NoSuchDevice as error:
+        raise UsageError(str(error))
+    seed = args.seed if args.seed is not None else random.randrange(2**31)
+    profile = args.profile or ("thorough" if os.environ.get("CI", "").lower() in ("1", "true") else "fast")
+
+    from grader import runner
+
+    progress = None if args.quiet else Progress()
+    results = runner.run(targets, exercises, args.device, args.timeout, seed, profile, args.verbose,
+                         progress and progress.record)
+    if progress:
+        progress.done()
+    for result in results:
+        result.update(seed=seed, profile=profile)
+        if len(results) > 1:
+            print(f"== {result['target']}")
+        print(report.terminal(result, args.verbose))
+        print()
+    replay = " ".join(sys.argv[1:]) if argv_is_ours() else ""
+    print(f"seed {seed}, profile {profile}: replay with python -m grader {strip_seed(replay)} --seed {seed}".replace("  ", " "))
+    if args.json:
+        report.write_json(args.json, report.as_json(results))
+    if args.gradescope:
+        report.write_json(args.gradescope, report.gradescope(results[0]))
+    if args.csv:
+        report.write(args.csv, report.summary_csv(results))
+    if args.fail_under is not None and any(r["score"] < args.fail_under for r in results):
+        return 1
+    return 0
+
+
+def argv_is_ours():
+    return bool(sys.argv) and sys.argv[0].endswith(("grader/__main__.py", "grader"))
+
+
+def strip_seed(text):
+    parts, out, skip = text.split(), [], False
+    for part in parts:
+        if skip:
+            skip = False
+            continue
+        if part == "--seed":
+            skip = True
+            continue
+        if not part.startswith("--seed="):
+            out.append(part)
+    return " ".join(out)
+
+
+class Progress:
+    """One line per exercise, a mark per check as it finishes."""
+
+    MARKS = {"passed": ".", "not_started": "-", "missing": "m"}
+
+    def __init__(self):
+        self.current = None
+        self.live = sys.stderr.isatty()
+
+    def record(self, record):
+        key = (record["target"], record["exercise"])
+        if key != self.current:
+            if self.current:
+                sys.stderr.write("\n")
+            self.current = key
+            sys.stderr.write(f"{record['exercise']} ")
+        sys.stderr.write(self.MARKS.get(record["status"], "F"))
+        sys.stderr.flush()
+
+    def done(self):
+        if self.current:
+            sys.stderr.write("\n\n")

@@ -1,0 +1,22 @@
+"""Imported once by the fork server, so every worker forked from it starts warm.
+
+Nothing here may touch CUDA: workers are forked from this process.
+"""
+
+import torch  # noqa: F401
+import torch.distributed  # noqa: F401
+import torch.distributed.tensor  # noqa: F401
+import torch._dynamo  # noqa: F401
+import transformers  # noqa: F401
+from transformers import AutoModelForSequenceClassification, AutoTokenizer  # noqa: F401
+import accelerate  # noqa: F401
+from accelerate import Accelerator  # noqa: F401
+
+try:  # speeds up accelerate's first import of it, optional for the grader itself
+    import datasets  # noqa: F401
+except ImportError:
+    pass
+
+transformers.logging.set_verbosity_error()
+
+import grader.worker  # noqa: F401,E402

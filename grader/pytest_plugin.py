@@ -1,0 +1,134 @@
+"""The pytest side of the grader: options, Hypothesis profiles, the `grade` fixture, results.
+
+`python -m grader` and `pytest tests/test_exNN_*.py` run the very same check functions
+through this plugin; the grader only adds a collector and its own report.
+"""
+
+import os
+
+import pytest
+from hypothesis import HealthCheck, Phase, settings
+
+PHASES = [Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink]
+
+from grader.checks import Grade
+from grader.devices import NoSuchDevice, select as select_devices
+from grader.outcomes import CheckFailed, Verdict
+from grader.session import Session, exercise_of, resolve_target
+
+settings.register_profile(
+    "fast", max_examples=8, deadline=None, database=None, print_blob=False, report_multiple_bugs=False, phases=PHASES,
+    suppress_health_check=list(HealthCheck),
+)
+settings.register_profile(
+    "thorough", max_examples=40, deadline=None, database=None, print_blob=False, report_multiple_bugs=False, phases=PHASES,
+    suppress_health_check=list(HealthCheck),
+)
+settings.load_profile("thorough" if os.environ.get("CI", "").lower() in ("1", "true") else "fast")
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("grader")
+    group.addoption("--target", action="append", default=None,
+                    help="exercises (default), solutions, or a folder of exNN_*.py files; repeatable")
+    group.addoption("--device", default="all", choices=["cpu", "cuda", "all"],
+                    help="devices to check on (all: cpu, and cuda where present)")
+    group.addoption("--check-timeout", type=float, default=60.0,
+                    help="seconds one check may run before it counts as a hang")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "device_free: the check touches no tensors; it runs once, on the cpu")
+    if not hasattr(config.option, "target"):
+        return
+    targets = []
+    for name in config.option.target or ["exercises"]:
+        target = resolve_target(name)
+        if target is None:
+            raise pytest.UsageError(f"--target {name}: no such folder")
+        targets.append(target)
+    try:
+        devices = select_devices(config.option.device)
+    except NoSuchDevice as error:
+        raise pytest.UsageError(str(error))
+    config._grader_session = Session(targets, devices, config.option.check_timeout)
+
+
+def pytest_unconfigure(config):
+    session = getattr(config, "_grader_session", None)
+    if session is not None:
+        session.close()
+
+
+def pytest_generate_tests(metafunc):
+    if "grade" not in metafunc.fixturenames:
+        return
+    session = metafunc.config._grader_session
+    device_free = metafunc.definition.get_closest_marker("device_free") is not None
+    devices = ["cpu"] if device_free else session.devices
+    cases = [(target, device) for target in session.targets for device in devices]
+    several = len(session.targets) > 1
+    ids = [f"{t.label}-{d}" if several else d for t, d in cases]
+    metafunc.parametrize("grade", cases, ids=ids, indirect=True)
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """All of one exercise's checks together (workers are freed between exercises)."""
+    order = {}
+    items.sort(key=lambda item: (order.setdefault(str(item.path), len(order)), _target_index(item)))
+    if any("grade" in getattr(item, "fixturenames", ()) for item in items):
+        from grader.workers import warm_up
+
+        warm_up()
+
+
+def _target_index(item):
+    callspec = getattr(item, "callspec", None)
+    if callspec is None or "grade" not in callspec.params:
+        return 0
+    target, _ = callspec.params["grade"]
+    return item.config._grader_session.targets.index(target)
+
+
+@pytest.fixture
+def grade(request):
+    target, device = request.param
+    session = request.config._grader_session
+    exercise = exercise_of(request.node.path)
+    if exercise is None:
+        raise pytest.UsageError(f"{request.node.path.name} is not the check file of a catalog exercise")
+    session.enter_exercise(exercise)
+    return Grade(session, target, exercise, device, str(request.node.path), request.node.originalname)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Label each report with its case and, on failure, the learner's message (for any listener)."""
+    outcome = yield
+    report = outcome.get_result()
+    callspec = getattr(item, "callspec", None)
+    if callspec is not None and "grade" in callspec.params:
+        target, device = callspec.params["grade"]
+        report.grader_case = (target.label, exercise_of(item.path), item.originalname, device)
+    if call.excinfo is None or report.when != "call":
+        return
+    error = call.excinfo.value
+    report.grader_status = getattr(error, "status", "failed")
+    report.grader_message = failure_message(error)
+    if isinstance(error, (CheckFailed, Verdict)) and getattr(item.config.option, "verbose", 0) < 2:
+        report.longrepr = report.grader_message
+
+
+def failure_message(error):
+    """The lines a learner reads: what went wrong, the hint, the input Hypothesis found."""
+    lines = [str(error).strip() or type(error).__name__]
+    if not isinstance(error, (CheckFailed, Verdict)):
+        lines[0] = f"{type(error).__name__}: {lines[0]}"
+    hint = getattr(error, "hint", None)
+    if hint:
+        lines.append(f"hint: {hint}")
+    for note in getattr(error, "__notes__", []):
+        text = "\n".join(line for line in note.splitlines() if "grade=" not in line)
+        if text.strip():
+            lines.append(text.rstrip())
+    return "\n".join(lines)

@@ -61,6 +61,11 @@ def main(argv=None):
     except UsageError as error:
         print(f"python -m grader: error: {error}", file=sys.stderr)
         return 2
+    except RuntimeError as error:
+        print(f"python -m grader: error: {error}", file=sys.stderr)
+        return 3
+    except BrokenPipeError:
+        return 0
     except KeyboardInterrupt:
         print("python -m grader: interrupted; no report written", file=sys.stderr)
         return 130

@@ -17,6 +17,9 @@ try:  # speeds up accelerate's first import of it, optional for the grader itsel
 except ImportError:
     pass
 
+import hypothesis  # noqa: F401,E402  (check files import these)
+import pytest  # noqa: F401,E402
+
 transformers.logging.set_verbosity_error()
 
 import grader.worker  # noqa: F401,E402

@@ -61,7 +61,11 @@ def run(targets, exercises, device, timeout, seed, profile, verbose=False, progr
         args += ["--target", target]
     started = time.monotonic()
     with _quiet_stdout(verbose):
-        pytest.main(args, plugins=[collector])
+        code = pytest.main(args, plugins=[collector])
+    if code == pytest.ExitCode.INTERRUPTED:
+        raise KeyboardInterrupt
+    if code in (pytest.ExitCode.INTERNAL_ERROR, pytest.ExitCode.USAGE_ERROR):
+        raise RuntimeError(f"the checks could not run (pytest exit status {int(code)}); rerun with --verbose")
     elapsed = time.monotonic() - started
     return [score(label, exercises, collector.records, elapsed / max(1, len(targets))) for label in targets]
 

@@ -6,7 +6,7 @@ import tempfile
 from dataclasses import dataclass
 
 from grader import catalog
-from grader.workers import Pools
+from grader.workers import Pools, adopt_orphans, kill_descendants
 
 KIT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUTPUT_LIMIT = 8 * 2**20  # bytes a submission may print per call before writes fail
@@ -36,6 +36,7 @@ class Session:
         self.pools = Pools(self.rundir)
         self.reference_cache = {}
         self.current_exercise = None
+        adopt_orphans()
 
     def worker_spec(self, target, exercise, trusted, collective_timeout):
         workdir = os.path.join(self.rundir, "reference" if trusted else "target")
@@ -59,6 +60,7 @@ class Session:
 
     def close(self):
         self.pools.close()
+        kill_descendants()
         shutil.rmtree(self.rundir, ignore_errors=True)
 
 

@@ -1,0 +1,151 @@
+"""The grader end to end: references full, stubs not started, missing files, reports, usage errors."""
+
+import csv
+import json
+import os
+import shutil
+
+import pytest
+
+from tests.kit.harness import KIT_ROOT, SEED, grader
+
+ALL_EXERCISES = sorted(f[:-3] for f in os.listdir(os.path.join(KIT_ROOT, "solutions")) if f.startswith("ex"))
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    """One grader call: the references, the stubs and a partial submission side by side."""
+    tmp = tmp_path_factory.mktemp("graded")
+    partial = tmp / "partial"
+    partial.mkdir()
+    shutil.copy(os.path.join(KIT_ROOT, "solutions", "ex04_sharding.py"), partial)
+    report, table = tmp / "report.json", tmp / "summary.csv"
+    done = grader("--target", "solutions", "--target", "exercises", "--target", str(partial),
+                  "--json", str(report), "--csv", str(table), "--seed", SEED)
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = {os.path.basename(r["target"]): r for r in json.loads(report.read_text())["submissions"]}
+    return results, done, table
+
+
+def test_references_score_full_marks_on_every_check(graded):
+    solutions = graded[0]["solutions"]
+    assert [e["id"] for e in solutions["exercises"]] == ALL_EXERCISES
+    failing = [(e["id"], c["name"], c["message"]) for e in solutions["exercises"] for c in e["checks"]
+               if c["status"] != "passed"]
+    assert failing == []
+    assert solutions["score"] == solutions["max_score"] == 100
+    assert all(e["total"] >= 2 for e in solutions["exercises"])
+
+
+def test_stubs_score_zero_and_are_not_started(graded):
+    stubs = graded[0]["exercises"]
+    assert stubs["score"] == 0
+    assert {e["status"] for e in stubs["exercises"]} == {"not started"}
+    assert {c["status"] for e in stubs["exercises"] for c in e["checks"]} == {"not started"}
+    assert "Traceback" not in graded[1].stdout
+
+
+def test_a_missing_file_scores_zero_as_missing(graded):
+    partial = graded[0]["partial"]
+    statuses = {e["id"]: e["status"] for e in partial["exercises"]}
+    assert statuses.pop("ex04_sharding") == "passed"
+    assert set(statuses.values()) == {"missing"}
+    assert partial["score"] == 15
+
+
+def test_json_report_has_the_documented_keys(graded):
+    result = graded[0]["solutions"]
+    assert {"score", "max_score", "devices", "exercises"} <= set(result)
+    assert result["devices"][0] == "cpu"
+    for exercise in result["exercises"]:
+        assert {"id", "title", "score", "max_score", "status", "checks"} <= set(exercise)
+        for check in exercise["checks"]:
+            assert {"name", "device", "status", "message"} <= set(check)
+
+
+def test_csv_summary_has_one_row_per_target(graded):
+    rows = list(csv.DictReader(open(graded[2])))
+    assert [os.path.basename(r["target"]) for r in rows] == ["solutions", "exercises", "partial"]
+    assert [float(r["score"]) for r in rows] == [100, 0, 15]
+
+
+def test_terminal_report_has_a_row_per_exercise_and_the_total(graded):
+    out = graded[1].stdout
+    for exercise in ALL_EXERCISES:
+        assert exercise in out
+    assert "total" in out and "100 / 100" in out
+    assert f"--seed {SEED}" in out
+
+
+def test_gradescope_results_follow_the_schema(tmp_path):
+    path = tmp_path / "results.json"
+    done = grader("ex04", "--target", "solutions", "--gradescope", str(path), "--seed", SEED, "-q")
+    assert done.returncode == 0, done.stderr
+    data = json.loads(path.read_text())
+    assert {"score", "execution_time", "output", "tests"} <= set(data)
+    assert data["score"] == 15
+    for test in data["tests"]:
+        assert {"name", "number", "score", "max_score", "status", "output", "visibility"} <= set(test)
+
+
+def test_fail_under_exits_one_below_the_score(tmp_path):
+    done = grader("ex04", "--fail-under", "1", "-q", "--seed", SEED)
+    assert done.returncode == 1
+    done = grader("ex04", "--target", "solutions", "--fail-under", "15", "-q", "--seed", SEED)
+    assert done.returncode == 0
+
+
+def _usage_error(*args):
+    done = grader(*args, timeout=300)
+    assert done.returncode == 2, (done.returncode, done.stderr)
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+    return lines[0]
+
+
+def test_unknown_exercise_is_a_usage_error():
+    assert "unknown exercise 'ex99'" in _usage_error("ex99")
+
+
+def test_unknown_option_is_a_usage_error():
+    assert "--frobnicate" in _usage_error("--frobnicate")
+
+
+def test_missing_target_folder_is_a_usage_error(tmp_path):
+    assert "no such folder" in _usage_error("--target", str(tmp_path / "nowhere"))
+
+
+def test_target_without_exercise_files_is_a_usage_error(tmp_path):
+    assert "no exNN_*.py" in _usage_error("--target", str(tmp_path))
+
+
+def test_unwritable_report_path_is_a_usage_error_and_writes_nothing(tmp_path):
+    assert "does not exist" in _usage_error("ex04", "--json", str(tmp_path / "no" / "r.json"))
+    assert not (tmp_path / "no").exists()
+
+
+def test_gradescope_with_several_targets_is_a_usage_error(tmp_path):
+    assert "one --target" in _usage_error("--target", "solutions", "--target", "exercises",
+                                          "--gradescope", str(tmp_path / "r.json"))
+
+
+def test_cuda_without_a_gpu_is_a_usage_error():
+    from grader.devices import cuda_present
+
+    if cuda_present():
+        done = grader("ex04", "--target", "solutions", "--device", "cuda", "-q", "--json", "/dev/stdout")
+        assert done.returncode == 0 and '"cuda"' in done.stdout
+    else:
+        assert "no CUDA device" in _usage_error("--device", "cuda")
+
+
+def test_pytest_runs_the_same_checks_on_one_exercise():
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-m", "pytest", "tests/test_ex04_sharding.py", "-q", "-p", "no:cacheprovider"]
+    done = subprocess.run(command + ["--target", "solutions"], cwd=KIT_ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout[-2000:]
+    done = subprocess.run(command, cwd=KIT_ROOT, capture_output=True, text=True)
+    assert done.returncode == 1
+    assert "NotImplementedError" in done.stdout and "Traceback" not in done.stdout

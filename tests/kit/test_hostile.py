@@ -1,0 +1,188 @@
+"""Hostile submissions: each costs only the checks it touches, with a clear status, and
+nothing it does survives the grader, changes another check's score, or forges the report."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+from tests.kit.harness import KIT_ROOT, SEED, failed_checks, grade_submissions, mutate
+
+EX = "ex04_sharding"
+INDICES = "test_shard_indices_match_distributed_sampler"
+COVER = "test_shards_are_equal_sized_and_cover_the_data"
+BATCH = "test_shard_batch_matches_tensor_split"
+SIGNATURE = "def shard_indices(\n"
+
+
+def hostile_indices(body):
+    """The reference with shard_indices replaced by a hostile body; shard_batch stays right."""
+    head = mutate(EX, (SIGNATURE, "def _reference_shard_indices(\n"))
+    return head + "\n\ndef shard_indices(num_samples, rank, world_size, **kwargs):\n" + \
+        "\n".join("    " + line for line in body.strip().splitlines()) + "\n"
+
+
+AT_IMPORT = {
+    "syntax_error": ("def shard_indices(:\n    pass\n", "error at import"),
+    "import_error": ("import a_module_that_does_not_exist\n", "error at import"),
+    "exit_at_import": ("import sys\nsys.exit(3)\n", "error at import"),
+    "imports_reference": ("from solutions.ex04_sharding import *\n", "uses the reference solutions"),
+    "reads_reference": (
+        "import os, grader\n"
+        "root = os.path.dirname(os.path.dirname(grader.__file__))\n"
+        "exec(open(os.path.join(root, 'solutions', 'ex04_sharding.py')).read())\n",
+        "uses the reference solutions"),
+}
+
+IN_A_FUNCTION = {
+    "calls_sys_exit": ("import sys\nsys.exit(0)", "exited"),
+    "calls_os_exit": ("import os\nos._exit(7)", "crashed"),
+    "segfaults": ("import ctypes\nctypes.string_at(0)", "crashed"),
+    "loops_forever": ("while True:\n    pass", "timed out"),
+    "sleeps_forever": ("import time\ntime.sleep(10**6)", "timed out"),
+    "allocates_a_huge_tensor": ("import torch\nreturn torch.ones(2**36).tolist()", "failed"),
+    "prints_megabytes": ("for _ in range(100):\n    print('x' * 2**20)\nreturn []", "failed"),
+    "list_that_equals_anything": (
+        "class Yes(list):\n    def __eq__(self, other):\n        return True\n"
+        "return Yes([0])", "invalid result"),
+    "tensor_subclass": (
+        "import torch\nclass T(torch.Tensor):\n    pass\n"
+        "return torch.zeros(1).as_subclass(T)", "invalid result"),
+    "lazy_generator": ("return (i for i in range(num_samples))", "invalid result"),
+}
+
+# Submissions that tamper with the grading machinery, on top of a wrong shard_indices.
+TAMPERING = {
+    "patches_torch": "import torch\ntorch.equal = lambda *a, **k: True\ntorch.Tensor.__eq__ = lambda *a: True\n",
+    "patches_grader": ("import grader.checks, grader.observation\n"
+                       "grader.checks.expect_equal = lambda *a, **k: None\n"
+                       "grader.observation.validate = lambda *a, **k: None\n"),
+    "patches_hypothesis_and_pytest": ("import hypothesis, pytest\n"
+                                      "hypothesis.given = lambda *a, **k: (lambda f: (lambda *x, **y: None))\n"
+                                      "pytest.fail = lambda *a, **k: None\n"),
+}
+WRONG_INDICES = "return list(range(rank, num_samples, world_size))"  # no padding, ignores shuffle
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    submissions = {name: source for name, (source, _) in AT_IMPORT.items()}
+    submissions |= {name: hostile_indices(body) for name, (body, _) in IN_A_FUNCTION.items()}
+    submissions |= {name: prefix + hostile_indices(WRONG_INDICES) for name, prefix in TAMPERING.items()}
+    submissions["control"] = hostile_indices(WRONG_INDICES)
+    started = time.monotonic()
+    results = grade_submissions(tmp_path_factory.mktemp("hostile"), EX, submissions, "--timeout", "8",
+                                profile="fast")
+    return results, time.monotonic() - started
+
+
+@pytest.mark.parametrize("name", sorted(AT_IMPORT))
+def test_import_time_failures_cost_the_exercise_with_a_status(graded, name):
+    exercise = graded[0][name]["exercises"][0]
+    assert exercise["status"] == AT_IMPORT[name][1]
+    assert exercise["score"] == 0
+    assert all("Traceback" not in c["message"] for c in exercise["checks"])
+
+
+@pytest.mark.parametrize("name", sorted(IN_A_FUNCTION))
+def test_a_hostile_function_costs_only_its_own_checks(graded, name):
+    result = graded[0][name]
+    statuses = {c["name"]: c["status"] for c in result["exercises"][0]["checks"]}
+    assert statuses[INDICES] == IN_A_FUNCTION[name][1], failed_checks(result)
+    assert statuses[BATCH] == "passed", failed_checks(result)
+
+
+@pytest.mark.parametrize("name", sorted(TAMPERING))
+def test_tampering_with_the_machinery_changes_nothing(graded, name):
+    control = graded[0]["control"]
+    result = graded[0][name]
+    assert result["score"] == control["score"] < result["max_score"]
+    assert failed_checks(result).keys() == failed_checks(control).keys()
+
+
+def test_grading_time_is_bounded_by_checks_times_timeout(graded):
+    timeouts = sum(1 for _, status in IN_A_FUNCTION.values() if status == "timed out")
+    assert graded[1] < 120 + timeouts * 8
+
+
+def _marked_processes(mark):
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as handle:
+                if mark.encode() not in handle.read():
+                    continue
+            with open(f"/proc/{pid}/stat") as handle:
+                if handle.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    continue
+        except OSError:
+            continue
+        found.append(int(pid))
+    return found
+
+
+ESCAPES = hostile_indices(
+    "import subprocess\n"
+    "subprocess.Popen(['sleep', '300'], start_new_session=True)\n"
+    "import time\ntime.sleep(10**6)")
+
+
+def _start(tmp_path, source, *args):
+    folder = tmp_path / "escaper"
+    folder.mkdir()
+    (folder / f"{EX}.py").write_text(source)
+    mark = f"KIT_TEST_MARK={uuid.uuid4().hex}"
+    env = dict(os.environ, HF_HUB_OFFLINE="1", KIT_TEST_MARK=mark.split("=")[1])
+    command = [sys.executable, "-m", "grader", EX, "--target", str(folder), "--seed", SEED, "--profile", "fast",
+               "-q", *args]
+    return subprocess.Popen(command, cwd=KIT_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True), mark
+
+
+def test_no_process_outlives_the_grader_even_one_in_a_new_session(tmp_path):
+    report = tmp_path / "report.json"
+    process, mark = _start(tmp_path, ESCAPES, "--timeout", "5", "--json", str(report))
+    process.communicate(timeout=300)
+    assert process.returncode == 0
+    assert _marked_processes(mark) == []
+    assert json.loads(report.read_text())["score"] < 15
+
+
+def test_ctrl_c_ends_every_process_and_writes_no_report(tmp_path):
+    report = tmp_path / "report.json"
+    process, mark = _start(tmp_path, ESCAPES, "--timeout", "120", "--json", str(report))
+    deadline = time.monotonic() + 120
+    while len(_marked_processes(mark)) < 4 and time.monotonic() < deadline:
+        time.sleep(0.5)  # the grader, its fork server, a worker and the escaped sleep
+    time.sleep(1)
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 130, err
+    assert "interrupted" in err and "Traceback" not in err
+    assert not report.exists()
+    time.sleep(0.5)
+    assert _marked_processes(mark) == []
+
+
+def test_a_submission_cannot_forge_the_report(tmp_path):
+    report = tmp_path / "report.json"
+    forger = hostile_indices(
+        "import json, os, subprocess, sys\n"
+        f"path = {str(report)!r}\n"
+        "fake = json.dumps({'score': 100, 'max_score': 100, 'exercises': []})\n"
+        "open(path, 'w').write(fake)\n"
+        "subprocess.Popen([sys.executable, '-c', f'import time; time.sleep(4); open({path!r}, \"w\").write({fake!r})'],"
+        " start_new_session=True)\n"
+        "return list(range(rank, num_samples, world_size))")
+    process, mark = _start(tmp_path, forger, "--timeout", "20", "--json", str(report))
+    process.communicate(timeout=300)
+    time.sleep(5)
+    data = json.loads(report.read_text())
+    assert data["score"] < 15 and data["exercises"]

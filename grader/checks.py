@@ -71,7 +71,7 @@ class Grade:
         if limit <= 0:
             raise Verdict("timed_out", f"the check ran out of time ({self.session.timeout:g} s, --timeout)")
         deadline = time.monotonic() + limit
-        key = (target.path, self.exercise, world_size)
+        key = (target.path, self.exercise, world_size, trusted)
         spec = self.session.worker_spec(target, self.exercise, trusted, limit)
         try:
             ranks = self.session.pools.get(key, spec, world_size, start_timeout=max(limit, 60.0))

@@ -46,7 +46,7 @@ class Session:
             "module_name": exercise,
             "trusted": trusted,
             "workdir": workdir,
-            "reference_dir": self.reference.path,
+            "reference_dir": None if target.path == self.reference.path else self.reference.path,
             "output_limit": OUTPUT_LIMIT,
             "memory_limit": None if "cuda" in self.devices else MEMORY_LIMIT,
             "collective_timeout": max(1.0, collective_timeout),

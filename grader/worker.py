@@ -100,7 +100,8 @@ def _isolate(spec):
         if spec.get("memory_limit"):
             memory = spec["memory_limit"]
             resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
-        _guard_reference(spec["reference_dir"])
+        if spec["reference_dir"]:
+            _guard_reference(spec["reference_dir"])
 
 
 def _die_with_parent():

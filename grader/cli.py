@@ -9,7 +9,7 @@ import os
 import random
 import sys
 
-from grader import catalog, report
+from grader import catalog, report, state
 
 
 class UsageError(Exception):
@@ -22,7 +22,9 @@ class Parser(argparse.ArgumentParser):
 
 
 def build_parser():
-    parser = Parser(prog="python -m grader", description="Grade the exercises of the kit.")
+    parser = Parser(prog="python -m grader", description="Grade the exercises of the kit.",
+                    epilog="Other commands: list, hint EXERCISE, watch [EXERCISE], demo ex07 --nproc N "
+                           "(python -m grader COMMAND --help).")
     parser.add_argument("exercises", nargs="*", metavar="EXERCISE",
                         help="exercise ids or numbers (ex04, 4, ex04_sharding); all when none")
     parser.add_argument("--target", action="append", metavar="PATH",
@@ -56,6 +58,9 @@ def positive(text):
 
 
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in command_names():
+        return dispatch(argv[0], argv[1:])
     try:
         return run(build_parser().parse_args(argv))
     except UsageError as error:
@@ -68,6 +73,23 @@ def main(argv=None):
         return 0
     except KeyboardInterrupt:
         print("python -m grader: interrupted; no report written", file=sys.stderr)
+        return 130
+
+
+def command_names():
+    return ("list", "hint", "watch", "demo")
+
+
+def dispatch(name, argv):
+    if name == "demo":
+        from grader.demo import main as command
+    else:
+        from grader.commands import COMMANDS
+
+        command = COMMANDS[name]
+    try:
+        return command(argv)
+    except KeyboardInterrupt:
         return 130
 
 
@@ -134,6 +156,8 @@ def run(args):
         progress.done()
     for result in results:
         result.update(seed=seed, profile=profile)
+        if result["target"] == "exercises":
+            state.remember_grade(result)
         if len(results) > 1:
             print(f"== {result['target']}")
         print(report.terminal(result, args.verbose))

@@ -33,6 +33,8 @@ def pytest_addoption(parser):
                     help="exercises (default), solutions, or a folder of exNN_*.py files; repeatable")
     group.addoption("--device", default="all", choices=["cpu", "cuda", "all"],
                     help="devices to check on (all: cpu, and cuda where present)")
+    group.addoption("--details", action="store_true",
+                    help="add the learner's full traceback and output to failure messages")
     group.addoption("--check-timeout", type=float, default=60.0,
                     help="seconds one check may run before it counts as a hang")
 
@@ -114,12 +116,13 @@ def pytest_runtest_makereport(item, call):
         return
     error = call.excinfo.value
     report.grader_status = getattr(error, "status", "failed")
-    report.grader_message = failure_message(error)
+    details = item.config.option.details or getattr(item.config.option, "verbose", 0) >= 2
+    report.grader_message = failure_message(error, details)
     if isinstance(error, (CheckFailed, Verdict)) and getattr(item.config.option, "verbose", 0) < 2:
         report.longrepr = report.grader_message
 
 
-def failure_message(error):
+def failure_message(error, details=False):
     """The lines a learner reads: what went wrong, the hint, the input Hypothesis found."""
     lines = [str(error).strip() or type(error).__name__]
     if not isinstance(error, (CheckFailed, Verdict)):
@@ -127,8 +130,24 @@ def failure_message(error):
     hint = getattr(error, "hint", None)
     if hint:
         lines.append(f"hint: {hint}")
-    for note in getattr(error, "__notes__", []):
-        text = "\n".join(line for line in note.splitlines() if "grade=" not in line)
-        if text.strip():
-            lines.append(text.rstrip())
+    example = smallest_input(getattr(error, "__notes__", []))
+    if example:
+        lines.append(f"smallest failing input: {example}")
+    if details and getattr(error, "details", ""):
+        lines.append(error.details.rstrip())
     return "\n".join(lines)
+
+
+def smallest_input(notes):
+    """Hypothesis's 'Falsifying example: test(...)' and 'Draw n (label): v' notes, in one line."""
+    parts = []
+    for note in notes:
+        for line in note.splitlines():
+            line = line.strip()
+            if line.startswith("Draw ") and ":" in line:
+                label = line[line.find("(") + 1:line.find(")")] if "(" in line else line.split(":")[0]
+                parts.append(f"{label}={line.split(':', 1)[1].strip()}")
+            elif note.startswith("Falsifying") and line and not line.startswith(("Falsifying", ")", "grade=")):
+                parts.append(line.rstrip(","))
+    text = " ".join(", ".join(parts).split())
+    return text.replace("{ '", "{'").replace(", }", "}")

@@ -26,11 +26,9 @@ def terminal(result, verbose=False):
     if shown:
         lines.append("")
     for row, check in shown:
-        message = check["message"] if verbose else check["message"].splitlines()[0] if check["message"] else ""
-        lines.append(f"{row['id']} {check['name']} [{check['device']}]: {check['status']}: {message}")
-        if not verbose:
-            extra = [line for line in check["message"].splitlines()[1:] if line.startswith("hint:")]
-            lines += ["    " + line for line in extra]
+        first, *rest = check["message"].splitlines() or [""]
+        lines.append(f"{row['id']} {check['name']} [{check['device']}]: {check['status']}: {first}")
+        lines += ["    " + line for line in rest]
     return "\n".join(lines)
 
 

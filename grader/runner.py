@@ -56,7 +56,7 @@ def run(targets, exercises, device, timeout, seed, profile, verbose=False, progr
         f"--hypothesis-seed={seed}", f"--hypothesis-profile={profile}",
     ]
     if verbose:
-        args.append("-vv")
+        args.append("--details")
     for target in targets:
         args += ["--target", target]
     started = time.monotonic()

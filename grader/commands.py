@@ -1,0 +1,108 @@
+"""The learner's commands beside grading: list, hint, watch (and demo, in grader.demo)."""
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+
+from grader import catalog, state
+from grader.session import KIT_ROOT
+
+
+def list_exercises(argv):
+    parser = _parser("list", "Each exercise: status of the last grade, points, devices.")
+    parser.parse_args(argv)
+    last = state.load().get("last", {})
+    print(f"{'#':>2}  {'exercise':<26} {'points':>9}  {'status':<13} {'devices':<9} topic")
+    for exercise in catalog.EXERCISES:
+        seen = last.get(exercise.id)
+        points = f"{seen['score']:g}/{exercise.points:g}" if seen else f"-/{exercise.points:g}"
+        status = seen["status"] if seen else "not graded"
+        devices = ",".join(seen["devices"]) if seen and seen["devices"] else "-"
+        print(f"{exercise.number:>2}  {exercise.id:<26} {points:>9}  {status:<13} {devices:<9} {exercise.topic}")
+    pending = [e for e in catalog.EXERCISES if last.get(e.id, {}).get("status") != "passed"]
+    if pending:
+        print(f"\nnext: edit exercises/{pending[0].id}.py, then python -m grader {pending[0].id[:4]}"
+              f"  (stuck? python -m grader hint {pending[0].id[:4]})")
+    else:
+        print("\nall exercises pass: try python -m grader demo ex07 --nproc 2")
+    return 0
+
+
+def hint(argv):
+    parser = _parser("hint", "Show the next hint for an exercise, one at a time.")
+    parser.add_argument("exercise")
+    parser.add_argument("--all", action="store_true", help="show every hint at once")
+    args = parser.parse_args(argv)
+    exercise = find(args.exercise)
+    hints = exercise.hints
+    if args.all:
+        for number, text in enumerate(hints, 1):
+            print(f"hint {number}/{len(hints)} for {exercise.id}: {text}")
+        return 0
+    index = state.next_hint(exercise.id, len(hints))
+    print(f"hint {index + 1}/{len(hints)} for {exercise.id}: {hints[index]}")
+    if index + 1 < len(hints):
+        print("(run it again for the next one, or --all)")
+    return 0
+
+
+def watch(argv):
+    parser = _parser("watch", "Re-grade an exercise each time its file is saved (Ctrl-C to stop).")
+    parser.add_argument("exercise", nargs="?", help="one exercise; every exercise file when omitted")
+    parser.add_argument("--target", default="exercises", help="the folder to watch (default: exercises)")
+    parser.add_argument("--interval", type=float, default=0.5, help=argparse.SUPPRESS)
+    args, grader_args = parser.parse_known_args(argv)
+    folder = os.path.join(KIT_ROOT, args.target) if args.target in ("exercises", "solutions") else args.target
+    if not os.path.isdir(folder):
+        raise SystemExit(_usage(f"--target {args.target}: no such folder"))
+    chosen = [find(args.exercise)] if args.exercise else list(catalog.EXERCISES)
+    files = {e.id: os.path.join(folder, e.id + ".py") for e in chosen}
+    seen = {name: _mtime(path) for name, path in files.items()}
+    print(f"watching {', '.join(os.path.relpath(p) for p in files.values())}; save a file to grade it, Ctrl-C to stop",
+          flush=True)
+    try:
+        while True:
+            time.sleep(args.interval)
+            for name, path in files.items():
+                stamp = _mtime(path)
+                if stamp != seen[name]:
+                    seen[name] = stamp
+                    print(f"\n== {name} changed, grading", flush=True)
+                    subprocess.run([sys.executable, "-m", "grader", name, "--target", folder, *grader_args],
+                                   cwd=KIT_ROOT)
+                    print("watching...", flush=True)
+    except KeyboardInterrupt:
+        return 0
+
+
+def _mtime(path):
+    try:
+        return os.stat(path).st_mtime_ns
+    except OSError:
+        return None
+
+
+def find(name):
+    exercise = catalog.find(name)
+    if exercise is None:
+        raise SystemExit(_usage(f"unknown exercise {name!r} (known: {', '.join(e.id for e in catalog.EXERCISES)})"))
+    return exercise
+
+
+def _usage(message):
+    print(f"python -m grader: error: {message}", file=sys.stderr)
+    return 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise SystemExit(_usage(message))
+
+
+def _parser(name, description):
+    return _Parser(prog=f"python -m grader {name}", description=description)
+
+
+COMMANDS = {"list": list_exercises, "hint": hint, "watch": watch}

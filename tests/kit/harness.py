@@ -26,7 +26,8 @@ def mutate(exercise, *replacements):
 
 def grader(*args, timeout=1800, env=None):
     """Run `python -m grader ARGS` from the kit root; returns the CompletedProcess."""
-    environment = dict(os.environ, HF_HUB_OFFLINE="1", GRADER_STATE=os.devnull, **(env or {}))
+    environment = dict(os.environ, HF_HUB_OFFLINE="1", GRADER_STATE=os.devnull)
+    environment.update(env or {})
     return subprocess.run([sys.executable, "-m", "grader", *args], cwd=KIT_ROOT, capture_output=True, text=True,
                           timeout=timeout, env=environment)
 

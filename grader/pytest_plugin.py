@@ -54,6 +54,29 @@ def pytest_configure(config):
     except NoSuchDevice as error:
         raise pytest.UsageError(str(error))
     config._grader_session = Session(targets, devices, config.option.check_timeout)
+    config._grader_seed = _seed(config)
+
+
+def _seed(config):
+    """Every run has a seed, printed in the header, so any failure can be replayed."""
+    seed = config.getoption("hypothesis_seed", None)
+    if seed is None:
+        import random
+
+        from hypothesis import core
+
+        seed = random.randrange(2**31)
+        core.global_force_seed = seed
+    return seed
+
+
+def pytest_report_header(config):
+    session = getattr(config, "_grader_session", None)
+    if session is None:
+        return None
+    targets = ", ".join(t.label for t in session.targets)
+    return (f"grader: target {targets}; devices {', '.join(session.devices)}; "
+            f"replay with --hypothesis-seed={config._grader_seed}")
 
 
 def pytest_unconfigure(config):

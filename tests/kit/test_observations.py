@@ -1,0 +1,63 @@
+"""The boundary between workers and the grader: only plain data crosses, compared strictly."""
+
+import pytest
+import torch
+
+from grader.checks import expect_close, expect_equal, expect_type
+from grader.observation import InvalidResult, decode, encode
+from grader.outcomes import CheckFailed
+
+
+class AlwaysEqual(list):
+    def __eq__(self, other):
+        return True
+
+
+class Sneaky(torch.Tensor):
+    pass
+
+
+@pytest.mark.parametrize("value", [
+    [1, 2.5, None, "s", True], {"a": (1, 2), 3: [torch.zeros(2)]}, torch.arange(4), torch.float32,
+])
+def test_plain_data_crosses(value):
+    decoded = decode(encode(value))
+    assert type(decoded) is type(value)
+
+
+@pytest.mark.parametrize("value", [
+    AlwaysEqual([1]), torch.zeros(2).as_subclass(Sneaky), {"k": AlwaysEqual()}, range(3),
+    torch.zeros(3).to_sparse(),
+])
+def test_anything_else_is_refused(value):
+    with pytest.raises(InvalidResult):
+        decode(encode(value))
+
+
+def test_exact_equality_counts_types():
+    expect_equal([1, 2], [1, 2], "same")
+    for actual, expected in [(1.0, 1), (True, 1), ([1], (1,)), ({"a": 1}, {"a": 1, "b": 2})]:
+        with pytest.raises(CheckFailed):
+            expect_equal(actual, expected, "different")
+
+
+def test_tensors_compare_shape_dtype_then_values():
+    with pytest.raises(CheckFailed, match="shape"):
+        expect_equal(torch.zeros(2, 1), torch.zeros(2), "t")
+    with pytest.raises(CheckFailed, match="dtype"):
+        expect_equal(torch.zeros(2, dtype=torch.float64), torch.zeros(2), "t")
+    with pytest.raises(CheckFailed, match="max difference 1"):
+        expect_equal(torch.tensor([0.0, 1.0]), torch.zeros(2), "t")
+
+
+def test_close_uses_the_dtype_tolerance():
+    expect_close(torch.tensor([1.0 + 1e-7]), torch.tensor([1.0]), "float32 within tolerance")
+    expect_close(torch.tensor([1.004], dtype=torch.bfloat16), torch.tensor([1.0], dtype=torch.bfloat16), "bf16")
+    with pytest.raises(CheckFailed, match="values differ"):
+        expect_close(torch.tensor([1.001], dtype=torch.float64), torch.tensor([1.0], dtype=torch.float64), "f64")
+
+
+def test_exact_type_refuses_subclasses():
+    expect_type([1], list, "x")
+    with pytest.raises(CheckFailed):
+        expect_type(AlwaysEqual([1]), list, "x")

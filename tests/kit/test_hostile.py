@@ -186,3 +186,35 @@ def test_a_submission_cannot_forge_the_report(tmp_path):
     time.sleep(5)
     data = json.loads(report.read_text())
     assert data["score"] < 15 and data["exercises"]
+
+
+def test_a_deadlocked_collective_times_out_and_other_exercises_score_as_without_it(tmp_path):
+    deadlock = mutate("ex06_parameter_sync", ("            dist.broadcast(tensor.data, src=src)",
+                                              "            dist.broadcast(tensor.data, src=src)\n"
+                                              "        if dist.get_rank() == src:\n"
+                                              "            dist.barrier()  # the other ranks never come"))
+    patches_at_import = "import torch.distributed\ntorch.distributed.broadcast = lambda *a, **k: None\n"
+    root = tmp_path / "submissions"
+    for name, files in {
+        "deadlocks": {"ex04_sharding": mutate(EX), "ex06_parameter_sync": deadlock},
+        "patches_broadcast_in_ex04": {"ex04_sharding": patches_at_import + mutate(EX),
+                                      "ex06_parameter_sync": mutate("ex06_parameter_sync")},
+    }.items():
+        (root / name).mkdir(parents=True)
+        for module, source in files.items():
+            (root / name / f"{module}.py").write_text(source)
+    report = tmp_path / "report.json"
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "grader", "ex04", "ex06", "--submissions", str(root),
+                           "--json", str(report), "--timeout", "10", "--seed", SEED, "--profile", "fast",
+                           "--device", "cpu", "-q"], cwd=KIT_ROOT, capture_output=True, text=True, timeout=600,
+                          env=dict(os.environ, GRADER_STATE=os.devnull))
+    assert done.returncode == 0, done.stderr[-2000:]
+    results = {os.path.basename(r["target"]): r for r in json.loads(report.read_text())["submissions"]}
+    rows = {name: {e["id"]: e for e in r["exercises"]} for name, r in results.items()}
+    assert rows["deadlocks"]["ex04_sharding"]["status"] == "passed"
+    statuses = {c["status"] for c in rows["deadlocks"]["ex06_parameter_sync"]["checks"]}
+    assert statuses == {"timed out"}, rows["deadlocks"]["ex06_parameter_sync"]["checks"]
+    assert rows["patches_broadcast_in_ex04"]["ex04_sharding"]["status"] == "passed"
+    assert rows["patches_broadcast_in_ex04"]["ex06_parameter_sync"]["status"] == "passed"
+    assert time.monotonic() - started < 240

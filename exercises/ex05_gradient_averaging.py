@@ -16,8 +16,9 @@ plays the dedicated device at once. ``all_reduce_gradients`` runs inside an
 initialised process group (``torch.distributed.init_process_group``) and turns
 every parameter's ``.grad`` into the mean over all ranks. Points to watch:
 
-* The ``gloo`` backend (CPU) has no ``ReduceOp.AVG`` (that one is NCCL only):
-  reduce with ``ReduceOp.SUM``, then divide by ``dist.get_world_size()``.
+* ``ReduceOp.AVG`` is not available on every backend and torch version (for
+  years it was NCCL-only; ``gloo`` refused it): reduce with ``ReduceOp.SUM``,
+  then divide by ``dist.get_world_size()``, which works everywhere.
 * Frozen or unused parameters have ``.grad is None``: skip them, and leave
   them ``None``. (Every rank skips the same ones, so the collectives still
   match up.)

@@ -35,8 +35,9 @@ optimizer.step()``.
 
 Every rank must take part in every collective, in the same order (same
 parameters, same shapes), or the group hangs. Use the default process group:
-``dist.get_rank()``, ``dist.get_world_size()``. ``gloo`` has no
-``ReduceOp.AVG``; SUM works everywhere, including for CUDA tensors.
+``dist.get_rank()``, ``dist.get_world_size()``. ``ReduceOp.AVG`` is missing
+on some backends and torch versions (older ``gloo``); SUM works everywhere,
+including for CUDA tensors.
 
 What to use: ``torch.tensor_split``, ``optimizer.zero_grad``,
 ``model.zero_grad``, ``loss.backward()``,

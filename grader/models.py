@@ -20,7 +20,9 @@ import shutil
 import tempfile
 
 ARCHITECTURES = ("distilbert", "bert", "roberta", "albert", "gpt2")
-BODY_PREFIX = {"distilbert": "distilbert", "bert": "bert", "roberta": "roberta", "albert": "albert", "gpt2": "transformer"}
+# The attribute that holds the body (`base_model_prefix`): the prefix of its weights in a checkpoint.
+BODY_PREFIX = {"distilbert": "distilbert", "bert": "bert", "roberta": "roberta", "albert": "albert",
+               "gpt2": "transformer"}
 HIDDEN_SIZES = (16, 32)
 MAX_POSITIONS = 64
 VOCAB_SIZE = 100

@@ -35,6 +35,7 @@ class Session:
         self.rundir = tempfile.mkdtemp(prefix="grader-")
         self.pools = Pools(self.rundir)
         self.reference_cache = {}
+        self.target_cache = {}
         self.current_exercise = None
         adopt_orphans()
 
@@ -56,6 +57,7 @@ class Session:
         """Workers of the exercise before are no longer needed: free them."""
         if exercise != self.current_exercise:
             self.pools.close()
+            self.target_cache.clear()
             self.current_exercise = exercise
 
     def close(self):

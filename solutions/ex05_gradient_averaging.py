@@ -17,7 +17,7 @@ def average_gradients(replica_grads: list[dict[str, torch.Tensor]]) -> dict[str,
 
 
 def all_reduce_gradients(model: torch.nn.Module) -> None:
-    """Every rank ends with the mean gradient; gloo has no ReduceOp.AVG, so SUM then divide."""
+    """Every rank ends with the mean gradient; SUM then divide works on every backend (AVG does not)."""
     world_size = dist.get_world_size()
     for param in model.parameters():  # parameters() yields a tied (shared) parameter once
         if param.grad is not None:  # frozen or unused parameters keep grad None

@@ -1,0 +1,291 @@
+"""ex07: one data-parallel training step. On 2-4 ranks that all get the same global batch
+(often not divisible by the world size), a few consecutive calls of data_parallel_step
+must leave every rank's model equal to plain single-process training on the whole batch,
+keep the replicas identical, return the whole batch's loss as a float, let each rank
+compute on its own disjoint part of the batch, and ignore gradients left from before."""
+
+import torch
+from hypothesis import example, given, strategies as st
+
+from grader import probing
+from grader.checks import expect_close, expect_equal, fail
+
+LOSSES = ["mse_loss", "cross_entropy"]
+OPTIMIZERS = ["sgd", "sgd_momentum", "adam"]
+OPTIMIZER_NAMES = {"sgd": "SGD(lr=0.1)", "sgd_momentum": "SGD(lr=0.1, momentum=0.9)", "adam": "Adam(lr=0.05)"}
+
+
+@st.composite
+def steps_case(draw):
+    world_size = draw(st.integers(2, 4), label="world_size")
+    loss = draw(st.sampled_from(LOSSES), label="loss_fn")
+    return dict(
+        world_size=world_size,
+        rows=draw(st.integers(world_size, 4 * world_size + 3), label="rows"),
+        in_features=draw(st.integers(1, 4)),
+        hidden=draw(st.integers(1, 5)),
+        out_features=draw(st.integers(2, 4) if loss == "cross_entropy" else st.integers(1, 3)),
+        loss=loss,
+        optimizer=draw(st.sampled_from(OPTIMIZERS)),
+        steps=draw(st.integers(1, 3)),
+        seed=draw(st.integers(0, 2**16)),
+    )
+
+
+def case(world_size, rows, loss, optimizer, steps, seed=7, in_features=3, hidden=4, out_features=3):
+    return dict(world_size=world_size, rows=rows, in_features=in_features, hidden=hidden,
+                out_features=out_features, loss=loss, optimizer=optimizer, steps=steps, seed=seed)
+
+
+# Uneven shards on every world size, with both optimizer kinds: wrong weightings show at once.
+EXAMPLES = [
+    case(3, 4, "mse_loss", "sgd", 2),
+    case(2, 5, "cross_entropy", "adam", 3),
+    case(4, 7, "cross_entropy", "sgd_momentum", 2, seed=11),
+]
+
+
+def with_examples(check):
+    for item in reversed(EXAMPLES):
+        check = example(case=item)(check)
+    return check
+
+
+def describe(case):
+    return (f"{case['world_size']} ranks, a batch of {case['rows']} rows, "
+            f"Linear({case['in_features']}, {case['hidden']})-Tanh-Linear({case['hidden']}, {case['out_features']}) "
+            f"in float64, loss_fn=torch.nn.functional.{case['loss']}, {OPTIMIZER_NAMES[case['optimizer']]}, "
+            f"{case['steps']} consecutive call(s), stale gradients in .grad before the first")
+
+
+# --- probes: these run in the workers -----------------------------------------------------
+
+
+def _model(case, device):
+    model = torch.nn.Sequential(
+        torch.nn.Linear(case["in_features"], case["hidden"]),
+        torch.nn.Tanh(),
+        torch.nn.Linear(case["hidden"], case["out_features"]),
+    ).to(device=device, dtype=torch.float64)
+    with torch.no_grad():
+        for i, param in enumerate(model.parameters()):
+            param.copy_(probing.seeded(case["seed"] + i, param.shape, torch.float64, device))
+    return model
+
+
+def _optimizer(case, model):
+    kind = case["optimizer"]
+    if kind == "adam":
+        return torch.optim.Adam(model.parameters(), lr=0.05)
+    return torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9 if kind == "sgd_momentum" else 0.0)
+
+
+def _batch(case, step, device):
+    """The global batch of one step: the same on every rank (built from the seed)."""
+    seed = case["seed"] * 10 + 1000 + step
+    inputs = probing.seeded(seed, (case["rows"], case["in_features"]), torch.float64, device)
+    if case["loss"] == "cross_entropy":
+        generator = torch.Generator().manual_seed(seed + 500)
+        targets = torch.randint(0, case["out_features"], (case["rows"],), generator=generator).to(device)
+    else:
+        targets = probing.seeded(seed + 500, (case["rows"], case["out_features"]), torch.float64, device)
+    return inputs, targets
+
+
+def _stale_gradients(model, case, rank, device):
+    """Garbage in every .grad, different on every rank: what an earlier backward could leave."""
+    for i, param in enumerate(model.parameters()):
+        param.grad = 3.0 * probing.seeded(case["seed"] + 7919 * (rank + 1) + i, param.shape, torch.float64, device)
+
+
+def _parameters(model):
+    return {name: param.detach().cpu().clone() for name, param in model.named_parameters()}
+
+
+def _loss_fn(case):
+    return getattr(torch.nn.functional, case["loss"])
+
+
+def probe_steps(ctx, case):
+    """Run data_parallel_step `steps` times on this rank; record parameters, losses and the rows seen."""
+    device = ctx.torch_device()
+    model = _model(case, device)
+    optimizer = _optimizer(case, model)
+    _stale_gradients(model, case, ctx.rank, device)
+    seen = []
+    hook = model.register_forward_pre_hook(lambda module, args: seen.append(args[0].detach().clone())
+                                           if args and isinstance(args[0], torch.Tensor) else None)
+    record = {"parameters": [], "losses": [], "loss_types": [], "rows_seen": [], "losses_before": []}
+    for step in range(case["steps"]):
+        inputs, targets = _batch(case, step, device)
+        with torch.no_grad():  # the whole batch's loss on this rank's model as it is before the call
+            record["losses_before"].append(_loss_fn(case)(model(inputs), targets).item())
+        seen.clear()
+        loss = ctx.module.data_parallel_step(model, optimizer, inputs, targets, _loss_fn(case))
+        record["loss_types"].append(f"{type(loss).__module__}.{type(loss).__qualname__}")
+        record["losses"].append(float(loss) if type(loss) is float else None)
+        record["parameters"].append(_parameters(model))
+        record["rows_seen"].append(_rows_of(seen, inputs))
+    hook.remove()
+    return record
+
+
+def _rows_of(seen, inputs):
+    """Which rows of the global batch the model's forward calls got (-1: a row not in the batch)."""
+    rows = []
+    for batch in seen:
+        if batch.dim() != 2 or batch.shape[1] != inputs.shape[1]:
+            rows.append(-1)
+            continue
+        batch, every = batch.to(device="cpu", dtype=inputs.dtype), inputs.cpu()
+        matches = (batch.unsqueeze(1) == every.unsqueeze(0)).all(-1)
+        found = matches.any(1)
+        index = matches.to(torch.float64).argmax(1)
+        rows.extend(int(i) if ok else -1 for i, ok in zip(index.tolist(), found.tolist()))
+    return rows
+
+
+def probe_baseline(ctx, case):
+    """Trusted plain torch, one process: the same steps on the whole batch. Does not use the module."""
+    device = ctx.torch_device()
+    model = _model(case, device)
+    optimizer = _optimizer(case, model)
+    _stale_gradients(model, case, 0, device)
+    record = {"parameters": [], "losses": []}
+    for step in range(case["steps"]):
+        inputs, targets = _batch(case, step, device)
+        optimizer.zero_grad()
+        loss = _loss_fn(case)(model(inputs), targets)
+        loss.backward()
+        optimizer.step()
+        record["losses"].append(loss.item())
+        record["parameters"].append(_parameters(model))
+    return record
+
+
+def probe_stale(ctx, case):
+    """Two identical replicas stepped on the same batches: one with empty .grad, one with stale garbage."""
+    device = ctx.torch_device()
+    results = {}
+    for label in ("clean", "stale"):
+        model = _model(case, device)
+        optimizer = _optimizer(case, model)
+        if label == "stale":
+            _stale_gradients(model, case, ctx.rank, device)
+        for step in range(case["steps"]):
+            inputs, targets = _batch(case, step, device)
+            ctx.module.data_parallel_step(model, optimizer, inputs, targets, _loss_fn(case))
+        results[label] = _parameters(model)
+    return results
+
+
+# --- checks -----------------------------------------------------------------------------
+
+WEIGHT_HINT = ("shards may differ in size: back-propagate local_loss * local_rows / total_rows and all-reduce the "
+               "SUM of the gradients (a plain mean over ranks over-weights the rows of smaller shards)")
+
+
+def _expect_parameters(actual, expected, what, hint):
+    expect_equal(sorted(actual), sorted(expected), f"{what}: the parameter names")
+    for name in expected:
+        expect_close(actual[name], expected[name], f"{what}, parameter {name!r}", hint=hint)
+
+
+def _step_hint(case):
+    hints = [WEIGHT_HINT, "every rank must all-reduce every .grad (SUM) before optimizer.step()",
+             "clear old gradients at the start (optimizer.zero_grad())"]
+    if case["optimizer"] == "adam":
+        hints.append("Adam keeps state: call optimizer.step() exactly once per call")
+    return "; ".join(hints)
+
+
+@given(case=steps_case())
+@with_examples
+def test_every_rank_ends_equal_to_one_step_on_the_whole_batch(grade, case):
+    expected, actual = grade.compare(probe_steps, case, world_size=case["world_size"])
+    baseline = grade.reference(probe_baseline, case)
+    for rank, observed in enumerate(actual):
+        for step in range(case["steps"]):
+            what = f"{describe(case)}: rank {rank}'s model after call {step + 1}"
+            _expect_parameters(observed["parameters"][step], baseline["parameters"][step],
+                               what + " (compared with plain torch on the whole batch in one process)", _step_hint(case))
+            _expect_parameters(observed["parameters"][step], expected[rank]["parameters"][step],
+                               what + " (compared with the reference solution)", _step_hint(case))
+
+
+@given(case=steps_case())
+@with_examples
+def test_replicas_stay_identical(grade, case):
+    actual = grade.run(probe_steps, case, world_size=case["world_size"])
+    for rank in range(1, case["world_size"]):
+        for step in range(case["steps"]):
+            _expect_parameters(actual[rank]["parameters"][step], actual[0]["parameters"][step],
+                               f"{describe(case)}: after call {step + 1}, rank {rank}'s model against rank 0's",
+                               "the replicas drift apart: every rank must step on the same all-reduced gradient "
+                               "(all_reduce every .grad before optimizer.step(), on every rank)")
+
+
+@given(case=steps_case())
+@with_examples
+def test_returns_the_whole_batch_loss(grade, case):
+    actual = grade.run(probe_steps, case, world_size=case["world_size"])
+    baseline = grade.reference(probe_baseline, case)
+    for rank, observed in enumerate(actual):
+        for step in range(case["steps"]):
+            kind = observed["loss_types"][step]
+            if kind != "builtins.float":
+                fail(f"{describe(case)}: call {step + 1} on rank {rank} returned a {kind}, expected a Python float",
+                     hint="return float(...) of the all-reduced loss, not a tensor or a numpy number", status="invalid")
+    for step in range(case["steps"]):
+        losses = [observed["losses"][step] for observed in actual]
+        if max(losses) - min(losses) > 1e-9 * (1.0 + abs(max(losses))):
+            fail(f"{describe(case)}: call {step + 1} returned different losses on the ranks: {losses}",
+                 hint="every rank must return the same value: the loss of the whole batch, all-reduced "
+                      "(a rank's own shard loss is not it)")
+        # before the first call every model is the fresh one: plain torch in one process says the loss; later
+        # calls are measured against the rank's own model as it was, so a wrong step does not fail this check too
+        before = [baseline["losses"][0]] * len(losses) if step == 0 else [o["losses_before"][step] for o in actual]
+        expect_close(torch.tensor(losses, dtype=torch.float64), torch.tensor(before, dtype=torch.float64),
+                     f"{describe(case)}: the loss returned by call {step + 1} on every rank, against the whole "
+                     f"batch's {case['loss']} on that rank's model just before the call",
+                     hint="all-reduce (SUM) local_loss * local_rows and divide by the total rows: the mean of "
+                          "the ranks' losses is wrong when shards differ in size, a rank's own loss is wrong always")
+
+
+@given(case=steps_case())
+@with_examples
+def test_each_rank_computes_on_a_disjoint_part(grade, case):
+    actual = grade.run(probe_steps, case, world_size=case["world_size"])
+    rows = case["rows"]
+    for step in range(case["steps"]):
+        seen = [observed["rows_seen"][step] for observed in actual]
+        what = f"{describe(case)}: in call {step + 1} the model's forward got rows {seen} (per rank)"
+        if any(-1 in rank_rows for rank_rows in seen):
+            fail(f"{what}; -1 is an input that is not a row of the batch",
+                 hint="call the model on rows of `inputs` as they are (a slice such as torch.tensor_split's)")
+        idle = [rank for rank, rank_rows in enumerate(seen) if not rank_rows]
+        if idle:
+            fail(f"{what}; rank(s) {idle} computed on nothing",
+                 hint="every rank computes forward and backward on its own part of the batch")
+        flat = sorted(row for rank_rows in seen for row in rank_rows)
+        if flat != list(range(rows)):
+            repeated = sorted({row for row in flat if flat.count(row) > 1})
+            missing = sorted(set(range(rows)) - set(flat))
+            fail(f"{what}; the parts should be disjoint and together cover rows 0..{rows - 1} once"
+                 + (f"; rows {repeated} were computed more than once" if repeated else "")
+                 + (f"; rows {missing} were never computed" if missing else ""),
+                 hint="each rank takes only its own part, torch.tensor_split(inputs, world_size)[rank], not the "
+                      "whole batch; when the rows do not divide evenly the first rows % world_size parts get one "
+                      "row more, and no row is dropped")
+
+
+@given(case=steps_case())
+@with_examples
+def test_stale_gradients_do_not_leak(grade, case):
+    actual = grade.run(probe_stale, case, world_size=case["world_size"])
+    for rank, observed in enumerate(actual):
+        _expect_parameters(observed["stale"], observed["clean"],
+                           f"{describe(case)}: rank {rank}'s model when .grad held garbage before the first call, "
+                           f"against the same model whose .grad was empty",
+                           "gradients from before the call leak into the step: call optimizer.zero_grad() "
+                           "(and model.zero_grad()) before the backward pass")

@@ -1,0 +1,126 @@
+"""ex05's checks catch the gradient-averaging mistakes learners really make, and let right variants pass."""
+
+from tests.kit.harness import assert_caught, failed_checks, grade_submissions, mutate
+
+EX = "ex05_gradient_averaging"
+
+MEAN = "stacked.to(accumulate).mean(dim=0).to(first.dtype)"
+ALL_REDUCE = "dist.all_reduce(param.grad, op=dist.ReduceOp.SUM)"
+DIVIDE = "param.grad.div_(world_size)"
+LOOP = "    for param in model.parameters():  # parameters() yields a tied (shared) parameter once\n"
+
+RIGHT_ALL_REDUCE = '''
+import torch
+import torch.distributed as dist
+
+
+def all_reduce_gradients(model):
+    world_size = dist.get_world_size()
+    for param in model.parameters():
+        if param.grad is not None:
+            dist.all_reduce(param.grad, op=dist.ReduceOp.SUM)
+            param.grad.div_(world_size)
+'''
+
+# sums into the first replica's tensors: the right values, but the caller's gradients change
+SUMS_INTO_FIRST_REPLICA = RIGHT_ALL_REDUCE + '''
+
+def average_gradients(replica_grads):
+    averaged = {}
+    for name in replica_grads[0]:
+        total = replica_grads[0][name]
+        for grads in replica_grads[1:]:
+            total += grads[name].to(total.dtype)
+        averaged[name] = total / len(replica_grads)
+    return averaged
+'''
+
+# the tied parameter reduced once per module that owns it, divided once per parameter: the sum for it
+TIED_SUMMED_TWICE = mutate(EX, (LOOP + "        if param.grad is not None:  # frozen or unused parameters keep grad None\n"
+                                "            " + ALL_REDUCE + "\n            " + DIVIDE + "\n",
+                                "    for module in model.modules():\n"
+                                "        for param in module.parameters(recurse=False):\n"
+                                "            if param.grad is not None:\n"
+                                "                " + ALL_REDUCE + "\n"
+                                "    for param in model.parameters():\n"
+                                "        if param.grad is not None:\n"
+                                "            " + DIVIDE + "\n"))
+
+WRONG = {
+    # a sum where the mean belongs
+    "sum_not_mean": (mutate(EX, (MEAN, "stacked.to(accumulate).sum(dim=0).to(first.dtype)")),
+                     "test_average_gradients_is_the_elementwise_mean"),
+    # divided by the number of names instead of the number of replicas
+    "divides_by_number_of_names": (mutate(EX, (MEAN, "(stacked.to(accumulate).sum(dim=0) / len(replica_grads[0])).to(first.dtype)")),
+                                   "test_average_gradients_is_the_elementwise_mean"),
+    # divided by one less than the number of replicas (a sample-variance habit)
+    "divides_by_n_minus_1": (mutate(EX, (MEAN, "(stacked.to(accumulate).sum(dim=0) / max(1, len(replica_grads) - 1)).to(first.dtype)")),
+                             "test_averaging_identical_replicas_gives_that_replica"),
+    # only the first replica's gradients: right for identical replicas, wrong otherwise
+    "first_replica_only": (mutate(EX, (MEAN, "stacked[0].clone()")), "test_average_gradients_is_the_elementwise_mean"),
+    # bfloat16 in, float32 out
+    "float32_for_bfloat16": (mutate(EX, (MEAN, "stacked.to(accumulate).mean(dim=0)")),
+                             "test_average_gradients_is_the_elementwise_mean"),
+    # added up in bfloat16 itself: every partial sum rounds
+    "sums_in_input_dtype": (mutate(EX, (MEAN, "sum(grads[name] for grads in replica_grads) / len(replica_grads)")),
+                            "test_average_gradients_is_the_elementwise_mean"),
+    # += into the first replica's tensors
+    "sums_into_first_replica": (SUMS_INTO_FIRST_REPLICA, "test_average_gradients_leaves_its_inputs_alone"),
+    # one replica: its own dict handed back, so the result is the caller's tensors
+    "returns_the_input_for_one_replica": (mutate(EX, ("    averaged = {}\n", "    if len(replica_grads) == 1:\n        return replica_grads[0]\n    averaged = {}\n")),
+                                          "test_average_gradients_leaves_its_inputs_alone"),
+    # all_reduce without the division
+    "all_reduce_sum_not_mean": (mutate(EX, (DIVIDE, "pass")), "test_all_reduce_gradients_gives_every_rank_the_mean"),
+    # divided by the number of parameters, not the number of ranks
+    "divides_by_number_of_parameters": (mutate(EX, (DIVIDE, "param.grad.div_(len(list(model.parameters())))")),
+                                        "test_all_reduce_gradients_gives_every_rank_the_mean"),
+    # the tied parameter summed once per owner
+    "tied_parameter_summed_twice": (TIED_SUMMED_TWICE, "test_all_reduce_gradients_gives_every_rank_the_mean"),
+    # None gradients replaced by zeros (and then reduced)
+    "zeros_for_none": (mutate(EX, ("        if param.grad is not None:  # frozen or unused parameters keep grad None\n",
+                                   "        if param.grad is None:\n            param.grad = torch.zeros_like(param)\n        if True:\n")),
+                       "test_all_reduce_gradients_gives_every_rank_the_mean"),
+    # requires_grad taken for "has a gradient": an unused parameter's None reaches all_reduce
+    "filters_on_requires_grad": (mutate(EX, ("if param.grad is not None:", "if param.requires_grad:")),
+                                 "test_all_reduce_gradients_gives_every_rank_the_mean"),
+    # reduce to rank 0 only: the other ranks keep their own (partial) gradients
+    "reduce_to_rank_0": (mutate(EX, (ALL_REDUCE, "dist.reduce(param.grad, dst=0, op=dist.ReduceOp.SUM)")),
+                         "test_all_reduce_gradients_gives_every_rank_the_mean"),
+    # a new tensor assigned to .grad instead of an in-place division
+    "new_grad_tensor": (mutate(EX, (DIVIDE, "param.grad = param.grad / world_size")),
+                        "test_all_reduce_gradients_updates_grads_in_place"),
+    # reduced into a copy, assigned back as a new tensor
+    "reduces_a_copy": (mutate(EX, (ALL_REDUCE + "\n            " + DIVIDE,
+                                   "grad = param.grad.clone()\n            dist.all_reduce(grad, op=dist.ReduceOp.SUM)\n"
+                                   "            param.grad = grad / world_size")),
+                       "test_all_reduce_gradients_updates_grads_in_place"),
+    # the parameters averaged instead of their gradients
+    "reduces_parameters": (mutate(EX, (ALL_REDUCE, "dist.all_reduce(param.data, op=dist.ReduceOp.SUM)"),
+                                  (DIVIDE, "param.data.div_(world_size)")),
+                           "test_all_reduce_gradients_updates_grads_in_place"),
+}
+
+# other right ways to do it: they must score full marks
+RIGHT = {
+    # torch's mean in the input dtype (it accumulates in float internally)
+    "plain_stack_mean": mutate(EX, (MEAN, "torch.stack([grads[name] for grads in replica_grads]).mean(dim=0)")),
+    # a Python sum in float64, cast back
+    "sum_in_float64": mutate(EX, (MEAN, "(sum(grads[name].double() for grads in replica_grads) / len(replica_grads)).to(first.dtype)")),
+    # ReduceOp.AVG: gloo supports it since torch 2.8 (pytorch/pytorch#149781)
+    "reduce_op_avg": mutate(EX, (ALL_REDUCE + "\n            " + DIVIDE, "dist.all_reduce(param.grad, op=dist.ReduceOp.AVG)")),
+    # reduced into a copy, then copied back in place
+    "copy_back_in_place": mutate(EX, (ALL_REDUCE + "\n            " + DIVIDE,
+                                      "grad = param.grad.clone()\n            dist.all_reduce(grad, op=dist.ReduceOp.SUM)\n"
+                                      "            param.grad.copy_(grad / world_size)")),
+    # divided before the reduction
+    "divide_first": mutate(EX, (ALL_REDUCE + "\n            " + DIVIDE, DIVIDE + "\n            " + ALL_REDUCE)),
+}
+
+
+def test_wrong_gradient_averaging_is_caught_and_right_variants_pass(tmp_path):
+    submissions = {name: source for name, (source, _) in WRONG.items()} | RIGHT
+    results = grade_submissions(tmp_path, EX, submissions)
+    assert_caught({name: results[name] for name in WRONG}, {name: check for name, (_, check) in WRONG.items()})
+    wrongly_failed = {name: failed_checks(results[name]) for name in RIGHT
+                      if results[name]["score"] < results[name]["max_score"]}
+    assert not wrongly_failed, wrongly_failed

@@ -1,0 +1,105 @@
+"""ex06's checks catch the parameter-synchronisation mistakes learners really make, and let right variants pass."""
+
+from tests.kit.harness import assert_caught, failed_checks, grade_submissions, mutate
+
+EX = "ex06_parameter_sync"
+
+STATE = "itertools.chain(model.parameters(), model.buffers())"
+BROADCAST = "dist.broadcast(tensor.data, src=src)"
+
+# new Parameters and buffers built from the received values: right numbers, but not the model's own tensors
+NEW_PARAMETERS = '''
+import torch
+import torch.distributed as dist
+
+
+def broadcast_parameters(model, src=0):
+    for module in model.modules():
+        for name, param in list(module.named_parameters(recurse=False)):
+            received = param.detach().clone()
+            dist.broadcast(received, src=src)
+            setattr(module, name, torch.nn.Parameter(received, requires_grad=param.requires_grad))
+        for name, buffer in list(module.named_buffers(recurse=False)):
+            received = buffer.clone()
+            dist.broadcast(received, src=src)
+            setattr(module, name, received)
+'''
+
+# src sends to every other rank, but no rank receives: src waits until the collective times out
+SEND_WITHOUT_RECV = '''
+import itertools
+
+import torch
+import torch.distributed as dist
+
+
+def broadcast_parameters(model, src=0):
+    if dist.get_rank() != src:
+        return
+    with torch.no_grad():
+        for tensor in itertools.chain(model.parameters(), model.buffers()):
+            for rank in range(dist.get_world_size()):
+                if rank != src:
+                    dist.send(tensor.data, dst=rank)
+'''
+
+WRONG = {
+    # parameters only: BatchNorm's running statistics and the other buffers forgotten
+    "parameters_only": (mutate(EX, (STATE, "model.parameters()")),
+                        "test_broadcast_parameters_copies_src_state_to_every_rank"),
+    # always from rank 0, whatever src says
+    "always_from_rank_0": (mutate(EX, (BROADCAST, "dist.broadcast(tensor.data, src=0)")),
+                           "test_broadcast_parameters_copies_src_state_to_every_rank"),
+    # only the trainable parameters: the frozen one keeps each rank's own values
+    "requires_grad_only": (mutate(EX, (STATE, "itertools.chain((p for p in model.parameters() if p.requires_grad), model.buffers())")),
+                           "test_broadcast_parameters_copies_src_state_to_every_rank"),
+    # "parameters with a gradient": none has one before training, so nothing is sent
+    "skips_params_without_grad": (mutate(EX, (STATE, "itertools.chain((p for p in model.parameters() if p.grad is not None), model.buffers())")),
+                                  "test_broadcast_parameters_copies_src_state_to_every_rank"),
+    # state_dict() leaves non-persistent buffers out
+    "state_dict_values": (mutate(EX, (STATE, "model.state_dict().values()")),
+                          "test_broadcast_parameters_copies_src_state_to_every_rank"),
+    # an average of all ranks (all_reduce) instead of src's values: src changes too
+    "all_reduce_average": (mutate(EX, (BROADCAST, "if tensor.is_floating_point():\n"
+                                                  "                dist.all_reduce(tensor.data)\n"
+                                                  "                tensor.data.div_(dist.get_world_size())\n"
+                                                  "            else:\n"
+                                                  "                " + BROADCAST)),
+                           "test_broadcast_parameters_copies_src_state_to_every_rank"),
+    # received into a copy, then param.data = copy: a new tensor behind the same Parameter
+    "assigns_new_data": (mutate(EX, (BROADCAST, "received = tensor.detach().clone()\n"
+                                                "            dist.broadcast(received, src=src)\n"
+                                                "            tensor.data = received")),
+                         "test_broadcast_parameters_updates_tensors_in_place"),
+    # new Parameter and buffer objects put into the modules
+    "new_parameter_objects": (NEW_PARAMETERS, "test_broadcast_parameters_updates_tensors_in_place"),
+    # src sends, nobody receives: a hang that must end as "timed out"
+    "send_without_recv": (SEND_WITHOUT_RECV, "test_broadcast_parameters_copies_src_state_to_every_rank"),
+}
+
+# other right ways to do it: they must score full marks
+RIGHT = {
+    # the tensors themselves rather than .data, no no_grad: broadcast is no autograd op
+    "tensors_without_no_grad": mutate(EX, ("    with torch.no_grad():\n", "    if True:\n"),
+                                      (BROADCAST, "dist.broadcast(tensor, src=src)")),
+    # named_parameters and named_buffers, parameters first
+    "named_loops": mutate(EX, (STATE, "[p for _, p in model.named_parameters()] + [b for _, b in model.named_buffers()]")),
+    # received into a copy, copied back in place
+    "copy_back_in_place": mutate(EX, (BROADCAST, "received = tensor.detach().clone()\n"
+                                                 "            dist.broadcast(received, src=src)\n"
+                                                 "            tensor.copy_(received)")),
+}
+
+
+def test_wrong_parameter_sync_is_caught_and_right_variants_pass(tmp_path):
+    submissions = {name: source for name, (source, _) in WRONG.items()} | RIGHT
+    # the check timeout is what a hang costs (in each check it reaches): keep it short
+    results = grade_submissions(tmp_path, EX, submissions, "--timeout", "20")
+    assert_caught({name: results[name] for name in WRONG}, {name: check for name, (_, check) in WRONG.items()})
+    hang = {c["name"]: c for e in results["send_without_recv"]["exercises"] for c in e["checks"]}
+    for check in hang.values():
+        assert check["status"] == "timed out", check
+        assert check["seconds"] < 30, check
+    wrongly_failed = {name: failed_checks(results[name]) for name in RIGHT
+                      if results[name]["score"] < results[name]["max_score"]}
+    assert not wrongly_failed, wrongly_failed

@@ -9,6 +9,12 @@ import torch.distributed.tensor  # noqa: F401
 import torch._dynamo  # noqa: F401
 import transformers  # noqa: F401
 from transformers import AutoModelForSequenceClassification, AutoTokenizer  # noqa: F401
+import transformers.modeling_utils  # noqa: F401  (about 1 s a worker otherwise)
+from transformers.models.albert import modeling_albert  # noqa: F401
+from transformers.models.bert import modeling_bert  # noqa: F401
+from transformers.models.distilbert import modeling_distilbert  # noqa: F401
+from transformers.models.gpt2 import modeling_gpt2  # noqa: F401
+from transformers.models.roberta import modeling_roberta  # noqa: F401
 import accelerate  # noqa: F401
 from accelerate import Accelerator  # noqa: F401
 

@@ -48,6 +48,7 @@ class Session:
             "trusted": trusted,
             "workdir": workdir,
             "reference_dir": None if target.path == self.reference.path else self.reference.path,
+            "reference_workdir": os.path.join(self.rundir, "reference"),
             "output_limit": OUTPUT_LIMIT,
             "memory_limit": None if "cuda" in self.devices else MEMORY_LIMIT,
             "collective_timeout": max(1.0, collective_timeout),

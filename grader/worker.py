@@ -101,7 +101,7 @@ def _isolate(spec):
             memory = spec["memory_limit"]
             resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
         if spec["reference_dir"]:
-            _guard_reference(spec["reference_dir"])
+            _guard_reference(spec["reference_dir"], spec["reference_workdir"])
 
 
 def _die_with_parent():
@@ -114,9 +114,11 @@ def _die_with_parent():
         pass
 
 
-def _guard_reference(reference_dir):
-    """Untrusted code may not open, import or list the reference solutions."""
+def _guard_reference(reference_dir, reference_workdir):
+    """Untrusted code may not open, import or list the reference solutions, nor write
+    where the reference keeps what it built (checkpoints other submissions load)."""
     blocked = os.path.realpath(reference_dir) + os.sep
+    read_only = os.path.realpath(reference_workdir) + os.sep
 
     def hook(event, args):
         if event in ("open", "os.listdir", "os.scandir", "import") and args and isinstance(args[0], (str, bytes, os.PathLike)):
@@ -125,10 +127,23 @@ def _guard_reference(reference_dir):
                 if name == "solutions" or name.startswith("solutions."):
                     raise ImportError("the reference solutions are not available to a submission")
                 return
-            if os.path.realpath(name).startswith(blocked) or os.path.realpath(name) + os.sep == blocked:
+            real = os.path.realpath(name)
+            if real.startswith(blocked) or real + os.sep == blocked:
                 raise PermissionError("the reference solutions are not available to a submission")
+            writing = event == "open" and _writes(args)
+            if writing and (real + os.sep).startswith(read_only):
+                raise PermissionError("the reference's files are read-only to a submission")
 
     sys.addaudithook(hook)
+
+
+def _writes(open_args):
+    """Whether an 'open' audit event (path, mode, flags) opens for writing."""
+    mode = open_args[1] if len(open_args) > 1 else None
+    flags = open_args[2] if len(open_args) > 2 else None
+    if isinstance(flags, int) and flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC):
+        return True
+    return isinstance(mode, str) and any(c in mode for c in "wax+")
 
 
 def _join_group(spec):

@@ -218,3 +218,15 @@ def test_a_deadlocked_collective_times_out_and_other_exercises_score_as_without_
     assert rows["patches_broadcast_in_ex04"]["ex04_sharding"]["status"] == "passed"
     assert rows["patches_broadcast_in_ex04"]["ex06_parameter_sync"]["status"] == "passed"
     assert time.monotonic() - started < 240
+
+
+def test_a_submission_cannot_write_where_the_reference_keeps_its_files(tmp_path):
+    vandal = hostile_indices(
+        "import glob, os\n"
+        "for path in glob.glob(os.path.join(os.getcwd(), '..', 'reference', '*')):\n"
+        "    open(os.path.join(path, 'x'), 'w').write('x')\n"
+        "open(os.path.join(os.getcwd(), '..', 'reference', 'planted'), 'w').write('x')\n"
+        "return []")
+    results = grade_submissions(tmp_path, EX, {"vandal": vandal}, profile="fast")
+    message = failed_checks(results["vandal"])[INDICES]
+    assert "read-only to a submission" in message

@@ -1,0 +1,57 @@
+"""ex01's checks catch the loading mistakes learners really make."""
+
+from tests.kit.harness import assert_caught, grade_submissions, mutate
+
+EX = "ex01_load_model"
+LOAD = "return AutoModelForSequenceClassification.from_pretrained(model_name, num_labels=num_labels)"
+CONFIG = "return model.config"
+
+
+def load_with(body, imports=""):
+    return mutate(EX, ("from transformers import", f"{imports}\nfrom transformers import"), (LOAD, body))
+
+
+WRONG = {
+    # the bare body: no classification head at all
+    "automodel": (load_with("return AutoModel.from_pretrained(model_name)", "from transformers import AutoModel"),
+                  "test_load_model_builds_a_sequence_classifier"),
+    # the checkpoint's own pretraining class (a masked-LM head, not a classifier)
+    "masked_lm": (load_with("return AutoModelForMaskedLM.from_pretrained(model_name)",
+                            "from transformers import AutoModelForMaskedLM"),
+                  "test_load_model_builds_a_sequence_classifier"),
+    # num_labels dropped: the head keeps the default 2 outputs
+    "ignores_num_labels": (load_with("return AutoModelForSequenceClassification.from_pretrained(model_name)"),
+                           "test_load_model_head_has_num_labels_outputs"),
+    # num_labels written into the config after loading: the head is already built with 2 outputs
+    "num_labels_after_loading": (load_with(
+        "model = AutoModelForSequenceClassification.from_pretrained(model_name)\n"
+        "    model.config.num_labels = num_labels\n"
+        "    return model"),
+        "test_load_model_head_has_num_labels_outputs"),
+    # the right architecture, but random weights: nothing pretrained is loaded
+    "from_config": (load_with(
+        "config = AutoConfig.from_pretrained(model_name, num_labels=num_labels)\n"
+        "    return AutoModelForSequenceClassification.from_config(config)",
+        "from transformers import AutoConfig"),
+        "test_load_model_keeps_the_pretrained_weights"),
+    # a different default number of labels
+    "wrong_default": (mutate(EX, ("num_labels: int = 2", "num_labels: int = 3")),
+                      "test_load_model_head_has_num_labels_outputs"),
+    # a plain dict instead of the config object
+    "config_to_dict": (mutate(EX, (CONFIG, "return model.config.to_dict()")),
+                       "test_get_config_returns_the_models_own_config"),
+    # a copy: changes to it no longer reach the model
+    "config_copy": (mutate(EX, (CONFIG, "import copy\n    return copy.deepcopy(model.config)")),
+                    "test_get_config_returns_the_models_own_config"),
+    # the checkpoint's config read afresh: num_labels and the label names are lost
+    "config_reloaded": (mutate(EX, (CONFIG, "from transformers import AutoConfig\n"
+                                            "    return AutoConfig.from_pretrained(model.name_or_path)")),
+                        "test_get_config_returns_the_models_own_config"),
+}
+
+
+def test_wrong_loading_is_caught(tmp_path):
+    # The fast profile: every mistake here is caught on the checks' explicit examples already, and each
+    # example loads a checkpoint per submission (the thorough profile takes about four times as long).
+    results = grade_submissions(tmp_path, EX, {name: source for name, (source, _) in WRONG.items()}, profile="fast")
+    assert_caught(results, {name: check for name, (_, check) in WRONG.items()})

@@ -1,0 +1,33 @@
+"""ex02's checks catch the Accelerator mistakes learners really make."""
+
+from tests.kit.harness import assert_caught, grade_submissions, mutate
+
+EX = "ex02_accelerator"
+BUILD = "return Accelerator(cpu=cpu, mixed_precision=mixed_precision)"
+DEVICE = "return accelerator.device"
+
+WRONG = {
+    # cpu=True dropped: on a CPU-only machine one process looks right, but several never join up
+    "ignores_cpu": (mutate(EX, (BUILD, "return Accelerator(mixed_precision=mixed_precision)")),
+                    "test_build_accelerator_in_two_processes"),
+    # mixed_precision dropped: always full precision
+    "ignores_mixed_precision": (mutate(EX, (BUILD, "return Accelerator(cpu=cpu)")),
+                                "test_build_accelerator_passes_the_settings_on"),
+    # the process-wide state instead of an Accelerator
+    "partial_state": (mutate(EX, (BUILD, "from accelerate import PartialState\n    return PartialState(cpu=cpu)")),
+                      "test_build_accelerator_passes_the_settings_on"),
+    # a device of one's own making: right on one CPU process, wrong elsewhere
+    "hardcoded_cpu_device": (mutate(EX, (DEVICE, 'return torch.device("cpu")')),
+                             "test_get_device_in_two_processes"),
+    # the device type rebuilt without its index
+    "device_type_only": (mutate(EX, (DEVICE, "return torch.device(accelerator.device.type)")),
+                         "test_get_device_in_two_processes"),
+    # a string, not a torch.device
+    "string_device": (mutate(EX, (DEVICE, "return str(accelerator.device)")),
+                      "test_get_device_is_the_accelerators_device"),
+}
+
+
+def test_wrong_accelerators_are_caught(tmp_path):
+    results = grade_submissions(tmp_path, EX, {name: source for name, (source, _) in WRONG.items()})
+    assert_caught(results, {name: check for name, (_, check) in WRONG.items()})

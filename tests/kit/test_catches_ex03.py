@@ -1,0 +1,36 @@
+"""ex03's checks catch the model-preparation mistakes learners really make."""
+
+from tests.kit.harness import assert_caught, grade_submissions, mutate
+
+EX = "ex03_prepare_model"
+PREPARE = "return accelerator.prepare(model)"
+
+WRONG = {
+    # placed, never wrapped (and no autocast under mixed precision)
+    "to_device_only": (mutate(EX, (PREPARE, "return model.to(accelerator.device)")),
+                       "test_prepare_model_wraps_for_several_processes"),
+    # a fixed device: right on a CPU-only machine with one process, wrong elsewhere
+    "hardcoded_cpu": (mutate(EX, (PREPARE, 'return model.to("cpu")')),
+                      "test_prepare_model_wraps_for_several_processes"),
+    # the accelerator returned instead of the model
+    "returns_accelerator": (mutate(EX, (PREPARE, "accelerator.prepare(model)\n    return accelerator")),
+                            "test_prepare_model_places_the_model"),
+    # wrapped by hand, then the bare module returned
+    "manual_ddp_returns_module": (mutate(EX, (PREPARE,
+        "model = model.to(accelerator.device)\n"
+        "    if accelerator.num_processes > 1:\n"
+        "        torch.nn.parallel.DistributedDataParallel(model)\n"
+        "    return model")),
+        "test_prepare_model_wraps_for_several_processes"),
+    # prepared, then unwrapped again
+    "unwraps_again": (mutate(EX, (PREPARE, "return accelerator.unwrap_model(accelerator.prepare(model))")),
+                      "test_prepare_model_wraps_for_several_processes"),
+    # a copy prepared: the caller's model is left behind
+    "prepares_a_copy": (mutate(EX, (PREPARE, "import copy\n    return accelerator.prepare(copy.deepcopy(model))")),
+                        "test_prepare_model_places_the_model"),
+}
+
+
+def test_wrong_preparation_is_caught(tmp_path):
+    results = grade_submissions(tmp_path, EX, {name: source for name, (source, _) in WRONG.items()})
+    assert_caught(results, {name: check for name, (_, check) in WRONG.items()})

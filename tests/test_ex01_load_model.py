@@ -1,0 +1,207 @@
+"""ex01: load a pretrained checkpoint for sequence classification, and read its config.
+
+The checkpoints are tiny, random and seeded, of several architectures, saved offline as the
+pretraining kind of model (`...ForMaskedLM`, GPT-2's `LMHeadModel`) by grader.models in the
+reference worker; the target's worker loads the very same folder. load_model must give
+AutoModelForSequenceClassification's class for that config with the checkpoint's body
+weights and a head of num_labels outputs; get_config must give the model's own config.
+
+These checks are device-free: load_model and get_config take no device, and the model
+loads on the CPU on every machine.
+"""
+
+import json
+import os
+
+import pytest
+from hypothesis import example, given, strategies as st
+
+from grader import models
+from grader.checks import expect_equal, fail
+from grader.observation import InvalidResult
+
+# Config fields that say nothing about the model (the library's version, where it came from).
+VOLATILE_CONFIG_KEYS = ("transformers_version",)
+
+checkpoints = st.fixed_dictionaries({
+    "architecture": st.sampled_from(models.ARCHITECTURES),
+    "hidden": st.sampled_from(models.HIDDEN_SIZES),
+    "layers": st.integers(1, 2),
+    "seed": st.integers(0, 2**16),
+})
+label_counts = st.one_of(st.none(), st.integers(1, 8))  # None: call load_model without num_labels
+
+
+def described(spec, num_labels):
+    where = f"a tiny {spec['architecture']} checkpoint (hidden {spec['hidden']}, {spec['layers']} layer(s))"
+    return f"load_model({where}" + ("" if num_labels is None else f", num_labels={num_labels}") + ")"
+
+
+# --- probes: these run in the workers -----------------------------------------------------
+
+
+def probe_build(ctx, architecture, seed, hidden, layers):
+    """Trusted (run with grade.reference): write the checkpoint, return its path and saved body weights."""
+    path = models.build_checkpoint(os.getcwd(), architecture, seed=seed, hidden=hidden, layers=layers)
+    return {"path": path, "weights": models.saved_base_weights(path)}
+
+
+def _load(ctx, path, num_labels, seed):
+    import torch
+    from transformers import PreTrainedModel
+
+    torch.manual_seed(seed)  # the fresh head is random: the same seed gives every loader the same head
+    model = ctx.module.load_model(path) if num_labels is None else ctx.module.load_model(path, num_labels=num_labels)
+    if not isinstance(model, PreTrainedModel):
+        kind = type(model)
+        raise InvalidResult(f"load_model returned an object of type {kind.__module__}.{kind.__qualname__}, "
+                            "expected a transformers PreTrainedModel")
+    return model
+
+
+def _plain(config_dict):
+    """A config's to_dict() as plain JSON data, without the volatile fields."""
+    data = json.loads(json.dumps(config_dict, sort_keys=True, default=str))
+    return {key: value for key, value in data.items() if key not in VOLATILE_CONFIG_KEYS}
+
+
+def probe_model_kind(ctx, path, num_labels, seed):
+    model = _load(ctx, path, num_labels, seed)
+    return {"class": type(model).__name__, "config_class": type(model.config).__name__,
+            "config": _plain(model.config.to_dict())}
+
+
+def probe_body_weights(ctx, path, num_labels, seed):
+    return models.base_weights(_load(ctx, path, num_labels, seed))
+
+
+def probe_logits(ctx, path, num_labels, seed):
+    import torch
+
+    model = _load(ctx, path, num_labels, seed).eval()
+    parameter = next(model.parameters())
+    generator = torch.Generator().manual_seed(seed)
+    input_ids = torch.randint(3, model.config.vocab_size, (2, 6), generator=generator).to(parameter.device)
+    with torch.no_grad():
+        output = model(input_ids=input_ids, attention_mask=torch.ones_like(input_ids))
+    logits = getattr(output, "logits", None)
+    return {"class": type(model).__name__, "output": type(output).__name__,
+            "config_num_labels": model.config.num_labels,
+            "logits_shape": list(logits.shape) if isinstance(logits, torch.Tensor) else None}
+
+
+def probe_get_config(ctx, path, num_labels, seed):
+    import torch
+    from transformers import AutoModelForSequenceClassification, PretrainedConfig
+
+    torch.manual_seed(seed)
+    model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=num_labels)
+    config = ctx.module.get_config(model)
+    is_config = isinstance(config, PretrainedConfig)
+    return {"class": type(config).__name__, "is_config": is_config,
+            "same_values": is_config and _plain(config.to_dict()) == _plain(model.config.to_dict()),
+            "is_models_own": config is model.config}
+
+
+# --- checks -----------------------------------------------------------------------------
+
+
+def load_report(grade, probe, spec, num_labels):
+    """(checkpoint, expected, actual) for one probe of load_model on a fresh tiny checkpoint."""
+    checkpoint = grade.reference(probe_build, spec["architecture"], spec["seed"], spec["hidden"], spec["layers"])
+    expected, actual = grade.compare(probe, checkpoint["path"], num_labels, load_seed(spec))
+    return checkpoint, expected, actual
+
+
+def load_seed(spec):
+    """The torch seed set before loading: never the checkpoint's own, or a model built from its config
+    with random weights would come out equal to the checkpoint."""
+    return spec["seed"] + 7919
+
+
+def class_hint(actual_class):
+    if actual_class.endswith(("ForMaskedLM", "LMHeadModel", "ForCausalLM")):
+        return ("that is the checkpoint's pretraining model (AutoModelForMaskedLM / ...LMHeadModel); "
+                "use AutoModelForSequenceClassification")
+    if actual_class.endswith("Model"):
+        return "AutoModel gives the body without a classification head; use AutoModelForSequenceClassification"
+    return "AutoModelForSequenceClassification.from_pretrained picks the right class for the checkpoint"
+
+
+@pytest.mark.device_free
+@given(spec=checkpoints, num_labels=label_counts)
+@example(spec={"architecture": "distilbert", "hidden": 32, "layers": 1, "seed": 0}, num_labels=None)
+@example(spec={"architecture": "bert", "hidden": 16, "layers": 2, "seed": 1}, num_labels=3)
+@example(spec={"architecture": "gpt2", "hidden": 16, "layers": 1, "seed": 2}, num_labels=5)
+def test_load_model_builds_a_sequence_classifier(grade, spec, num_labels):
+    _, expected, actual = load_report(grade, probe_model_kind, spec, num_labels)
+    what = described(spec, num_labels)
+    if actual["class"] != expected["class"]:
+        fail(f"{what} returned a {actual['class']}, expected a {expected['class']}", hint=class_hint(actual["class"]))
+    expect_equal(actual["config_class"], expected["config_class"], f"{what}: the class of model.config")
+    if actual["config"].get("id2label") == expected["config"].get("id2label"):
+        hint = "load the config from the checkpoint itself, changing nothing but num_labels"
+    elif num_labels is None:
+        hint = "num_labels defaults to 2: load_model(name) gives a head of 2 labels (LABEL_0, LABEL_1)"
+    else:
+        hint = "pass num_labels on to from_pretrained (a head of num_labels outputs, labels LABEL_0...)"
+    expect_equal(actual["config"], expected["config"], f"{what}: model.config.to_dict()", hint=hint)
+
+
+@pytest.mark.device_free
+@given(spec=checkpoints, num_labels=label_counts)
+@example(spec={"architecture": "distilbert", "hidden": 32, "layers": 1, "seed": 0}, num_labels=2)
+@example(spec={"architecture": "roberta", "hidden": 16, "layers": 2, "seed": 3}, num_labels=None)
+def test_load_model_keeps_the_pretrained_weights(grade, spec, num_labels):
+    checkpoint, _, actual = load_report(grade, probe_body_weights, spec, num_labels)
+    what = described(spec, num_labels)
+    hint = ("from_config (or a bare constructor) builds random weights; from_pretrained loads the checkpoint's. "
+            "Do not re-initialise or change them")
+    saved = checkpoint["weights"]
+    missing = sorted(set(saved) - set(actual))
+    if missing:
+        fail(f"{what}: the model's body (model.base_model) lacks the checkpoint's weights {missing[:4]}", hint=hint)
+    expect_equal({name: actual[name] for name in saved}, saved,
+                 f"{what}: the body's weights against those saved in the checkpoint", hint=hint)
+
+
+@pytest.mark.device_free
+@given(spec=checkpoints, num_labels=label_counts)
+@example(spec={"architecture": "distilbert", "hidden": 32, "layers": 1, "seed": 0}, num_labels=None)
+@example(spec={"architecture": "albert", "hidden": 16, "layers": 1, "seed": 4}, num_labels=5)
+@example(spec={"architecture": "bert", "hidden": 32, "layers": 1, "seed": 5}, num_labels=1)
+def test_load_model_head_has_num_labels_outputs(grade, spec, num_labels):
+    _, expected, actual = load_report(grade, probe_logits, spec, num_labels)
+    what = described(spec, num_labels) + " on a batch of 2 sequences"
+    if actual["logits_shape"] is None:
+        fail(f"{what}: the model returned a {actual['output']} without logits, expected {expected['output']}",
+             hint="a model without a classification head has no logits: use AutoModelForSequenceClassification")
+    labels = 2 if num_labels is None else num_labels
+    if len(actual["logits_shape"]) != len(expected["logits_shape"]):
+        fail(f"{what}: the logits have shape {actual['logits_shape']}, expected {expected['logits_shape']} "
+             "(one row of label scores per sequence)", hint=class_hint(actual["class"]))
+    hint = ("num_labels defaults to 2 and must reach from_pretrained" if num_labels is None else
+            "pass num_labels on to from_pretrained: it sets the size of the new head")
+    expect_equal(actual["logits_shape"], expected["logits_shape"],
+                 f"{what}: the shape of the logits (batch, {labels} labels)", hint=hint)
+    expect_equal(actual["config_num_labels"], expected["config_num_labels"], f"{what}: model.config.num_labels",
+                 hint=hint)
+
+
+@pytest.mark.device_free
+@given(spec=checkpoints, num_labels=st.integers(1, 8))
+@example(spec={"architecture": "distilbert", "hidden": 32, "layers": 1, "seed": 0}, num_labels=3)
+def test_get_config_returns_the_models_own_config(grade, spec, num_labels):
+    checkpoint = grade.reference(probe_build, spec["architecture"], spec["seed"], spec["hidden"], spec["layers"])
+    expected, actual = grade.compare(probe_get_config, checkpoint["path"], num_labels, load_seed(spec))
+    what = f"get_config(a {spec['architecture']} classifier with {num_labels} labels)"
+    if not actual["is_config"]:
+        fail(f"{what} returned a {actual['class']}, expected the model's {expected['class']}",
+             hint="return the config object itself (model.config), not config.to_dict() or its JSON")
+    expect_equal(actual["class"], expected["class"], f"{what}: the class of the config")
+    if not actual["same_values"]:
+        fail(f"{what} returned a config whose values differ from model.config's (num_labels, sizes ...)",
+             hint="a config loaded afresh (AutoConfig.from_pretrained) misses what the model was loaded with: "
+                  "return model.config")
+    expect_equal(actual, expected, f"{what}: is the result model.config itself",
+                 hint="return model.config itself, not a copy: changes to it must reach the model")

@@ -1,0 +1,150 @@
+"""ex02: build an Accelerator with the learner's settings and read its device.
+
+Single-process checks run on each device: on the cpu device the accelerator is always built
+with cpu=True (the cpu run must not depend on a GPU being there); on the cuda device cpu is
+drawn (True, False, or left to its default). mixed_precision is drawn from "no", "bf16" and
+"fp16" (or left to its default): accelerate 1.16 accepts all three on the CPU too, and the
+probe falls back from bf16 to "no" on a GPU without bf16 (where accelerate would raise).
+
+The two-process checks run in a real 2-rank gloo group, with cpu=True: there accelerate
+becomes MULTI_CPU (num_processes 2, device cpu:0, the group already initialised is reused),
+which tells apart an implementation that drops cpu=True (each rank then runs alone) or
+builds a device of its own (torch.device("cpu") is not cpu:0). They run on the cpu only:
+with cpu=True the device is the CPU whatever the machine.
+"""
+
+import pytest
+from hypothesis import example, given, strategies as st
+
+from grader.checks import expect_equal, fail
+from grader.observation import InvalidResult
+
+PRECISIONS = st.sampled_from([None, "no", "bf16", "fp16"])  # None: not passed, the default ("no")
+
+
+def settings_for(device):
+    """cpu= values valid on `device`: the cpu run always forces the CPU."""
+    if device == "cpu":
+        return st.just(True)
+    return st.sampled_from([None, False, True])
+
+
+def call_text(function, cpu, mixed_precision):
+    arguments = [f"cpu={cpu}"] if cpu is not None else []
+    arguments += [f"mixed_precision={mixed_precision!r}"] if mixed_precision is not None else []
+    return f"{function}({', '.join(arguments)})"
+
+
+# --- probes: these run in the workers -----------------------------------------------------
+
+
+def _arguments(ctx, cpu, mixed_precision):
+    import torch
+
+    if (mixed_precision == "bf16" and ctx.device == "cuda" and cpu is not True
+            and not torch.cuda.is_bf16_supported()):
+        mixed_precision = "no"  # accelerate refuses bf16 on such a GPU, reference included
+    arguments = {}
+    if cpu is not None:
+        arguments["cpu"] = cpu
+    if mixed_precision is not None:
+        arguments["mixed_precision"] = mixed_precision
+    return arguments
+
+
+def _facts(accelerator, what="build_accelerator"):
+    from accelerate import Accelerator
+
+    if not isinstance(accelerator, Accelerator):
+        kind = type(accelerator)
+        raise InvalidResult(f"{what} returned an object of type {kind.__module__}.{kind.__qualname__}, "
+                            "expected an accelerate.Accelerator")
+    return {
+        "class": type(accelerator).__name__,
+        "mixed_precision": accelerator.mixed_precision,
+        "device_type": accelerator.device.type,
+        "device": str(accelerator.device),
+        "distributed_type": str(accelerator.distributed_type).split(".")[-1],
+        "num_processes": accelerator.num_processes,
+        "process_index": accelerator.process_index,
+    }
+
+
+def probe_build_accelerator(ctx, cpu, mixed_precision):
+    return _facts(ctx.module.build_accelerator(**_arguments(ctx, cpu, mixed_precision)))
+
+
+def probe_get_device(ctx, cpu, mixed_precision):
+    import torch
+    from accelerate import Accelerator
+
+    accelerator = Accelerator(**_arguments(ctx, cpu, mixed_precision))
+    device = ctx.module.get_device(accelerator)
+    if type(device) is not torch.device:
+        kind = type(device)
+        raise InvalidResult(f"get_device returned an object of type {kind.__module__}.{kind.__qualname__} "
+                            f"({device!r:.60}), expected a torch.device")
+    return {"device": device, "str": str(device), "is_the_accelerators": device == accelerator.device}
+
+
+# --- checks -----------------------------------------------------------------------------
+
+DEVICE_HINT = "cpu=True forces the CPU; without it Accelerator picks the GPU when there is one: pass cpu on"
+PRECISION_HINT = "pass mixed_precision on to Accelerator(...): it is \"no\", \"bf16\" or \"fp16\""
+
+
+def compare_accelerators(actual, expected, what):
+    expect_equal(actual["class"], expected["class"], f"{what}: the class of the result")
+    expect_equal(actual["mixed_precision"], expected["mixed_precision"], f"{what}: accelerator.mixed_precision",
+                 hint=PRECISION_HINT)
+    expect_equal(actual["device_type"], expected["device_type"], f"{what}: accelerator.device.type", hint=DEVICE_HINT)
+    expect_equal(actual["distributed_type"], expected["distributed_type"], f"{what}: accelerator.distributed_type",
+                 hint="Accelerator(cpu=True) joins several CPU processes (MULTI_CPU): pass cpu on")
+    expect_equal(actual, expected, f"{what}: the accelerator's settings")
+
+
+@given(data=st.data(), mixed_precision=PRECISIONS)
+@example(data=None, mixed_precision="bf16")
+@example(data=None, mixed_precision=None)
+def test_build_accelerator_passes_the_settings_on(grade, data, mixed_precision):
+    cpu = True if data is None else data.draw(settings_for(grade.device), label="cpu")
+    expected, actual = grade.compare(probe_build_accelerator, cpu, mixed_precision)
+    compare_accelerators(actual, expected, call_text("build_accelerator", cpu, mixed_precision))
+
+
+@given(data=st.data(), mixed_precision=PRECISIONS)
+@example(data=None, mixed_precision="no")
+def test_get_device_is_the_accelerators_device(grade, data, mixed_precision):
+    cpu = True if data is None else data.draw(settings_for(grade.device), label="cpu")
+    expected, actual = grade.compare(probe_get_device, cpu, mixed_precision)
+    what = f"get_device({call_text('Accelerator', cpu, mixed_precision)})"
+    expect_equal(actual["device"], expected["device"], what,
+                 hint="return accelerator.device itself; do not build a torch.device of your own")
+    expect_equal(actual, expected, what)
+
+
+@pytest.mark.device_free
+@given(mixed_precision=PRECISIONS)
+@example(mixed_precision="no")
+def test_build_accelerator_in_two_processes(grade, mixed_precision):
+    expected, actual = grade.compare(probe_build_accelerator, True, mixed_precision, world_size=2)
+    for rank, (want, got) in enumerate(zip(expected, actual)):
+        what = f"{call_text('build_accelerator', True, mixed_precision)} on rank {rank} of 2 processes"
+        if got["num_processes"] != want["num_processes"]:
+            fail(f"{what}: the accelerator sees {got['num_processes']} process(es), expected {want['num_processes']} "
+                 f"({got['distributed_type']} instead of {want['distributed_type']})",
+                 hint="several CPU processes train together only with Accelerator(cpu=True): pass cpu on")
+        compare_accelerators(got, want, what)
+
+
+@pytest.mark.device_free
+@given(mixed_precision=PRECISIONS)
+@example(mixed_precision=None)
+def test_get_device_in_two_processes(grade, mixed_precision):
+    expected, actual = grade.compare(probe_get_device, True, mixed_precision, world_size=2)
+    for rank, (want, got) in enumerate(zip(expected, actual)):
+        what = f"get_device({call_text('Accelerator', True, mixed_precision)}) on rank {rank} of 2 processes"
+        expect_equal(got["str"], want["str"], what,
+                     hint="the accelerator's device carries the process's index (cpu:0, cuda:1 ...): "
+                          "return accelerator.device itself")
+        expect_equal(got, want, what)

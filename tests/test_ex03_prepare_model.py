@@ -1,0 +1,176 @@
+"""ex03: prepare a model with Accelerate: on the accelerator's device, and wrapped for data
+parallelism (DistributedDataParallel) when several processes train together.
+
+The models are small and seeded: a two-layer MLP, or a tiny transformers classifier of one
+of grader.models' architectures built from its config. The probe builds the Accelerator
+itself (cpu=True on the cpu device, the GPU on the cuda device), so only prepare_model is
+under test.
+
+Single process: the result is the very model given (moved in place), its parameters are on
+the accelerator's device with unchanged values, and its forward pass gives what the
+reference's prepared model gives on the same inputs (with mixed_precision="bf16" prepare
+runs the forward pass under autocast, which model.to(device) alone does not).
+
+Two processes: a real 2-rank gloo group, Accelerator(cpu=True), which accelerate turns
+into MULTI_CPU over the group the worker already initialised. Each rank builds its model
+from a different seed; prepare must wrap it in DistributedDataParallel (which also makes
+every rank start from rank 0's weights), and accelerator.unwrap_model must give back the
+very model passed in. This check runs on the cpu only: with one GPU both ranks would have
+to share cuda:0 under accelerate's MULTI_GPU over a gloo group, a setup accelerate does
+not claim to support; the wrapping does not depend on the device.
+"""
+
+import pytest
+from hypothesis import example, given, strategies as st
+
+from grader import models, probing
+from grader.checks import expect_close, expect_equal, fail
+from grader.observation import InvalidResult
+
+KINDS = ("mlp",) + models.ARCHITECTURES
+MLP_FEATURES = 6
+NUM_LABELS = 3
+
+model_specs = st.fixed_dictionaries({
+    "kind": st.sampled_from(KINDS),
+    "hidden": st.sampled_from(models.HIDDEN_SIZES),
+    "seed": st.integers(0, 2**16),
+})
+
+
+# Valid on every device: accelerate 1.16 accepts fp16 on the CPU (and runs it without autocast).
+PRECISIONS = st.sampled_from(["no", "bf16", "fp16"])
+
+
+def described(spec, mixed_precision, processes=1):
+    model = "a two-layer MLP" if spec["kind"] == "mlp" else f"a tiny {spec['kind']} classifier"
+    where = f" in each of {processes} processes" if processes > 1 else ""
+    return f"prepare_model(Accelerator(mixed_precision={mixed_precision!r}), {model}){where}"
+
+
+# --- probes: these run in the workers -----------------------------------------------------
+
+
+def _build_model(spec, seed):
+    import torch
+
+    torch.manual_seed(seed)
+    if spec["kind"] == "mlp":
+        model = torch.nn.Sequential(torch.nn.Linear(MLP_FEATURES, spec["hidden"]), torch.nn.ReLU(),
+                                    torch.nn.Linear(spec["hidden"], NUM_LABELS))
+    else:
+        from transformers import AutoModelForSequenceClassification
+
+        config = models.tiny_config(spec["kind"], hidden=spec["hidden"], layers=1, num_labels=NUM_LABELS)
+        model = AutoModelForSequenceClassification.from_config(config)
+    return model.eval()
+
+
+def _forward(model, spec, device):
+    import torch
+
+    generator = torch.Generator().manual_seed(spec["seed"] + 1)
+    with torch.no_grad():
+        if spec["kind"] == "mlp":
+            return model(torch.randn(4, MLP_FEATURES, generator=generator).to(device))
+        input_ids = torch.randint(3, models.VOCAB_SIZE, (2, 5), generator=generator).to(device)
+        return model(input_ids=input_ids, attention_mask=torch.ones_like(input_ids)).logits
+
+
+def _mixed_precision(ctx, mixed_precision):
+    import torch
+
+    if mixed_precision == "bf16" and ctx.device == "cuda" and not torch.cuda.is_bf16_supported():
+        return "no"  # accelerate refuses bf16 on such a GPU, reference included
+    return mixed_precision
+
+
+def _prepare(ctx, spec, mixed_precision, cpu, seed):
+    import torch
+    from accelerate import Accelerator
+
+    accelerator = Accelerator(cpu=cpu, mixed_precision=_mixed_precision(ctx, mixed_precision))
+    model = _build_model(spec, seed)
+    result = ctx.module.prepare_model(accelerator, model)
+    if not isinstance(result, torch.nn.Module):
+        kind = type(result)
+        raise InvalidResult(f"prepare_model returned an object of type {kind.__module__}.{kind.__qualname__}, "
+                            "expected a torch.nn.Module")
+    unwrapped = accelerator.unwrap_model(result)
+    facts = {
+        "class": type(result).__name__,
+        "is_the_model_given": result is model,
+        "unwraps_to_the_model_given": unwrapped is model,
+        "parameter_devices": sorted({p.device.type for p in result.parameters()}),
+        "parameters": {name: p.detach().cpu().clone() for name, p in unwrapped.named_parameters()},
+    }
+    # The inputs go where the model's parameters are, so a misplaced model still runs and its
+    # placement is what the check reports.
+    placed = next(result.parameters(), torch.empty(0)).device
+    facts["output"] = probing.tensor(_forward(result, spec, placed), "the prepared model's output")
+    return accelerator, model, result, facts
+
+
+def probe_prepare(ctx, spec, mixed_precision):
+    return _prepare(ctx, spec, mixed_precision, cpu=ctx.device == "cpu", seed=spec["seed"])[3]
+
+
+def probe_prepare_distributed(ctx, spec, mixed_precision):
+    import torch
+
+    # A different model on each rank: DistributedDataParallel starts them all from rank 0's.
+    accelerator, _, result, facts = _prepare(ctx, spec, mixed_precision, cpu=True, seed=spec["seed"] + ctx.rank)
+    facts["is_ddp"] = isinstance(result, torch.nn.parallel.DistributedDataParallel)
+    facts["distributed_type"] = str(accelerator.distributed_type).split(".")[-1]
+    return facts
+
+
+# --- checks -----------------------------------------------------------------------------
+
+COPY_HINT = "prepare the model you were given (accelerator.prepare(model)), not a copy of it"
+
+
+def compare_prepared(actual, expected, what):
+    expect_equal(actual["parameter_devices"], expected["parameter_devices"],
+                 f"{what}: the devices of the prepared model's parameters",
+                 hint="the model belongs on accelerator.device, not on a device of your choosing")
+    expect_equal(actual["unwraps_to_the_model_given"], expected["unwraps_to_the_model_given"],
+                 f"{what}: is accelerator.unwrap_model(result) the model passed in", hint=COPY_HINT)
+    expect_equal(actual["parameters"], expected["parameters"], f"{what}: the prepared model's parameters",
+                 hint="prepare moves the model; it does not change or re-initialise its weights")
+    output = f"{what}: its output on a seeded batch"
+    expect_equal(actual["output"]["device"], expected["output"]["device"], output + " (device)")
+    expect_close(actual["output"]["values"], expected["output"]["values"], output,
+                 hint="with mixed_precision, accelerator.prepare runs the forward pass under autocast; "
+                      "model.to(accelerator.device) alone does not")
+
+
+@given(spec=model_specs, mixed_precision=PRECISIONS)
+@example(spec={"kind": "mlp", "hidden": 16, "seed": 0}, mixed_precision="bf16")
+@example(spec={"kind": "distilbert", "hidden": 32, "seed": 1}, mixed_precision="bf16")
+def test_prepare_model_places_the_model(grade, spec, mixed_precision):
+    expected, actual = grade.compare(probe_prepare, spec, mixed_precision)
+    what = described(spec, mixed_precision)
+    compare_prepared(actual, expected, what)
+    if actual["is_the_model_given"] != expected["is_the_model_given"]:
+        fail(f"{what}: with one process the result should be the model passed in (moved in place), "
+             f"got another {actual['class']}", hint=COPY_HINT)
+    expect_equal(actual["class"], expected["class"], f"{what}: the class of the result")
+
+
+@pytest.mark.device_free
+@given(spec=model_specs, mixed_precision=PRECISIONS)
+@example(spec={"kind": "mlp", "hidden": 16, "seed": 0}, mixed_precision="no")
+@example(spec={"kind": "bert", "hidden": 16, "seed": 2}, mixed_precision="no")
+def test_prepare_model_wraps_for_several_processes(grade, spec, mixed_precision):
+    expected, actual = grade.compare(probe_prepare_distributed, spec, mixed_precision, world_size=2)
+    for rank, (want, got) in enumerate(zip(expected, actual)):
+        what = described(spec, mixed_precision, processes=2) + f", rank {rank}"
+        if got["class"] != want["class"]:
+            fail(f"{what}: returned a {got['class']}, expected a {want['class']}",
+                 hint="with several processes accelerator.prepare wraps the model in DistributedDataParallel; "
+                      "model.to(accelerator.device) alone does not, and returning the module inside loses the wrapper")
+        expect_equal(got["is_ddp"], want["is_ddp"], f"{what}: is the result a DistributedDataParallel")
+        compare_prepared(got, want, what)
+        expect_equal({k: v for k, v in got.items() if k != "output"}, {k: v for k, v in want.items() if k != "output"},
+                     what)

@@ -23,13 +23,11 @@ REFERENCE_ALLOWANCE = 300.0  # seconds; the reference is trusted, its limit only
 class Grade:
     """One check on one target and one device; reused across Hypothesis examples."""
 
-    def __init__(self, session, target, exercise, device, check_file, check_name):
+    def __init__(self, session, target, exercise, device):
         self.session = session
         self.target = target
         self.exercise = exercise
         self.device = device
-        self.check_file = check_file
-        self.check_name = check_name
         self.deadline = time.monotonic() + session.timeout
 
     def __repr__(self):

@@ -123,7 +123,7 @@ def grade(request):
     if exercise is None:
         raise pytest.UsageError(f"{request.node.path.name} is not the check file of a catalog exercise")
     session.enter_exercise(exercise)
-    return Grade(session, target, exercise, device, str(request.node.path), request.node.originalname)
+    return Grade(session, target, exercise, device)
 
 
 @pytest.hookimpl(hookwrapper=True)

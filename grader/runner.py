@@ -10,7 +10,6 @@ import time
 
 import pytest
 
-from grader import catalog
 from grader.outcomes import STATUS_LABELS
 from grader.session import KIT_ROOT
 
@@ -123,7 +122,3 @@ def exercise_status(checks):
     if "kit_error" in statuses:
         return "error"
     return "failed"
-
-
-def all_exercises():
-    return list(catalog.EXERCISES)

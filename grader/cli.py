@@ -9,7 +9,7 @@ import os
 import random
 import sys
 
-from grader import catalog, report, state
+from grader import catalog, processes, report, state
 
 
 class UsageError(Exception):
@@ -138,11 +138,13 @@ def run(args):
             raise UsageError(f"--{option}: {problem}")
     if args.gradescope and len(targets) > 1:
         raise UsageError("--gradescope writes one submission's results; give one --target")
+    processes.warm_up()  # its imports run on the other core while this process imports its own
     from grader import devices
 
     try:
         devices.select(args.device)
     except devices.NoSuchDevice as error:
+        processes.kill_descendants()
         raise UsageError(str(error))
     seed = args.seed if args.seed is not None else random.randrange(2**31)
     profile = args.profile or ("thorough" if os.environ.get("CI", "").lower() in ("1", "true") else "fast")

@@ -102,7 +102,7 @@ def pytest_collection_modifyitems(session, config, items):
     order = {}
     items.sort(key=lambda item: (order.setdefault(str(item.path), len(order)), _target_index(item)))
     if any("grade" in getattr(item, "fixturenames", ()) for item in items):
-        from grader.workers import warm_up
+        from grader.processes import warm_up
 
         warm_up()
 

@@ -50,7 +50,7 @@ def run(targets, exercises, device, timeout, seed, profile, verbose=False, progr
     collector = Collector(progress)
     args = [check_file(e) for e in exercises] + [
         "--rootdir", KIT_ROOT, "-c", os.path.join(KIT_ROOT, "pyproject.toml"),
-        "-p", "no:cacheprovider", "-p", "no:terminal", "-p", "no:timeout",
+        "-p", "no:cacheprovider", "-p", "no:terminal", "-p", "no:timeout", "-p", "no:unraisableexception", "--assert=plain",
         "--device", device, "--check-timeout", str(timeout),
         f"--hypothesis-seed={seed}", f"--hypothesis-profile={profile}",
     ]

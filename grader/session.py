@@ -6,7 +6,7 @@ import tempfile
 from dataclasses import dataclass
 
 from grader import catalog
-from grader.workers import Pools, adopt_orphans, kill_descendants
+from grader.processes import adopt_orphans, kill_descendants
 
 KIT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUTPUT_LIMIT = 8 * 2**20  # bytes a submission may print per call before writes fail
@@ -32,6 +32,8 @@ class Session:
         self.devices = devices
         self.timeout = timeout
         self.reference = resolve_target("solutions")
+        from grader.workers import Pools  # imports torch
+
         self.rundir = tempfile.mkdtemp(prefix="grader-")
         self.pools = Pools(self.rundir)
         self.reference_cache = {}

@@ -1,8 +1,10 @@
-"""The catalog: one entry per exercise (id, title, topic, points, hints), read from catalog.toml."""
+"""The catalog: one entry per exercise (id, title, topic, points, hints, preload), read from catalog.toml."""
 
 import os
 import tomllib
 from dataclasses import dataclass
+
+from grader.processes import PRELOADS
 
 
 @dataclass(frozen=True)
@@ -12,6 +14,7 @@ class Exercise:
     topic: str
     points: float
     hints: tuple
+    preload: str = "transformers"  # which fork server its workers come from (processes.PRELOADS)
 
     @property
     def number(self):
@@ -21,7 +24,12 @@ class Exercise:
 def load():
     with open(os.path.join(os.path.dirname(__file__), "catalog.toml"), "rb") as handle:
         data = tomllib.load(handle)
-    return [Exercise(e["id"], e["title"], e["topic"], float(e["points"]), tuple(e["hints"])) for e in data["exercise"]]
+    exercises = [Exercise(e["id"], e["title"], e["topic"], float(e["points"]), tuple(e["hints"]),
+                          e.get("preload", "transformers")) for e in data["exercise"]]
+    for exercise in exercises:
+        if exercise.preload not in PRELOADS:
+            raise ValueError(f"catalog.toml: {exercise.id}: preload must be one of {sorted(PRELOADS)}")
+    return exercises
 
 
 EXERCISES = load()

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
+from grader import catalog
 from grader.observation import describe
 from grader.outcomes import CheckFailed, Verdict
 from grader.workers import WorkerFailure
@@ -115,19 +116,26 @@ class Grade:
         limit = REFERENCE_ALLOWANCE if trusted else self.deadline - time.monotonic()
         if limit <= 0:
             raise Verdict("timed_out", f"the check ran out of time ({self.session.timeout:g} s, --timeout)")
-        key = (target.path, self.exercise, world_size, trusted)
+        preload = catalog.find(self.exercise).preload
+        # the reference's workers serve every exercise of their kind; a submission's, one exercise
+        key = (preload, world_size, "reference") if trusted else (target.path, self.exercise, world_size, "target")
         spec = self.session.worker_spec(target, self.exercise, trusted, limit)
         try:
             ranks = self.session.pools.get(key, spec, world_size, start_timeout=max(limit, 60.0))
         except WorkerFailure as error:
             raise Verdict(error.status, str(error))
-        request = {"probe_file": os.path.abspath(probe.__code__.co_filename), "probe_name": probe.__name__,
+        request = {"module_file": module_file, "module_name": self.exercise,
+                   "probe_file": os.path.abspath(probe.__code__.co_filename), "probe_name": probe.__name__,
                    "args": args, "device": self.device}
         ranks.send(request)
         return Call(key, ranks, world_size, time.monotonic() + limit)
 
     def _receive(self, call):
-        replies = call.ranks.receive(call.deadline)
+        try:
+            replies = call.ranks.receive(call.deadline)
+        except WorkerFailure as error:  # the ranks did not start
+            self.session.pools.discard(call.key)
+            raise Verdict(error.status, str(error))
         if any(r["status"] != "ok" for r in replies) and call.world_size > 1:
             self.session.pools.discard(call.key)  # a failed collective leaves the group unusable
         return replies

@@ -138,7 +138,7 @@ def run(args):
             raise UsageError(f"--{option}: {problem}")
     if args.gradescope and len(targets) > 1:
         raise UsageError("--gradescope writes one submission's results; give one --target")
-    processes.warm_up()  # its imports run on the other core while this process imports its own
+    processes.warm_up({e.preload for e in exercises})  # their imports run beside this process's own
     from grader import devices
 
     try:

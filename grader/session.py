@@ -45,8 +45,7 @@ class Session:
         workdir = os.path.join(self.rundir, "reference" if trusted else "target")
         os.makedirs(workdir, exist_ok=True)
         return {
-            "module_file": os.path.join(target.path, exercise + ".py"),
-            "module_name": exercise,
+            "preload": catalog.find(exercise).preload,
             "trusted": trusted,
             "workdir": workdir,
             "reference_dir": None if target.path == self.reference.path else self.reference.path,
@@ -57,9 +56,11 @@ class Session:
         }
 
     def enter_exercise(self, exercise):
-        """Workers of the exercise before are no longer needed: free them."""
+        """The submission's workers of the exercise before are no longer needed: free them.
+
+        The reference's workers serve every exercise, so they stay."""
         if exercise != self.current_exercise:
-            self.pools.close()
+            self.pools.close(keep=lambda key: key[-1] == "reference")
             self.target_cache.clear()
             self.current_exercise = exercise
 

@@ -46,7 +46,7 @@ def main(conn, spec):
     except BaseException as error:  # noqa: BLE001 - every outcome becomes a reply
         reply = {"status": "error", "message": f"could not join the process group: {error}"}
     conn.send_bytes(encode(reply))
-    module = None
+    modules = {}  # a reference worker serves every exercise; a submission's only its own
     while True:
         try:
             request = conn.recv()
@@ -57,9 +57,10 @@ def main(conn, spec):
         _truncate_output()
         started = time.perf_counter()
         try:
-            if module is None:
-                module = _load_target(spec)
-            reply = _serve(module, request, spec)
+            path = request["module_file"]
+            if path not in modules:
+                modules[path] = _load_target(path, request["module_name"])
+            reply = _serve(modules[path], request, spec)
         except TargetImportError as error:
             reply = {"status": "import_error", "message": str(error)}
         reply["seconds"] = time.perf_counter() - started
@@ -166,9 +167,7 @@ def _group_alive():
     return dist.is_initialized()
 
 
-def _load_target(spec):
-    path = spec["module_file"]
-    name = spec["module_name"]
+def _load_target(path, name):
     try:
         module_spec = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(module_spec)
@@ -202,7 +201,7 @@ def _serve(module, request, spec):
     except InvalidResult as error:
         return {"status": "invalid", "message": str(error)}
     except BaseException as error:  # noqa: BLE001
-        return _classify(error, spec["module_file"])
+        return _classify(error, request["module_file"])
 
 
 def _reset_accelerate():

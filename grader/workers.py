@@ -7,6 +7,7 @@ Hypothesis examples; any crash, hang or half-finished collective kills the whole
 and the next call starts a fresh one.
 """
 
+import multiprocessing
 import multiprocessing.connection
 import os
 import signal
@@ -15,7 +16,7 @@ import uuid
 
 from grader import worker
 from grader.observation import InvalidResult, decode
-from grader.processes import context
+from grader.processes import server
 
 GRACE_AFTER_FAILURE = 1.0  # seconds the other ranks get once one rank has failed
 
@@ -28,28 +29,38 @@ class Ranks:
         self.rundir = rundir
         self.processes = []
         self.connections = []
+        self.ready = False
+        self.start_deadline = None
 
     @property
     def alive(self):
         return bool(self.processes) and all(p.is_alive() for p in self.processes)
 
     def start(self, deadline):
+        """Launch the ranks; they report ready (joined) before the first reply is read."""
         tag = uuid.uuid4().hex[:8]
         store = os.path.join(self.rundir, f"store-{tag}")
         for rank in range(self.world_size):
             spec = dict(self.spec, rank=rank, world_size=self.world_size, store=store,
                         log=os.path.join(self.rundir, f"out-{tag}-{rank}.log"))
-            parent, child = context().Pipe()
-            process = context().Process(target=worker.main, args=(child, spec), daemon=True)
+            parent, child = multiprocessing.Pipe()
+            process = server(self.spec["preload"]).Process(target=worker.main, args=(child, spec), daemon=True)
             process.start()
             child.close()
             self.processes.append(process)
             self.connections.append(parent)
-        replies = self.receive(deadline)
+        self.start_deadline = deadline
+
+    def wait_ready(self):
+        """Raise WorkerFailure unless every rank started (and joined its group)."""
+        if self.ready:
+            return
+        replies = self._collect(self.start_deadline)
         bad = [r for r in replies if r["status"] != "ready"]
         if bad:
             self.kill()
             raise WorkerFailure(bad[0]["status"], "the worker did not start: " + bad[0].get("message", ""))
+        self.ready = True
 
     def send(self, request):
         for connection in self.connections:
@@ -60,6 +71,10 @@ class Ranks:
 
     def receive(self, deadline):
         """One reply per rank; a missing rank is reported as crashed or timed out."""
+        self.wait_ready()
+        return self._collect(deadline)
+
+    def _collect(self, deadline):
         replies = [None] * self.world_size
         pending = dict(zip(self.connections, range(self.world_size)))
         while pending:
@@ -105,6 +120,11 @@ class Ranks:
         return {"status": "crashed", "message": message}
 
     def kill(self):
+        self.stop()
+        self.reap()
+
+    def stop(self):
+        """SIGKILL every rank and whatever it started (they die at once; `reap` waits)."""
         for process in self.processes:
             try:
                 os.killpg(process.pid, signal.SIGKILL)
@@ -114,6 +134,8 @@ class Ranks:
                 process.kill()
             except Exception:  # noqa: BLE001
                 pass
+
+    def reap(self):
         for process in self.processes:
             process.join(5)
         for connection in self.connections:
@@ -151,5 +173,10 @@ class Pools:
             ranks.kill()
 
     def close(self, keep=lambda key: False):
-        for key in [k for k in self.ranks if not keep(k)]:
-            self.discard(key)
+        """Stop the pools (all but those to keep), then wait for them: the ranks die in parallel."""
+        pools = [ranks for key, ranks in self.ranks.items() if not keep(key)]
+        self.ranks = {key: ranks for key, ranks in self.ranks.items() if keep(key)}
+        for ranks in pools:
+            ranks.stop()
+        for ranks in pools:
+            ranks.reap()

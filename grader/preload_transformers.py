@@ -5,7 +5,7 @@ Nothing here may touch CUDA: workers are forked from this process.
 
 import grader.preload  # noqa: F401
 import transformers
-from transformers import AutoModelForSequenceClassification, AutoTokenizer  # noqa: F401
+from transformers import AutoModelForSequenceClassification  # noqa: F401
 import transformers.modeling_utils  # noqa: F401  (about 1 s a worker otherwise)
 from transformers.models.albert import modeling_albert  # noqa: F401
 from transformers.models.bert import modeling_bert  # noqa: F401

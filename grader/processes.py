@@ -1,8 +1,8 @@
-"""The grader's process tree: the fork server workers are forked from, and its cleanup.
+"""The grader's process tree: the fork servers workers are forked from, and its cleanup.
 
-Nothing here imports torch, so `python -m grader` can start the fork server (whose preload
-imports torch, transformers and accelerate) before doing its own imports, and both proceed
-on separate cores.
+Nothing here imports torch, so `python -m grader` can start the fork servers (whose preloads
+import torch, accelerate and transformers) before doing its own imports, and all proceed at
+once on the machine's cores.
 """
 
 import os
@@ -10,7 +10,7 @@ from multiprocessing import context as mp_context, forkserver, popen_forkserver
 
 # What each kind of worker starts with: exercises name theirs in the catalog (`preload`).
 PRELOADS = {
-    "torch": ["grader.preload"],  # torch, torch.distributed, accelerate: about 1.3 s to import
+    "torch": ["grader.preload"],  # torch, torch.distributed, accelerate: about 2 s to import here
     "transformers": ["grader.preload_transformers"],  # and transformers' models: about 3.5 s
 }
 

@@ -4,6 +4,7 @@ The checks are the same functions `pytest tests/test_exNN_*.py` runs; this modul
 chooses the files and options, listens to the results and scores them from the catalog.
 """
 
+import contextlib
 import os
 import sys
 import time
@@ -50,7 +51,8 @@ def run(targets, exercises, device, timeout, seed, profile, verbose=False, progr
     collector = Collector(progress)
     args = [check_file(e) for e in exercises] + [
         "--rootdir", KIT_ROOT, "-c", os.path.join(KIT_ROOT, "pyproject.toml"),
-        "-p", "no:cacheprovider", "-p", "no:terminal", "-p", "no:timeout", "-p", "no:unraisableexception", "--assert=plain",
+        "-p", "_hypothesis_pytestplugin", "-p", "no:cacheprovider", "-p", "no:terminal",
+        "-p", "no:unraisableexception", "--assert=plain",
         "--device", device, "--check-timeout", str(timeout),
         f"--hypothesis-seed={seed}", f"--hypothesis-profile={profile}",
     ]
@@ -59,7 +61,7 @@ def run(targets, exercises, device, timeout, seed, profile, verbose=False, progr
     for target in targets:
         args += ["--target", target]
     started = time.monotonic()
-    with _quiet_stdout(verbose):
+    with _quiet_stdout(verbose), _only_hypothesis_plugin():
         code = pytest.main(args, plugins=[collector])
     if code == pytest.ExitCode.INTERRUPTED:
         raise KeyboardInterrupt
@@ -67,6 +69,21 @@ def run(targets, exercises, device, timeout, seed, profile, verbose=False, progr
         raise RuntimeError(f"the checks could not run (pytest exit status {int(code)}); rerun with --verbose")
     elapsed = time.monotonic() - started
     return [score(label, exercises, collector.records, elapsed / max(1, len(targets))) for label in targets]
+
+
+@contextlib.contextmanager
+def _only_hypothesis_plugin():
+    """Of the installed pytest plugins, the checks need Hypothesis's alone: loading the others
+    (anyio, benchmark, ...) costs a quarter of a second and can change how tests run."""
+    saved = os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD")
+    os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    try:
+        yield
+    finally:
+        if saved is None:
+            del os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"]
+        else:
+            os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = saved
 
 
 class _quiet_stdout:

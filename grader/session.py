@@ -67,6 +67,7 @@ class Session:
     def close(self):
         self.pools.close()
         kill_descendants()
+        self.pools.reap()
         shutil.rmtree(self.rundir, ignore_errors=True)
 
 

@@ -155,6 +155,7 @@ class Pools:
     def __init__(self, rundir):
         self.rundir = rundir
         self.ranks = {}
+        self.stopped = []
 
     def get(self, key, spec, world_size, start_timeout):
         ranks = self.ranks.get(key)
@@ -173,10 +174,15 @@ class Pools:
             ranks.kill()
 
     def close(self, keep=lambda key: False):
-        """Stop the pools (all but those to keep), then wait for them: the ranks die in parallel."""
-        pools = [ranks for key, ranks in self.ranks.items() if not keep(key)]
-        self.ranks = {key: ranks for key, ranks in self.ranks.items() if keep(key)}
-        for ranks in pools:
+        """Stop the pools (all but those to keep). Their ranks die at once; the next `close` or
+        `reap` collects them, so grading goes on meanwhile."""
+        self.reap()  # those stopped last time are long gone by now
+        for key in [key for key in self.ranks if not keep(key)]:
+            ranks = self.ranks.pop(key)
             ranks.stop()
-        for ranks in pools:
+            self.stopped.append(ranks)
+
+    def reap(self):
+        for ranks in self.stopped:
             ranks.reap()
+        self.stopped = []

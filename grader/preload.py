@@ -5,7 +5,6 @@ Nothing here may touch CUDA: workers are forked from this process.
 
 import torch  # noqa: F401
 import torch.distributed  # noqa: F401
-import torch._dynamo  # noqa: F401  (an optimizer's first step imports it: 0.7 s a worker otherwise)
 import accelerate  # noqa: F401
 from accelerate import Accelerator  # noqa: F401
 from accelerate.state import AcceleratorState  # noqa: F401  (every request resets it)

@@ -1,9 +1,9 @@
-"""Imported once by the transformers fork server: the torch preload and transformers' models.
+"""Imported once by the transformers fork server: the optim preload and transformers' models.
 
 Nothing here may touch CUDA: workers are forked from this process.
 """
 
-import grader.preload  # noqa: F401
+import grader.preload_optim  # noqa: F401
 import transformers
 from transformers import AutoModelForSequenceClassification  # noqa: F401
 import transformers.modeling_utils  # noqa: F401  (about 1 s a worker otherwise)

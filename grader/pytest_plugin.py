@@ -15,6 +15,7 @@ from grader import catalog
 from grader.checks import Grade
 from grader.devices import NoSuchDevice, select as select_devices
 from grader.outcomes import CheckFailed, Verdict
+from grader.processes import depth
 from grader.session import Session, exercise_of, resolve_target
 
 settings.register_profile(
@@ -100,7 +101,7 @@ def pytest_generate_tests(metafunc):
 
 def pytest_collection_modifyitems(session, config, items):
     """All of one exercise's checks together (workers are freed between exercises), and the
-    exercises whose workers need only torch first: their fork server is ready sooner."""
+    exercises whose workers need less first: their fork server is ready sooner."""
     order = {}
     items.sort(key=lambda item: (_preload_rank(item), order.setdefault(str(item.path), len(order)),
                                  _target_index(item)))
@@ -113,7 +114,7 @@ def pytest_collection_modifyitems(session, config, items):
 
 def _preload_rank(item):
     exercise = exercise_of(item.path)
-    return 0 if exercise and catalog.find(exercise).preload == "torch" else 1
+    return depth(catalog.find(exercise).preload) if exercise else 0
 
 
 def _target_index(item):

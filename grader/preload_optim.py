@@ -1,0 +1,13 @@
+"""Imported once by the optim fork server: the torch preload and what building an optimizer imports.
+
+Constructing any torch.optim optimizer imports torch._dynamo (0.7 s a worker otherwise).
+Nothing here may touch CUDA: workers are forked from this process.
+"""
+
+import grader.preload  # noqa: F401
+import torch._dynamo  # noqa: F401
+import torch.optim  # noqa: F401
+
+import gc  # noqa: E402
+
+gc.freeze()  # a worker's garbage collections then leave the fork server's objects (and their pages) alone

@@ -139,15 +139,15 @@ def run(args):
             raise UsageError(f"--{option}: {problem}")
     if args.gradescope and len(targets) > 1:
         raise UsageError("--gradescope writes one submission's results; give one --target")
-    processes.warm_up({e.preload for e in exercises})  # their imports run beside this process's own
-    gc.disable()  # while torch, pytest and the checks are imported (0.3 s); the plugin turns it back on
     from grader import devices
 
-    try:
-        devices.select(args.device)
-    except devices.NoSuchDevice as error:
-        processes.kill_descendants()
-        raise UsageError(str(error))
+    if args.device == "cuda":  # the one choice that can be a usage error: settle it first
+        try:
+            devices.select(args.device)
+        except devices.NoSuchDevice as error:
+            raise UsageError(str(error))
+    processes.warm_up({e.preload for e in exercises})  # their imports run beside this process's own
+    gc.disable()  # while torch, pytest and the checks are imported (0.3 s); the plugin turns it back on
     seed = args.seed if args.seed is not None else random.randrange(2**31)
     profile = args.profile or ("thorough" if os.environ.get("CI", "").lower() in ("1", "true") else "fast")
 

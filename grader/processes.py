@@ -22,6 +22,7 @@ BASES = {"optim": "torch", "transformers": "optim"}
 
 _servers = {}
 _chosen = threading.local()  # the server a launch in this thread goes to
+_closing = threading.Event()  # set while kill_descendants runs
 _connect_to_default_server = forkserver.connect_to_new_process
 
 
@@ -69,6 +70,8 @@ class ChainedForkServer(forkserver.ForkServer):
         with self._lock:
             if self.process is not None and self.process.is_alive():
                 return
+            if _closing.is_set():  # its base is being killed: starting now would race with that
+                raise RuntimeError("the grader is shutting its fork servers down")
             if self._forkserver_alive_fd is not None:
                 os.close(self._forkserver_alive_fd)
             listener = socket.socket(socket.AF_UNIX)
@@ -134,6 +137,7 @@ def warm_up(kinds):
     """Start the fork servers now, so their imports overlap with the grader's own.
 
     A chained server starts from a thread: its base must finish importing first."""
+    _closing.clear()
     kinds = set(kinds)
     while not {BASES[kind] for kind in kinds if kind in BASES} <= kinds:
         kinds |= {BASES[kind] for kind in kinds if kind in BASES}
@@ -167,6 +171,7 @@ def adopt_orphans():
 
 
 def kill_descendants():
+    _closing.set()
     import psutil
 
     try:

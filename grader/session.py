@@ -66,8 +66,8 @@ class Session:
 
     def close(self):
         self.pools.close()
+        self.pools.reap()  # once the ranks are gone, whatever they started is this process's to kill
         kill_descendants()
-        self.pools.reap()
         shutil.rmtree(self.rundir, ignore_errors=True)
 
 

@@ -1,8 +1,9 @@
 """The cost of one distributed Hypothesis example once the group is warm, by world size.
 
 A warm N-rank gloo group (as the grader keeps one across examples) runs a small probe,
-an all-reduce of a model's gradients, many times; the median round trip is reported,
-next to a single-process call of the same kind as the baseline.
+an all-reduce of a model's gradients (four tensors), many times; the median round trip is
+reported, next to a single-process call of the same kind as the baseline and to the four
+all-reduces timed alone inside the ranks (gloo's share, which the grader cannot shorten).
 Usage: python benchmarks/distributed_example.py [--calls N]
 """
 
@@ -26,6 +27,20 @@ def probe_all_reduce(ctx, seed):
     return model[0].weight.grad.sum().item()
 
 
+def probe_collectives_alone(ctx, seed):
+    """Runs in each rank: the same four all-reduces with nothing around them, timed in the rank."""
+    import time
+
+    import torch
+    import torch.distributed as dist
+
+    tensors = [torch.randn(16, 8), torch.randn(16), torch.randn(2, 16), torch.randn(2)]
+    started = time.perf_counter()
+    for tensor in tensors:
+        dist.all_reduce(tensor)
+    return time.perf_counter() - started
+
+
 def main():
     sys.path.insert(0, ROOT)
     from grader.checks import Grade
@@ -46,8 +61,13 @@ def main():
                 started = time.perf_counter()
                 grade.run(probe_all_reduce, call, world_size=world_size)
                 times.append(time.perf_counter() - started)
-            print(f"world size {world_size}: median {1000 * statistics.median(times):6.2f} ms per example "
-                  f"(p90 {1000 * sorted(times)[int(0.9 * len(times))]:6.2f} ms, {args.calls} calls)")
+            line = (f"world size {world_size}: median {1000 * statistics.median(times):6.2f} ms per example "
+                    f"(p90 {1000 * sorted(times)[int(0.9 * len(times))]:6.2f} ms, {args.calls} calls)")
+            if world_size > 1:
+                alone = [max(grade.run(probe_collectives_alone, call, world_size=world_size))
+                         for call in range(args.calls)]
+                line += f"; its 4 all-reduces alone {1000 * statistics.median(alone):6.2f} ms"
+            print(line)
     finally:
         session.close()
 

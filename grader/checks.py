@@ -12,7 +12,6 @@ from dataclasses import dataclass
 
 import torch
 
-from grader import catalog
 from grader.observation import describe
 from grader.outcomes import CheckFailed, Verdict
 from grader.workers import WorkerFailure
@@ -116,9 +115,7 @@ class Grade:
         limit = REFERENCE_ALLOWANCE if trusted else self.deadline - time.monotonic()
         if limit <= 0:
             raise Verdict("timed_out", f"the check ran out of time ({self.session.timeout:g} s, --timeout)")
-        preload = catalog.find(self.exercise).preload
-        # the reference's workers serve every exercise of their kind; a submission's, one exercise
-        key = (preload, world_size, "reference") if trusted else (target.path, self.exercise, world_size, "target")
+        key = self.session.pool_key(target, self.exercise, world_size, trusted)
         spec = self.session.worker_spec(target, self.exercise, trusted, limit)
         try:
             ranks = self.session.pools.get(key, spec, world_size, start_timeout=max(limit, 60.0))

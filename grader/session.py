@@ -55,12 +55,19 @@ class Session:
             "collective_timeout": max(1.0, collective_timeout),
         }
 
+    @staticmethod
+    def pool_key(target, exercise, world_size, trusted):
+        """The reference's workers serve every exercise of their preload; a submission's, one exercise."""
+        if trusted:
+            return ("reference", catalog.find(exercise).preload, world_size)
+        return ("target", target.path, exercise, world_size)
+
     def enter_exercise(self, exercise):
         """The submission's workers of the exercise before are no longer needed: free them.
 
         The reference's workers serve every exercise, so they stay."""
         if exercise != self.current_exercise:
-            self.pools.close(keep=lambda key: key[-1] == "reference")
+            self.pools.close(keep=lambda key: key[0] == "reference")
             self.target_cache.clear()
             self.current_exercise = exercise
 

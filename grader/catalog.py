@@ -14,7 +14,7 @@ class Exercise:
     topic: str
     points: float
     hints: tuple
-    preload: str = "transformers"  # which fork server its workers come from (processes.PRELOADS)
+    preload: str  # which fork server its workers come from (processes.PRELOADS); "transformers" when unsaid
 
     @property
     def number(self):

@@ -45,7 +45,7 @@ def main():
     sys.path.insert(0, ROOT)
     from grader.checks import Grade
     from grader.session import Session, resolve_target
-    from grader.processes import warm_up
+    from grader.sandbox.forkservers import warm_up
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=100)

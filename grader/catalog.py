@@ -4,7 +4,7 @@ import os
 import tomllib
 from dataclasses import dataclass
 
-from grader.processes import PRELOADS
+from grader.sandbox.forkservers import PRELOADS
 
 
 @dataclass(frozen=True)
@@ -12,6 +12,7 @@ class Exercise:
     id: str
     title: str
     topic: str
+    chapter: int
     points: float
     hints: tuple
     preload: str  # which fork server its workers come from (processes.PRELOADS); "transformers" when unsaid
@@ -24,7 +25,7 @@ class Exercise:
 def load():
     with open(os.path.join(os.path.dirname(__file__), "catalog.toml"), "rb") as handle:
         data = tomllib.load(handle)
-    exercises = [Exercise(e["id"], e["title"], e["topic"], float(e["points"]), tuple(e["hints"]),
+    exercises = [Exercise(e["id"], e["title"], e["topic"], int(e["chapter"]), float(e["points"]), tuple(e["hints"]),
                           e.get("preload", "transformers")) for e in data["exercise"]]
     for exercise in exercises:
         if exercise.preload not in PRELOADS:

@@ -8,21 +8,23 @@ mismatch into a message a learner can act on.
 
 import os
 import time
-from dataclasses import dataclass
 
 import torch
 
-from grader.observation import describe
+from grader import catalog
 from grader.outcomes import CheckFailed, Verdict
-from grader.workers import WorkerFailure
-
-FATAL = {"not_started", "import_error", "crashed", "exited", "timed_out", "stuck", "uses_reference"}
-REFERENCE_BLOCKED = "the reference solutions are not available to a submission"
-REFERENCE_ALLOWANCE = 300.0  # seconds; the reference is trusted, its limit only guards the kit
+from grader.sandbox import Request, WorkerFailure
+from grader.sandbox.wire import describe
+from grader.status import Status, most_telling
 
 
 class Grade:
-    """One check on one target and one device; reused across Hypothesis examples."""
+    """One check on one target and one device; reused across Hypothesis examples.
+
+    A thin client of the session's sandbox: it builds requests, caches observations (the
+    reference's across targets and shrinking, the target's across the exercise's checks) and
+    turns replies into verdicts and failures.
+    """
 
     def __init__(self, session, target, exercise, device):
         self.session = session
@@ -41,136 +43,112 @@ class Grade:
 
         Both run at once, each in its own workers, so the two cores share the work.
         """
-        reference = self._send_reference(probe, args, world_size)
+        reference = self._start(probe, args, world_size, trusted=True)
         try:
-            target = self._send_target(probe, args, world_size)
+            target = self._start(probe, args, world_size, trusted=False)
         except BaseException:
-            self._receive_reference(reference)  # keep the reference's workers in step
+            self._finish(reference)  # keep the reference's workers in step
             raise
         try:
-            expected = self._receive_reference(reference)
+            expected = self._reference_value(self._finish(reference))
         finally:
-            self._receive_target(target)
-        return expected, self._target_result(probe, args, world_size)
+            self._finish(target)
+        return expected, self._target_value(probe, args, world_size)
 
     def reference(self, probe, *args, world_size=1):
         """The reference's observation (cached: shrinking and other targets reuse it)."""
-        return self._receive_reference(self._send_reference(probe, args, world_size))
+        return self._reference_value(self._finish(self._start(probe, args, world_size, trusted=True)))
 
     def run(self, probe, *args, world_size=1):
-        """The target's observation; its failures become CheckFailed or a Verdict.
+        """The target's observation; its failures become CheckFailed or a Verdict."""
+        self._finish(self._start(probe, args, world_size, trusted=False))
+        return self._target_value(probe, args, world_size)
 
-        Cached per exercise: checks that share a probe and an input run the target once.
-        """
-        self._receive_target(self._send_target(probe, args, world_size))
-        return self._target_result(probe, args, world_size)
+    def _key(self, probe, args, world_size, trusted):
+        who = "reference" if trusted else self.target.path
+        return (who, self.exercise, probe.__name__, repr(args), world_size, self.device)
 
-    def _reference_key(self, probe, args, world_size):
-        return (self.exercise, probe.__name__, repr(args), world_size, self.device)
+    def _start(self, probe, args, world_size, trusted):
+        """(cache key, call in flight or None when cached)."""
+        key = self._key(probe, args, world_size, trusted)
+        cache = self.session.reference_cache if trusted else self.session.target_cache
+        if key in cache:
+            return key, None, trusted
+        request = Request(target=self.target, exercise=self.exercise, preload=catalog.find(self.exercise).preload,
+                          probe_file=os.path.abspath(probe.__code__.co_filename), probe_name=probe.__name__,
+                          args=args, device=self.device, world_size=world_size, trusted=trusted,
+                          deadline=self.deadline)
+        try:
+            return key, self.session.sandbox.start(request), trusted
+        except WorkerFailure as error:
+            if error.status is Status.TIMED_OUT:
+                raise Verdict(Status.TIMED_OUT, f"the check ran out of time ({self.session.timeout:g} s, --timeout)")
+            raise Verdict(error.status, str(error))
 
-    def _target_key(self, probe, args, world_size):
-        return (self.target.path, probe.__name__, repr(args), world_size, self.device)
-
-    def _send_reference(self, probe, args, world_size):
-        key = self._reference_key(probe, args, world_size)
-        if key in self.session.reference_cache:
-            return key, None
-        return key, self._send(self.session.reference, probe, args, world_size, trusted=True)
-
-    def _receive_reference(self, sent):
-        key, call = sent
-        cache = self.session.reference_cache
+    def _finish(self, started):
+        key, call, trusted = started
+        cache = self.session.reference_cache if trusted else self.session.target_cache
         if call is not None:
-            replies = self._receive(call)
-            bad = [r for r in replies if r["status"] != "ok"]
-            if bad:
-                raise Verdict("kit_error", f"the reference failed ({bad[0]['status']}): {bad[0].get('message', '')}",
-                              bad[0].get("traceback", ""))
-            cache[key] = _unwrap(replies, call.world_size)
+            try:
+                cache[key] = self.session.sandbox.finish(call)
+            except WorkerFailure as error:
+                raise Verdict(error.status, str(error))
         return cache[key]
 
-    def _send_target(self, probe, args, world_size):
-        key = self._target_key(probe, args, world_size)
-        if key in self.session.target_cache:
-            return key, None
-        return key, self._send(self.target, probe, args, world_size, trusted=False)
-
-    def _receive_target(self, sent):
-        key, call = sent
-        if call is not None:
-            self.session.target_cache[key] = self._receive(call)
-
-    def _target_result(self, probe, args, world_size):
-        replies = self.session.target_cache[self._target_key(probe, args, world_size)]
-        bad = [r for r in replies if r["status"] != "ok"]
+    def _reference_value(self, replies):
+        bad = [reply for reply in replies if not reply.ok]
         if bad:
-            raise _failure(bad, args)
-        return _unwrap(replies, world_size)
+            raise Verdict(Status.NOT_GRADED, bad[0].message, bad[0].traceback)
+        return _unwrap(replies)
 
-    def _send(self, target, probe, args, world_size, trusted):
-        """Start the probe in the target's workers; `_receive` collects the replies."""
-        module_file = os.path.join(target.path, self.exercise + ".py")
-        if not os.path.isfile(module_file):
-            raise Verdict("missing", f"{self.exercise}.py is missing from {target.label}")
-        limit = REFERENCE_ALLOWANCE if trusted else self.deadline - time.monotonic()
-        if limit <= 0:
-            raise Verdict("timed_out", f"the check ran out of time ({self.session.timeout:g} s, --timeout)")
-        key = self.session.pool_key(target, self.exercise, world_size, trusted)
-        spec = self.session.worker_spec(target, self.exercise, trusted, limit)
-        try:
-            ranks = self.session.pools.get(key, spec, world_size, start_timeout=max(limit, 60.0))
-        except WorkerFailure as error:
-            raise Verdict(error.status, str(error))
-        request = {"module_file": module_file, "module_name": self.exercise,
-                   "probe_file": os.path.abspath(probe.__code__.co_filename), "probe_name": probe.__name__,
-                   "args": args, "device": self.device}
-        ranks.send(request)
-        return Call(key, ranks, world_size, time.monotonic() + limit)
-
-    def _receive(self, call):
-        try:
-            replies = call.ranks.receive(call.deadline)
-        except WorkerFailure as error:  # the ranks did not start
-            self.session.pools.discard(call.key)
-            raise Verdict(error.status, str(error))
-        if any(r["status"] != "ok" for r in replies) and call.world_size > 1:
-            self.session.pools.discard(call.key)  # a failed collective leaves the group unusable
-        return replies
+    def _target_value(self, probe, args, world_size):
+        replies = self.session.target_cache[self._key(probe, args, world_size, trusted=False)]
+        if any(not reply.ok for reply in replies):
+            raise _failure(replies, args)
+        return _unwrap(replies)
 
 
-@dataclass
-class Call:
-    """A probe sent to a pool's workers, whose replies are still to be read."""
-
-    key: tuple
-    ranks: object
-    world_size: int
-    deadline: float
-
-
-def _unwrap(replies, world_size):
-    values = [r["value"] for r in replies]
-    return values[0] if world_size == 1 else values
+def _unwrap(replies):
+    values = [reply.value for reply in replies]
+    return values[0] if len(replies) == 1 else values
 
 
 def _failure(replies, args):
     """The most telling failure among the ranks' replies."""
-    order = ["uses_reference", "import_error", "not_started", "exception", "exited", "invalid", "crashed",
-             "timed_out", "stuck"]
-    reply = min(replies, key=lambda r: order.index(r["status"]) if r["status"] in order else len(order))
-    status, message = reply["status"], reply.get("message", "")
-    if REFERENCE_BLOCKED in message:
-        status = "uses_reference"
-    rank = "" if len(replies) == 1 else f"rank {replies.index(reply)}: "
-    output = reply.get("output", "").strip()
-    details = reply.get("traceback", "") + (f"\nyour code printed:\n{output}" if output else "")
-    if status in FATAL:
-        if status in ("crashed", "timed_out", "exited", "stuck"):
+    status = most_telling([reply.status for reply in replies if not reply.ok])
+    reply = next(reply for reply in replies if reply.status is status)
+    several = len(replies) > 1
+    rank = f"rank {replies.index(reply)}: " if several else ""
+    message = reply.message
+    if "the reference solutions are not available to a submission" in message:
+        status = Status.USES_REFERENCE
+    output = reply.output.strip()
+    details = reply.traceback + (f"\nyour code printed:\n{output}" if output else "")
+    others = _other_ranks(replies, reply) if several else ""
+    if status.fatal:
+        if status in (Status.CRASHED, Status.TIMED_OUT, Status.EXITED, Status.STUCK):
             message = f"{message} (input: {_short(args)})"
-        raise Verdict("timed_out" if status == "stuck" else status, rank + message, details)
-    label = {"exception": "raised ", "invalid": "returned an invalid result: "}.get(status, "")
-    raise CheckFailed(rank + label + message, status="invalid" if status == "invalid" else "failed",
+        raise Verdict(Status.TIMED_OUT if status is Status.STUCK else status, rank + message + others, details)
+    label = {Status.EXCEPTION: "raised ", Status.INVALID: "returned an invalid result: "}.get(status, "")
+    raise CheckFailed(rank + label + message + others, status=Status.INVALID if status is Status.INVALID else Status.FAILED,
                       details=details)
+
+
+def _other_ranks(replies, shown):
+    """What the other ranks did: their own errors whole, and collectives only some of them made."""
+    lines = []
+    calls = [reply.collectives for reply in replies]
+    for name in sorted({name for counts in calls for name in counts}):
+        made = [counts.get(name, 0) for counts in calls]
+        if len(set(made)) > 1:
+            lines.append("a collective only some ranks made: " +
+                         ", ".join(f"rank {rank} made {count} {name} call{'s' if count != 1 else ''}"
+                                   for rank, count in enumerate(made)))
+    for rank, reply in enumerate(replies):
+        same = (reply.status, reply.message) == (shown.status, shown.message)
+        if reply is not shown and not reply.ok and reply.status is not Status.STUCK and not same:
+            lines.append(f"rank {rank}: {reply.status.label}: {reply.message}")
+    return "".join("\n" + line for line in lines)
 
 
 def _short(args, limit=160):
@@ -181,7 +159,7 @@ def _short(args, limit=160):
 # --- comparisons ------------------------------------------------------------------------
 
 
-def fail(message, hint=None, status="failed"):
+def fail(message, hint=None, status=Status.FAILED):
     __tracebackhide__ = True
     raise CheckFailed(message, status=status, hint=hint)
 
@@ -192,7 +170,7 @@ def expect_type(value, kind, what):
     kinds = kind if isinstance(kind, tuple) else (kind,)
     if type(value) not in kinds:
         names = " or ".join(k.__name__ for k in kinds)
-        fail(f"{what}: expected a {names}, got {type(value).__name__} {describe(value)}", status="invalid")
+        fail(f"{what}: expected a {names}, got {type(value).__name__} {describe(value)}", status=Status.INVALID)
 
 
 def expect_equal(actual, expected, what, hint=None):

@@ -1,7 +1,8 @@
 """`python -m grader`: grade exercises, print the table, write the reports.
 
 Exit status: 0 when grading ran (whatever the score), 1 under --fail-under, 2 for a
-usage error, always with one line and never a traceback.
+usage error, 3 when the grader itself failed (an exercise it could not grade), always with
+one line and never a traceback.
 """
 
 import argparse
@@ -10,7 +11,10 @@ import os
 import random
 import sys
 
-from grader import catalog, processes, report, state
+from grader import catalog, report, state
+from grader.options import Options, default_profile
+from grader.status import Status
+from grader.sandbox import forkservers
 
 
 class UsageError(Exception):
@@ -43,6 +47,8 @@ def build_parser():
     parser.add_argument("--csv", metavar="PATH", help="write one summary row per target as CSV")
     parser.add_argument("--fail-under", type=float, default=None, metavar="N",
                         help="exit 1 when a target scores below N points")
+    parser.add_argument("--require-sandbox", action="store_true",
+                        help="refuse to grade where the kernel lacks a layer of the sandbox (for instructors)")
     parser.add_argument("-q", "--quiet", action="store_true", help="print only the report")
     parser.add_argument("-v", "--verbose", action="store_true", help="full messages and tracebacks")
     return parser
@@ -139,33 +145,44 @@ def run(args):
             raise UsageError(f"--{option}: {problem}")
     if args.gradescope and len(targets) > 1:
         raise UsageError("--gradescope writes one submission's results; give one --target")
+    if args.require_sandbox:
+        from grader import sandbox
+
+        missing = sandbox.missing()
+        if missing:
+            raise UsageError("--require-sandbox: missing " + "; ".join(f"{l.name} ({l.detail})" for l in missing))
     from grader import devices
 
-    if args.device == "cuda":  # the one choice that can be a usage error: settle it first
-        try:
-            devices.select(args.device)
-        except devices.NoSuchDevice as error:
-            raise UsageError(str(error))
-    processes.warm_up({e.preload for e in exercises})  # their imports run beside this process's own
+    if args.device != "cuda":  # cuda may be a usage error: then no fork server should have started
+        forkservers.warm_up({e.preload for e in exercises})  # their imports run beside this process's own
+    try:
+        chosen = devices.select(args.device)  # the one probe of CUDA in the run
+    except devices.NoSuchDevice as error:
+        raise UsageError(str(error))
+    if args.device == "cuda":
+        forkservers.warm_up({e.preload for e in exercises})
     gc.disable()  # while torch, pytest and the checks are imported (0.3 s); the plugin turns it back on
-    seed = args.seed if args.seed is not None else random.randrange(2**31)
-    profile = args.profile or ("thorough" if os.environ.get("CI", "").lower() in ("1", "true") else "fast")
+    options = Options(targets=tuple(targets), devices=tuple(chosen), timeout=args.timeout,
+                      seed=args.seed if args.seed is not None else random.randrange(2**31),
+                      profile=args.profile or default_profile(), details=args.verbose,
+                      require_sandbox=args.require_sandbox)
 
     from grader import runner
 
     progress = None if args.quiet else Progress()
-    results = runner.run(targets, exercises, args.device, args.timeout, seed, profile, args.verbose,
-                         progress and progress.record)
+    results = runner.run(options, exercises, progress and progress.record)
     if progress:
         progress.done()
     for result in results:
-        result.update(seed=seed, profile=profile)
-        if result["target"] == "exercises":
+        if result.target == "exercises":
             state.remember_grade(result)
         if len(results) > 1:
-            print(f"== {result['target']}")
+            print(f"== {result.target}")
         print(report.terminal(result, args.verbose))
         print()
+    if results and results[0].sandbox:
+        print(report.sandbox_footer(results[0].sandbox))
+    seed, profile = options.seed, options.profile
     replay = " ".join(sys.argv[1:]) if argv_is_ours() else ""
     print(f"seed {seed}, profile {profile}: replay with python -m grader {strip_seed(replay)} --seed {seed}".replace("  ", " "))
     if args.json:
@@ -174,7 +191,12 @@ def run(args):
         report.write_json(args.gradescope, report.gradescope(results[0]))
     if args.csv:
         report.write(args.csv, report.summary_csv(results))
-    if args.fail_under is not None and any(r["score"] < args.fail_under for r in results):
+    not_graded = [f"{r.target}: {', '.join(r.not_graded)}" for r in results if r.not_graded]
+    if not_graded:
+        print("python -m grader: error: the grader itself failed, these were not graded: " + "; ".join(not_graded),
+              file=sys.stderr)
+        return 3
+    if args.fail_under is not None and any(r.score < args.fail_under for r in results):
         return 1
     return 0
 
@@ -200,20 +222,20 @@ def strip_seed(text):
 class Progress:
     """One line per exercise, a mark per check as it finishes."""
 
-    MARKS = {"passed": ".", "not_started": "-", "missing": "m"}
+    MARKS = {Status.PASSED: ".", Status.NOT_STARTED: "-", Status.MISSING: "m", Status.NOT_GRADED: "?"}
 
     def __init__(self):
         self.current = None
         self.live = sys.stderr.isatty()
 
     def record(self, record):
-        key = (record["target"], record["exercise"])
+        key = (record.target, record.exercise)
         if key != self.current:
             if self.current:
                 sys.stderr.write("\n")
             self.current = key
-            sys.stderr.write(f"{record['exercise']} ")
-        sys.stderr.write(self.MARKS.get(record["status"], "F"))
+            sys.stderr.write(f"{record.exercise} ")
+        sys.stderr.write(self.MARKS.get(record.status, "F"))
         sys.stderr.flush()
 
     def done(self):

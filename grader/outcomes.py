@@ -6,25 +6,13 @@ Hypothesis shrinks it to the smallest input. A `Verdict` is final for the whole 
 Hypothesis stops at once instead of re-running a hang or a crash while shrinking.
 """
 
-STATUS_LABELS = {
-    "passed": "passed",
-    "failed": "failed",
-    "not_started": "not started",
-    "missing": "missing",
-    "import_error": "error at import",
-    "crashed": "crashed",
-    "exited": "exited",
-    "timed_out": "timed out",
-    "invalid": "invalid result",
-    "uses_reference": "uses the reference solutions",
-    "kit_error": "kit error",
-}
+from grader.status import Status
 
 
 class CheckFailed(AssertionError):
-    def __init__(self, message, status="failed", hint=None, details=""):
+    def __init__(self, message, status=Status.FAILED, hint=None, details=""):
         super().__init__(message)
-        self.status = status
+        self.status = Status.parse(status)
         self.hint = hint
         self.details = details
 
@@ -32,5 +20,5 @@ class CheckFailed(AssertionError):
 class Verdict(BaseException):
     def __init__(self, status, message, details=""):
         super().__init__(message)
-        self.status = status
+        self.status = Status.parse(status)
         self.details = details

@@ -6,7 +6,7 @@ learner's own type named) anything that is not what the contract promises.
 
 import torch
 
-from grader.observation import InvalidResult
+from grader.sandbox.wire import InvalidResult
 
 
 def tensor(value, what="the result"):

@@ -1,7 +1,9 @@
 """The pytest side of the grader: options, Hypothesis profiles, the `grade` fixture, results.
 
 `python -m grader` and `pytest tests/test_exNN_*.py` run the very same check functions
-through this plugin; the grader only adds a collector and its own report.
+through this plugin; the grader only adds a collector and its own report, and hands its
+`Options` over in an `OptionsCarrier` plugin (plain pytest builds them from its own command
+line).
 """
 
 import gc
@@ -15,8 +17,11 @@ PHASES = [Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrin
 from grader import catalog
 from grader.checks import Grade
 from grader.devices import NoSuchDevice, select as select_devices
+from grader.options import Options
+from grader.status import Status
 from grader.outcomes import CheckFailed, Verdict
-from grader.processes import depth
+from grader.sandbox import missing as missing_layers
+from grader.sandbox.forkservers import depth
 from grader.session import Session, exercise_of, resolve_target
 
 settings.register_profile(
@@ -40,24 +45,43 @@ def pytest_addoption(parser):
                     help="add the learner's full traceback and output to failure messages")
     group.addoption("--check-timeout", type=float, default=60.0,
                     help="seconds one check may run before it counts as a hang")
+    group.addoption("--require-sandbox", action="store_true",
+                    help="refuse to run where the kernel lacks a layer of the sandbox (Landlock, a container)")
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "device_free: the check touches no tensors; it runs once, on the cpu")
+    config.addinivalue_line("markers", "measured_in_worker(what): the verdict rests on what the worker reports "
+                                       "about itself, not only on values the grader compares")
     if not hasattr(config.option, "target"):
         return
-    targets = []
+    given = [plugin for plugin in config.pluginmanager.get_plugins() if isinstance(plugin, OptionsCarrier)]
+    options = given[0].options if given else _options_from_command_line(config)
+    if options.require_sandbox and missing_layers():
+        raise pytest.UsageError("--require-sandbox: missing " + "; ".join(
+            f"{layer.name} ({layer.detail})" for layer in missing_layers()))
+    config._grader_session = Session(options)
+    config._grader_seed = _seed(config)
+
+
+def _options_from_command_line(config):
     for name in config.option.target or ["exercises"]:
-        target = resolve_target(name)
-        if target is None:
+        if resolve_target(name) is None:
             raise pytest.UsageError(f"--target {name}: no such folder")
-        targets.append(target)
     try:
         devices = select_devices(config.option.device)
     except NoSuchDevice as error:
         raise pytest.UsageError(str(error))
-    config._grader_session = Session(targets, devices, config.option.check_timeout)
-    config._grader_seed = _seed(config)
+    return Options(targets=tuple(config.option.target or ["exercises"]), devices=tuple(devices),
+                   timeout=config.option.check_timeout, details=config.option.details,
+                   require_sandbox=config.option.require_sandbox)
+
+
+class OptionsCarrier:
+    """How `python -m grader` hands its Options to this plugin."""
+
+    def __init__(self, options):
+        self.options = options
 
 
 def _seed(config):
@@ -112,7 +136,7 @@ def pytest_collection_modifyitems(session, config, items):
     gc.freeze()
     gc.enable()  # python -m grader turns it off while importing
     if graded - {None}:
-        from grader.processes import warm_up
+        from grader.sandbox.forkservers import warm_up
 
         warm_up({catalog.find(exercise).preload for exercise in graded - {None}})
 
@@ -150,11 +174,14 @@ def pytest_runtest_makereport(item, call):
     if callspec is not None and "grade" in callspec.params:
         target, device = callspec.params["grade"]
         report.grader_case = (target.label, exercise_of(item.path), item.originalname, device)
+        marker = item.get_closest_marker("measured_in_worker")
+        report.grader_evidence = f"measured inside the worker: {marker.args[0]}" if marker else "compared in the grader"
     if call.excinfo is None or report.when != "call":
         return
     error = call.excinfo.value
-    report.grader_status = getattr(error, "status", "failed")
-    details = item.config.option.details or getattr(item.config.option, "verbose", 0) >= 2
+    report.grader_status = getattr(error, "status", Status.FAILED)
+    session = getattr(item.config, "_grader_session", None)
+    details = (session is not None and session.options.details) or getattr(item.config.option, "verbose", 0) >= 2
     report.grader_message = failure_message(error, details)
     if isinstance(error, (CheckFailed, Verdict)) and getattr(item.config.option, "verbose", 0) < 2:
         report.longrepr = report.grader_message

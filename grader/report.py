@@ -1,7 +1,8 @@
 """The reports: the terminal table, JSON, Gradescope's results.json and a CSV summary.
 
 Every file is written whole or not at all (a temporary file renamed into place), so a
-crash or Ctrl-C never leaves a partial report that looks complete.
+crash or Ctrl-C never leaves a partial report that looks complete. Text a submission wrote
+(its messages, what it printed) never reaches the terminal with its control characters raw.
 """
 
 import csv
@@ -10,65 +11,94 @@ import json
 import os
 import tempfile
 
+from grader.status import Status
+
+REPEATING = (Status.NOT_STARTED, Status.MISSING, Status.IMPORT_ERROR, Status.USES_REFERENCE)
+
+
+def printable(text):
+    """Control characters (an ANSI escape, a carriage return) shown escaped; newlines and tabs kept."""
+    return "".join(c if c.isprintable() or c in "\n\t" else repr(c)[1:-1] for c in text)
 
 
 def terminal(result, verbose=False):
     lines = []
-    width = max(len(r["id"]) for r in result["exercises"]) if result["exercises"] else 10
+    width = max((len(row.id) for row in result.exercises), default=10)
     lines.append(f"{'exercise':<{width}}  {'points':>13}  {'checks':>7}  {'devices':<9}  status")
-    for row in result["exercises"]:
-        points = f"{row['score']:g} / {row['max_score']:g}"
-        lines.append(f"{row['id']:<{width}}  {points:>13}  {row['passed']:>3}/{row['total']:<3}  "
-                     f"{','.join(row['devices']) or '-':<9}  {row['status']}")
-    lines.append(f"{'total':<{width}}  {result['score']:g} / {result['max_score']:g}".rstrip())
-    failures = [(row, check) for row in result["exercises"] for check in row["checks"] if check["status"] != "passed"]
+    for row in result.exercises:
+        points = f"{row.score:g} / {row.max_score:g}" if row.graded else f"- / {row.max_score:g}"
+        lines.append(f"{row.id:<{width}}  {points:>13}  {row.passed:>3}/{row.total:<3}  "
+                     f"{','.join(row.devices) or '-':<9}  {row.status.label}")
+    lines.append(f"{'total':<{width}}  {result.score:g} / {result.max_score:g}".rstrip())
+    if result.not_graded:
+        lines.append(f"not graded (the grader's own failure, not yours): {', '.join(result.not_graded)}")
+    failures = [(row, check) for row in result.exercises for check in row.checks if check.status is not Status.PASSED]
     shown = [(row, check) for row, check in failures if verbose or not _repeats(row, check)]
     if shown:
         lines.append("")
     for row, check in shown:
-        first, *rest = check["message"].splitlines() or [""]
-        lines.append(f"{row['id']} {check['name']} [{check['device']}]: {check['status']}: {first}")
+        first, *rest = printable(check.message).splitlines() or [""]
+        lines.append(f"{row.id} {check.check} [{check.device}]: {check.status.label}: {first}")
         lines += ["    " + line for line in rest]
+    if result.review:
+        lines.append("")
+        lines.append("flagged for review (the code reaches for the grader's machinery; no points change):")
+        lines += [f"    {printable(str(flag))}" for flag in result.review]
     return "\n".join(lines)
+
+
+def sandbox_footer(layers):
+    active = [layer.name for layer in layers if layer.active]
+    missing = [f"{layer.name} ({layer.detail})" for layer in layers if not layer.active]
+    text = "sandbox: " + ", ".join(active)
+    return text + ("; missing: " + "; ".join(missing) if missing else "")
 
 
 def _repeats(row, check):
     """A stub or a missing file says the same on every check: show it once per exercise."""
-    if row["status"] in ("not started", "missing", "error at import", "uses the reference solutions"):
-        same = [c for c in row["checks"] if c["status"] == check["status"]]
-        return same and same[0] is not check
+    if row.status in REPEATING:
+        same = [c for c in row.checks if c.status is check.status]
+        return bool(same) and same[0] is not check
     return False
 
 
 def as_json(results):
-    return results[0] if len(results) == 1 else {"submissions": results}
+    return results[0].as_dict() if len(results) == 1 else {"submissions": [r.as_dict() for r in results]}
 
 
 def gradescope(result):
     """Gradescope's results.json: one test per exercise, its failing checks as output."""
     tests = []
-    for number, row in enumerate(result["exercises"], 1):
-        output = "\n".join(f"{c['name']} [{c['device']}]: {c['status']}: {c['message']}"
-                           for c in row["checks"] if c["status"] != "passed")
+    for number, row in enumerate(result.exercises, 1):
+        output = "\n".join(f"{c.check} [{c.device}]: {c.status.label}: {c.message}"
+                           for c in row.checks if c.status is not Status.PASSED)
+        if not row.graded:
+            output = "not graded: the autograder itself failed here, not your code.\n" + output
         tests.append({
-            "name": f"{row['id']}: {row['title']}", "number": str(number), "score": row["score"],
-            "max_score": row["max_score"], "status": "passed" if row["status"] == "passed" else "failed",
-            "output": output or f"all {row['total']} checks passed", "visibility": "visible",
+            "name": f"{row.id}: {row.title}", "number": str(number), "score": row.score,
+            "max_score": row.max_score, "status": "passed" if row.status is Status.PASSED else "failed",
+            "output": output or f"all {row.total} checks passed", "visibility": "visible",
         })
+    layers = sandbox_footer(result.sandbox) if result.sandbox else ""
+    review = "\n".join(str(flag) for flag in result.review)
+    output = f"{result.score:g} / {result.max_score:g} points; devices: {', '.join(result.devices)}"
+    if result.not_graded:
+        output += f"\nthe autograder failed on {', '.join(result.not_graded)}: not graded, to be regraded"
     return {
-        "score": result["score"], "execution_time": result["execution_time"],
-        "output": f"{result['score']:g} / {result['max_score']:g} points; devices: {', '.join(result['devices'])}",
-        "tests": tests,
+        "score": result.score, "execution_time": result.execution_time, "output": output, "tests": tests,
+        "extra_data": {"seed": result.seed, "profile": result.profile, "sandbox": layers, "review": review,
+                       "not_graded": result.not_graded},
     }
 
 
 def summary_csv(results):
     buffer = io.StringIO()
     writer = csv.writer(buffer)
-    ids = [row["id"] for row in results[0]["exercises"]] if results else []
-    writer.writerow(["target", "score", "max_score"] + ids)
+    ids = [row.id for row in results[0].exercises] if results else []
+    writer.writerow(["target", "score", "max_score", "not_graded", "review"] + ids)
     for result in results:
-        writer.writerow([result["target"], result["score"], result["max_score"]] + [r["score"] for r in result["exercises"]])
+        writer.writerow([result.target, result.score, result.max_score, " ".join(result.not_graded), len(result.review)]
+                        + [row.score if row.graded else "" for row in result.exercises])
     return buffer.getvalue()
 
 
@@ -99,5 +129,3 @@ def write(path, text):
 
 def write_json(path, data):
     write(path, json.dumps(data, indent=2) + "\n")
-
-

@@ -1,7 +1,8 @@
 """Run the check files through pytest in this process and gather one record per check.
 
 The checks are the same functions `pytest tests/test_exNN_*.py` runs; this module only
-chooses the files and options, listens to the results and scores them from the catalog.
+chooses the files, hands over the options, listens to the results and scores them from the
+catalog.
 """
 
 import contextlib
@@ -11,16 +12,24 @@ import time
 
 import pytest
 
-from grader.outcomes import STATUS_LABELS
+from grader.pytest_plugin import OptionsCarrier
+from grader.sandbox import scan
 from grader.session import KIT_ROOT
+from grader.status import CheckResult, ExerciseResult, Status, TargetResult, most_telling
 
 
 class Collector:
-    """A pytest plugin that keeps one record per (target, exercise, check, device)."""
+    """A pytest plugin that keeps one CheckResult per (target, exercise, check, device)."""
 
     def __init__(self, progress=None):
         self.records = []
         self.progress = progress
+        self.layers = []
+
+    def pytest_sessionstart(self, session):
+        grading = getattr(session.config, "_grader_session", None)
+        if grading is not None:
+            self.layers = grading.sandbox.layers
 
     def pytest_runtest_logreport(self, report):
         case = getattr(report, "grader_case", None)
@@ -28,15 +37,15 @@ class Collector:
             return
         target, exercise, check, device = case
         if report.passed:
-            status, message = "passed", ""
+            status, message = Status.PASSED, ""
         elif report.when == "setup":
-            status = "kit_error"
+            status = Status.NOT_GRADED
             message = "the check could not start: " + (report.longreprtext.strip().splitlines() or ["?"])[-1]
         else:
-            status = getattr(report, "grader_status", "failed")
+            status = getattr(report, "grader_status", Status.FAILED)
             message = getattr(report, "grader_message", report.longreprtext.strip())
-        record = {"target": target, "exercise": exercise, "check": check, "device": device,
-                  "status": status, "message": message, "seconds": round(report.duration, 3)}
+        record = CheckResult(target, exercise, check, device, status, message, round(report.duration, 3),
+                             getattr(report, "grader_evidence", "compared in the grader"))
         self.records.append(record)
         if self.progress:
             self.progress(record)
@@ -46,29 +55,31 @@ def check_file(exercise):
     return os.path.join(KIT_ROOT, "tests", f"test_{exercise.id}.py")
 
 
-def run(targets, exercises, device, timeout, seed, profile, verbose=False, progress=None):
-    """Grade every target on every exercise; returns one result dict per target."""
+def run(options, exercises, progress=None):
+    """Grade every target of `options` on every exercise; one TargetResult per target."""
     collector = Collector(progress)
     args = [check_file(e) for e in exercises] + [
         "--rootdir", KIT_ROOT, "-c", os.path.join(KIT_ROOT, "pyproject.toml"),
         "-p", "_hypothesis_pytestplugin", "-p", "no:cacheprovider", "-p", "no:terminal",
-        "-p", "no:unraisableexception", "--assert=plain",
-        "--device", device, "--check-timeout", str(timeout),
-        f"--hypothesis-seed={seed}", f"--hypothesis-profile={profile}",
+        "-p", "no:unraisableexception", "--assert=plain", "--import-mode=importlib",
+        f"--hypothesis-seed={options.seed}", f"--hypothesis-profile={options.profile}",
     ]
-    if verbose:
-        args.append("--details")
-    for target in targets:
-        args += ["--target", target]
     started = time.monotonic()
-    with _quiet_stdout(verbose), _only_hypothesis_plugin():
-        code = pytest.main(args, plugins=[collector])
+    with _quiet_stdout(options.details), _only_hypothesis_plugin():
+        code = pytest.main(args, plugins=[collector, OptionsCarrier(options)])
     if code == pytest.ExitCode.INTERRUPTED:
         raise KeyboardInterrupt
     if code in (pytest.ExitCode.INTERNAL_ERROR, pytest.ExitCode.USAGE_ERROR):
         raise RuntimeError(f"the checks could not run (pytest exit status {int(code)}); rerun with --verbose")
     elapsed = time.monotonic() - started
-    return [score(label, exercises, collector.records, elapsed / max(1, len(targets))) for label in targets]
+    from grader.session import resolve_target
+
+    results = [score(label, exercises, collector.records, elapsed / max(1, len(options.targets)),
+                     review=scan.folder(resolve_target(label).path, [e.id for e in exercises]))
+               for label in options.targets]
+    for result in results:
+        result.sandbox, result.seed, result.profile = collector.layers, options.seed, options.profile
+    return results
 
 
 @contextlib.contextmanager
@@ -103,39 +114,29 @@ class _quiet_stdout:
             sys.stdout = self.saved
 
 
-def score(target, exercises, records, seconds):
+def score(target, exercises, records, seconds, review=()):
     """Points from the catalog, split evenly over an exercise's checks (on every device)."""
     rows = []
-    devices = sorted({r["device"] for r in records if r["target"] == target})
     for exercise in exercises:
-        checks = [r for r in records if r["target"] == target and r["exercise"] == exercise.id]
-        passed = sum(r["status"] == "passed" for r in checks)
-        points = round(exercise.points * passed / len(checks), 2) if checks else 0.0
-        rows.append({
-            "id": exercise.id, "title": exercise.title, "score": points, "max_score": exercise.points,
-            "status": exercise_status(checks), "passed": passed, "total": len(checks),
-            "devices": sorted({r["device"] for r in checks}),
-            "checks": [{"name": r["check"], "device": r["device"], "status": STATUS_LABELS.get(r["status"], r["status"]),
-                        "message": r["message"], "seconds": r["seconds"]} for r in checks],
-        })
-    return {
-        "target": target, "score": round(sum(r["score"] for r in rows), 2),
-        "max_score": sum(e.points for e in exercises), "devices": devices,
-        "execution_time": round(seconds, 2), "exercises": rows,
-    }
+        checks = [r for r in records if r.target == target and r.exercise == exercise.id]
+        passed = sum(r.status is Status.PASSED for r in checks)
+        status = exercise_status(checks)
+        points = round(exercise.points * passed / len(checks), 2) if checks and status is not Status.NOT_GRADED else 0.0
+        rows.append(ExerciseResult(exercise.id, exercise.title, exercise.chapter, points, exercise.points, status,
+                                   checks))
+    return TargetResult(target, rows, round(seconds, 2), review=list(review))
 
 
 def exercise_status(checks):
-    statuses = {c["status"] for c in checks}  # raw statuses, before labelling
-    if not checks:
-        return "error"
-    if statuses == {"passed"}:
-        return "passed"
-    for status in ("missing", "import_error", "uses_reference"):
+    """The exercise's status: passed when every check passed, else the most telling of theirs."""
+    statuses = {check.status for check in checks}
+    if not checks or Status.NOT_GRADED in statuses:
+        return Status.NOT_GRADED
+    if statuses == {Status.PASSED}:
+        return Status.PASSED
+    for status in (Status.MISSING, Status.IMPORT_ERROR, Status.USES_REFERENCE):
         if status in statuses:
-            return STATUS_LABELS[status]
-    if statuses == {"not_started"}:
-        return "not started"
-    if "kit_error" in statuses:
-        return "error"
-    return "failed"
+            return status
+    if statuses == {Status.NOT_STARTED}:
+        return Status.NOT_STARTED
+    return Status.FAILED

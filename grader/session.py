@@ -1,22 +1,13 @@
-"""One grading session: its targets, its devices, its workers and its scratch folder."""
+"""One grading session: its options, its sandbox, and the observations it has cached."""
 
+import glob
 import os
-import shutil
-import tempfile
-from dataclasses import dataclass
 
 from grader import catalog
-from grader.processes import adopt_orphans, kill_descendants
+from grader.sandbox import Target
 
 KIT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-OUTPUT_LIMIT = 8 * 2**20  # bytes a submission may print per call before writes fail
-MEMORY_LIMIT = 12 * 2**30  # address space of one untrusted CPU worker
-
-
-@dataclass(frozen=True)
-class Target:
-    label: str
-    path: str
+GRADER_DIR = os.path.join(KIT_ROOT, "grader")
 
 
 def resolve_target(name):
@@ -26,56 +17,32 @@ def resolve_target(name):
     return Target(name, path) if os.path.isdir(path) else None
 
 
-class Session:
-    def __init__(self, targets, devices, timeout):
-        self.targets = targets
-        self.devices = devices
-        self.timeout = timeout
-        self.reference = resolve_target("solutions")
-        from grader.workers import Pools  # imports torch
+def check_files():
+    return sorted(glob.glob(os.path.join(KIT_ROOT, "tests", "test_ex*.py")))
 
-        self.rundir = tempfile.mkdtemp(prefix="grader-")
-        self.pools = Pools(self.rundir)
+
+class Session:
+    def __init__(self, options):
+        from grader.sandbox import Sandbox
+
+        self.options = options
+        self.targets = [resolve_target(name) for name in options.targets]
+        self.devices = list(options.devices)
+        self.timeout = options.timeout
+        self.sandbox = Sandbox(os.path.join(KIT_ROOT, "solutions"), readable=(GRADER_DIR, *check_files()))
         self.reference_cache = {}
         self.target_cache = {}
         self.current_exercise = None
-        adopt_orphans()
-
-    def worker_spec(self, target, exercise, trusted, collective_timeout):
-        workdir = os.path.join(self.rundir, "reference" if trusted else "target")
-        os.makedirs(workdir, exist_ok=True)
-        return {
-            "preload": catalog.find(exercise).preload,
-            "trusted": trusted,
-            "workdir": workdir,
-            "reference_dir": None if target.path == self.reference.path else self.reference.path,
-            "reference_workdir": os.path.join(self.rundir, "reference"),
-            "output_limit": OUTPUT_LIMIT,
-            "memory_limit": None if "cuda" in self.devices else MEMORY_LIMIT,
-            "collective_timeout": max(1.0, collective_timeout),
-        }
-
-    @staticmethod
-    def pool_key(target, exercise, world_size, trusted):
-        """The reference's workers serve every exercise of their preload; a submission's, one exercise."""
-        if trusted:
-            return ("reference", catalog.find(exercise).preload, world_size)
-        return ("target", target.path, exercise, world_size)
 
     def enter_exercise(self, exercise):
-        """The submission's workers of the exercise before are no longer needed: free them.
-
-        The reference's workers serve every exercise, so they stay."""
+        """The submissions' workers of the exercise before are no longer needed: free them."""
         if exercise != self.current_exercise:
-            self.pools.close(keep=lambda key: key[0] == "reference")
+            self.sandbox.end_exercise()
             self.target_cache.clear()
             self.current_exercise = exercise
 
     def close(self):
-        self.pools.close()
-        self.pools.reap()  # once the ranks are gone, whatever they started is this process's to kill
-        kill_descendants()
-        shutil.rmtree(self.rundir, ignore_errors=True)
+        self.sandbox.close()
 
 
 def exercise_of(path):

@@ -35,9 +35,9 @@ def save(data):
 def remember_grade(result):
     data = load()
     last = data.setdefault("last", {})
-    for row in result["exercises"]:
-        last[row["id"]] = {"status": row["status"], "score": row["score"], "max_score": row["max_score"],
-                           "devices": row["devices"], "at": time.strftime("%Y-%m-%d %H:%M")}
+    for row in result.exercises:
+        last[row.id] = {"status": row.status.label, "score": row.score, "max_score": row.max_score,
+                        "devices": row.devices, "at": time.strftime("%Y-%m-%d %H:%M")}
     save(data)
 
 

@@ -18,7 +18,7 @@ from hypothesis import example, given, strategies as st
 
 from grader import models
 from grader.checks import expect_equal, fail
-from grader.observation import InvalidResult
+from grader.probing import InvalidResult
 
 # Config fields that say nothing about the model (the library's version, where it came from).
 VOLATILE_CONFIG_KEYS = ("transformers_version",)

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import example, given, strategies as st
 
 from grader.checks import expect_equal, fail
-from grader.observation import InvalidResult
+from grader.probing import InvalidResult
 
 PRECISIONS = st.sampled_from([None, "no", "bf16", "fp16"])  # None: not passed, the default ("no")
 

@@ -25,7 +25,7 @@ from hypothesis import example, given, strategies as st
 
 from grader import models, probing
 from grader.checks import expect_close, expect_equal, fail
-from grader.observation import InvalidResult
+from grader.probing import InvalidResult
 
 KINDS = ("mlp",) + models.ARCHITECTURES
 MLP_FEATURES = 6

@@ -8,7 +8,7 @@ from hypothesis import assume, example, given, strategies as st
 
 from grader import probing
 from grader.checks import close, expect_close, expect_equal, fail
-from grader.observation import InvalidResult
+from grader.probing import InvalidResult
 
 NAMES = ["embed.weight", "layers.0.weight", "layers.0.bias", "norm.weight", "head.bias", "scale"]
 DTYPES = ["float32", "float64", "bfloat16", "float16"]  # float16 only on cuda (see _usable)

@@ -10,7 +10,7 @@ from hypothesis import example, given, strategies as st
 
 from grader import probing
 from grader.checks import expect_equal, fail
-from grader.observation import InvalidResult
+from grader.probing import InvalidResult
 
 DTYPES = ["float32", "float64"]
 

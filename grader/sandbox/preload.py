@@ -12,7 +12,7 @@ from accelerate.state import AcceleratorState  # noqa: F401  (every request rese
 import hypothesis  # noqa: F401  (check files import these)
 import pytest  # noqa: F401
 
-import grader.worker  # noqa: F401
+import grader.sandbox.worker  # noqa: F401
 import grader.checks  # noqa: F401  (check files import these)
 import grader.probing  # noqa: F401
 

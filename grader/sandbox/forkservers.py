@@ -1,22 +1,43 @@
-"""The grader's process tree: the fork servers workers are forked from, and its cleanup.
+"""The fork servers workers are forked from, and the cleanup of the grader's process tree.
 
 Nothing here imports torch, so `python -m grader` can start the fork servers (whose preloads
 import torch, accelerate and transformers) before doing its own imports, and all proceed at
 once on the machine's cores.
+
+A fork server forks whatever a client on its socket asks for, outside any sandbox, so no
+submission may reach one: where Landlock scopes abstract unix sockets (ABI 6 and later) the
+servers listen on abstract addresses, which a sandboxed worker cannot connect to; elsewhere on
+a path only the grader's user may open (a worker running as another uid cannot).
 """
 
 import os
+import secrets
 import socket
 import sys
 import threading
+import types
 from multiprocessing import connection, context as mp_context, forkserver, popen_forkserver
+
+from grader.sandbox import landlock
 
 # What each kind of worker starts with: exercises name theirs in the catalog (`preload`).
 PRELOADS = {
-    "torch": ["grader.preload"],  # torch, torch.distributed, accelerate: about 1.5 s to import here
-    "optim": ["grader.preload_optim"],  # and what building an optimizer imports: 0.7 s more
-    "transformers": ["grader.preload_transformers"],  # and transformers' models: 1.5 s more
+    "torch": ["grader.sandbox.preload"],  # torch, torch.distributed, accelerate: about 1.5 s to import here
+    "optim": ["grader.sandbox.preload_optim"],  # and what building an optimizer imports: 0.7 s more
+    "transformers": ["grader.sandbox.preload_transformers"],  # and transformers' models: 1.5 s more
 }
+ABSTRACT_ADDRESSES = sys.platform == "linux" and landlock.abi_version() >= 6
+
+
+def _address():
+    if ABSTRACT_ADDRESSES:
+        return f"\0grader-forkserver-{os.getpid()}-{secrets.token_hex(8)}"
+    return connection.arbitrary_address("AF_UNIX")
+
+
+# multiprocessing's ForkServer asks `connection.arbitrary_address` for its address, and uses
+# the module for nothing else: the base server gets the same addresses as the chained ones.
+forkserver.connection = types.SimpleNamespace(arbitrary_address=lambda family: _address())
 # A server forked from another's imports only what that one lacks.
 BASES = {"optim": "torch", "transformers": "optim"}
 
@@ -52,6 +73,41 @@ class Server:
         process.server_kind = self.kind
         return process
 
+    def launch(self, process, timeout):
+        """Start `process` through this server; ServerStuck if the server has not answered within
+        `timeout` seconds (it is then killed, and the next launch starts a fresh one)."""
+        failure = []
+
+        def start():
+            try:
+                process.start()
+            except BaseException as error:  # noqa: BLE001 - reported below, in the caller's thread
+                failure.append(error)
+
+        thread = threading.Thread(target=start, daemon=True)
+        thread.start()
+        thread.join(timeout)
+        if thread.is_alive():
+            self.kill()
+            thread.join(5)
+            raise ServerStuck(f"the {self.kind} fork server did not start a worker within {timeout:g} s")
+        if failure:
+            raise ServerStuck(f"the {self.kind} fork server could not start a worker: {failure[0]}")
+
+    def kill(self):
+        pid = getattr(self.forkserver, "_forkserver_pid", None)
+        if isinstance(self.forkserver, ChainedForkServer) and self.forkserver.process is not None:
+            pid = self.forkserver.process.pid
+        if pid:
+            try:
+                os.kill(pid, 9)
+            except OSError:
+                pass
+
+
+class ServerStuck(Exception):
+    pass
+
 
 class ChainedForkServer(forkserver.ForkServer):
     """A fork server that is itself a worker of another fork server.
@@ -75,9 +131,10 @@ class ChainedForkServer(forkserver.ForkServer):
             if self._forkserver_alive_fd is not None:
                 os.close(self._forkserver_alive_fd)
             listener = socket.socket(socket.AF_UNIX)
-            address = connection.arbitrary_address("AF_UNIX")
+            address = _address()
             listener.bind(address)
-            os.chmod(address, 0o600)
+            if not address.startswith("\0"):
+                os.chmod(address, 0o600)
             listener.listen()
             alive_r, alive_w = socket.socketpair()  # EOF on alive_r once every client is gone
             try:

@@ -1,36 +1,42 @@
 """Grader side of the workers: start, call, time out, kill and replace them.
 
-Workers are forked from a fork server that imported torch, transformers and accelerate once
+Workers are forked from fork servers that imported torch, transformers and accelerate once
 (so each starts warm in milliseconds) and never touched CUDA (so CUDA works in them). A
 distributed check gets N workers that stay joined in one gloo process group across
 Hypothesis examples; any crash, hang or half-finished collective kills the whole group,
 and the next call starts a fresh one.
 """
 
+import dataclasses
 import multiprocessing
 import multiprocessing.connection
 import os
+import secrets
 import signal
 import time
 import uuid
 
-from grader import worker
-from grader.observation import InvalidResult, decode
-from grader.processes import server
+from grader.sandbox import worker
+from grader.sandbox.forkservers import ServerStuck, server
+from grader.sandbox.wire import MAX_REPLY_BYTES, InvalidResult, decode
+from grader.status import WORKER_STATUSES, Reply, Status
 
 GRACE_AFTER_FAILURE = 1.0  # seconds the other ranks get once one rank has failed
+
 
 class Ranks:
     """One worker (world_size 1) or a process group of world_size workers."""
 
-    def __init__(self, spec, world_size, rundir):
-        self.spec = spec
+    def __init__(self, spec, world_size, logdir):
+        self.spec = spec  # a WorkerSpec without rank, store and log
         self.world_size = world_size
-        self.rundir = rundir
+        self.logdir = logdir
         self.processes = []
         self.connections = []
         self.ready = False
         self.start_deadline = None
+        self.nonce = secrets.token_hex(16)
+        self.token = None
 
     @property
     def alive(self):
@@ -39,14 +45,20 @@ class Ranks:
     def start(self, deadline):
         """Launch the ranks; they report ready (joined) before the first reply is read."""
         tag = uuid.uuid4().hex[:8]
-        store = os.path.join(self.rundir, f"store-{tag}")
+        store = os.path.join(self.spec.stores, f"store-{tag}")
         for rank in range(self.world_size):
-            spec = dict(self.spec, rank=rank, world_size=self.world_size, store=store,
-                        log=os.path.join(self.rundir, f"out-{tag}-{rank}.log"))
+            spec = dataclasses.replace(self.spec, rank=rank, world_size=self.world_size, store=store,
+                                       log=os.path.join(self.logdir, f"out-{tag}-{rank}.log"), nonce=self.nonce)
             parent, child = multiprocessing.Pipe()
-            process = server(self.spec["preload"]).Process(target=worker.main, args=(child, spec), daemon=True)
-            process.start()
-            child.close()
+            chosen = server(spec.preload)
+            process = chosen.Process(target=worker.main, args=(child, spec), daemon=True)
+            try:
+                chosen.launch(process, max(1.0, deadline - time.monotonic()))
+            except ServerStuck as error:
+                self.kill()
+                raise WorkerFailure(Status.NOT_GRADED, str(error))
+            finally:
+                child.close()
             self.processes.append(process)
             self.connections.append(parent)
         self.start_deadline = deadline
@@ -55,14 +67,16 @@ class Ranks:
         """Raise WorkerFailure unless every rank started (and joined its group)."""
         if self.ready:
             return
-        replies = self._collect(self.start_deadline)
-        bad = [r for r in replies if r["status"] != "ready"]
+        replies = self._collect(self.start_deadline, starting=True)
+        bad = [r for r in replies if r.status is not Status.READY]
         if bad:
             self.kill()
-            raise WorkerFailure(bad[0]["status"], "the worker did not start: " + bad[0].get("message", ""))
+            raise WorkerFailure(Status.NOT_GRADED, "the worker did not start: " + bad[0].message)
         self.ready = True
 
     def send(self, request):
+        self.token = secrets.token_hex(16)  # echoed by the worker's own loop: a forged reply lacks it
+        request = dict(request, token=self.token)
         for connection in self.connections:
             try:
                 connection.send(request)
@@ -74,7 +88,7 @@ class Ranks:
         self.wait_ready()
         return self._collect(deadline)
 
-    def _collect(self, deadline):
+    def _collect(self, deadline, starting=False):
         replies = [None] * self.world_size
         pending = dict(zip(self.connections, range(self.world_size)))
         while pending:
@@ -83,28 +97,57 @@ class Ranks:
                 break
             for connection in multiprocessing.connection.wait(list(pending), remaining):
                 rank = pending.pop(connection)
-                replies[rank] = self._read(connection, rank)
-                if replies[rank]["status"] not in ("ok", "ready"):
+                replies[rank] = self._read(connection, rank, starting)
+                if replies[rank].status not in (Status.OK, Status.READY):
                     deadline = min(deadline, time.monotonic() + GRACE_AFTER_FAILURE)
-        failed_early = any(r is not None and r["status"] not in ("ok", "ready") for r in replies)
+        failed_early = any(r is not None and r.status not in (Status.OK, Status.READY) for r in replies)
         for connection, rank in pending.items():
-            if failed_early:
-                replies[rank] = {"status": "stuck", "message": "was still waiting (in a collective?) after another rank failed"}
+            if starting:
+                replies[rank] = Reply(Status.NOT_GRADED, message="did not start in time")
+            elif failed_early:
+                replies[rank] = Reply(Status.STUCK, message="was still waiting (in a collective?) after another rank failed")
             else:
-                replies[rank] = {"status": "timed_out", "message": "did not finish in time"}
-        if pending:
+                replies[rank] = Reply(Status.TIMED_OUT, message="did not finish in time")
+        if pending or any(r.status is Status.INVALID and "forged" in r.message for r in replies):
             self.kill()
         return replies
 
-    def _read(self, connection, rank):
+    def _read(self, connection, rank, starting):
         try:
-            data = connection.recv_bytes()
-        except (EOFError, OSError):
+            data = connection.recv_bytes(MAX_REPLY_BYTES)
+        except OSError as error:
+            if "bad message length" in str(error):
+                self.kill()
+                return Reply(Status.INVALID, message=f"the result is larger than {MAX_REPLY_BYTES // 2**20} MB")
+            return self._crash_reply(rank)
+        except EOFError:
             return self._crash_reply(rank)
         try:
-            return decode(data)
+            fields = decode(data)
         except InvalidResult as error:
-            return {"status": "invalid", "message": str(error)}
+            return Reply(Status.INVALID, message=str(error))
+        return self._reply(fields, connection, starting)
+
+    def _reply(self, fields, connection, starting):
+        """A typed Reply from what the worker sent, or INVALID where it is not a reply this loop wrote."""
+        # One request, one reply: anything more in the pipe was written by someone else (the first
+        # reply, while starting, may well be followed by the answer to the request sent meanwhile).
+        extra = not starting and connection.poll(0)
+        if type(fields) is not dict or fields.get("nonce") != (self.nonce if starting else self.token) or extra:
+            return Reply(Status.INVALID, message="the reply channel was forged (a message the worker did not write)")
+        try:
+            status = Status.parse(fields.get("status"))
+        except ValueError:
+            status = None
+        allowed = WORKER_STATUSES | ({Status.NOT_GRADED} if starting else set())
+        if status not in allowed and not self.spec.trusted:
+            return Reply(Status.INVALID, message=f"the worker reported an unknown status {fields.get('status')!r}")
+        text = {name: fields.get(name) if type(fields.get(name)) is str else "" for name in
+                ("message", "traceback", "output")}
+        seconds = fields.get("seconds")
+        collectives = fields.get("collectives")
+        return Reply(status, value=fields.get("value"), seconds=seconds if type(seconds) is float else 0.0,
+                     collectives=collectives if type(collectives) is dict else {}, **text)
 
     def _crash_reply(self, rank):
         process = self.processes[rank]
@@ -117,7 +160,7 @@ class Ranks:
             message = f"was killed by {name}" + (" (a segmentation fault)" if name == "SIGSEGV" else "")
         else:
             message = f"exited with status {code} (os._exit or a crash)"
-        return {"status": "crashed", "message": message}
+        return Reply(Status.CRASHED, message=message)
 
     def kill(self):
         self.stop()
@@ -150,10 +193,10 @@ class WorkerFailure(Exception):
 
 
 class Pools:
-    """The live workers of one grading session, by (target, exercise, world size)."""
+    """The live workers of one grading session, by key (see Sandbox.pool_key)."""
 
-    def __init__(self, rundir):
-        self.rundir = rundir
+    def __init__(self, logdir):
+        self.logdir = logdir
         self.ranks = {}
         self.stopped = []
 
@@ -163,9 +206,13 @@ class Pools:
             ranks.kill()
             ranks = None
         if ranks is None:
-            ranks = Ranks(spec, world_size, self.rundir)
+            ranks = Ranks(spec, world_size, self.logdir)
             self.ranks[key] = ranks
-            ranks.start(time.monotonic() + start_timeout)
+            try:
+                ranks.start(time.monotonic() + start_timeout)
+            except WorkerFailure:
+                del self.ranks[key]
+                raise
         return ranks
 
     def discard(self, key):

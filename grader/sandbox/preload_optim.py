@@ -4,7 +4,7 @@ Constructing any torch.optim optimizer imports torch._dynamo (0.7 s a worker oth
 Nothing here may touch CUDA: workers are forked from this process.
 """
 
-import grader.preload  # noqa: F401
+import grader.sandbox.preload  # noqa: F401
 import torch._dynamo  # noqa: F401
 import torch.optim  # noqa: F401
 

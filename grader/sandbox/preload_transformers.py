@@ -3,7 +3,7 @@
 Nothing here may touch CUDA: workers are forked from this process.
 """
 
-import grader.preload_optim  # noqa: F401
+import grader.sandbox.preload_optim  # noqa: F401
 import transformers
 from transformers import AutoModelForSequenceClassification  # noqa: F401
 import transformers.modeling_utils  # noqa: F401  (about 1 s a worker otherwise)

@@ -1,0 +1,20 @@
+"""The options of one grading run: built once (by `python -m grader` or by pytest's command
+line) and handed whole to the pytest plugin, the session and the sandbox."""
+
+import os
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Options:
+    targets: tuple = ("exercises",)  # labels: exercises, solutions or folders
+    devices: tuple = ("cpu",)  # resolved: cuda only where a GPU answered
+    timeout: float = 60.0  # seconds one check may run
+    seed: int | None = None
+    profile: str = ""  # fast | thorough; "" for the environment's default
+    details: bool = False  # the learner's traceback and output in every message
+    require_sandbox: bool = False  # refuse to grade without the sandbox's kernel layers
+
+
+def default_profile():
+    return "thorough" if os.environ.get("CI", "").lower() in ("1", "true") else "fast"

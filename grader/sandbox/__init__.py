@@ -1,0 +1,273 @@
+"""The sandbox: the one way the grader runs code it did not write.
+
+`Sandbox.run(request)` (or `start` then `finish`, to run the reference and a submission at
+once) runs one probe on one target's exercise in a worker, or in a process group of
+`world_size` workers, and returns one typed `Reply` per rank. Behind it: the fork servers
+(`forkservers`), the warm pools of workers (`pools`), the worker itself (`worker`), the wire
+format (`wire`) and the layers the kernel enforces on untrusted workers:
+
+- Landlock (`landlock`): read only what a worker needs, write only its scratch dir; signals
+  and abstract unix sockets scoped to its own domain, so it cannot reach the grader, a fork
+  server or a reference worker (nor ptrace them, nor read their `/proc/<pid>/mem`).
+- an unprivileged user per submission when the grader is root (`identity`);
+- a container per submission that counts, caps and kills all its processes (`containers`);
+- private copies: the reference is copied before any untrusted code runs, and each submission
+  is graded from a copy of its own, beside a scratch dir of its own.
+Where the kernel lacks a layer, grading still works and `layers` says what is missing.
+"""
+
+import os
+import shutil
+import stat
+import sys
+import sysconfig
+import tempfile
+import time
+from dataclasses import dataclass
+
+from grader.sandbox import confinement as confine, identity, landlock
+from grader.sandbox.containers import Containers, available_kind, describe as describe_container
+from grader.sandbox.forkservers import ABSTRACT_ADDRESSES, adopt_orphans, kill_descendants
+from grader.sandbox.pools import Pools, WorkerFailure
+from grader.sandbox.worker import WorkerSpec
+from grader.status import Layer, Status
+
+OUTPUT_LIMIT = 8 * 2**20  # bytes a submission may print per call before writes fail
+MEMORY_LIMIT = 12 * 2**30  # address space of one untrusted CPU worker
+COPY_LIMIT = 64 * 2**20  # bytes of a submission folder copied for grading
+REFERENCE_ALLOWANCE = 300.0  # seconds; the reference is trusted, its limit only guards the kit
+START_ALLOWANCE = 60.0  # seconds a worker (or a group) may take to start
+REQUIRED = ("landlock", "container")  # what --require-sandbox insists on
+
+__all__ = ["Request", "Sandbox", "Target", "WorkerFailure", "Status"]
+
+
+@dataclass(frozen=True)
+class Target:
+    label: str  # as the user named it: exercises, solutions, or a path
+    path: str  # the folder itself
+
+
+@dataclass(frozen=True)
+class Request:
+    target: Target
+    exercise: str  # module name, e.g. ex04_sharding
+    preload: str  # the fork server its workers come from
+    probe_file: str
+    probe_name: str
+    args: tuple
+    device: str
+    world_size: int = 1
+    trusted: bool = False
+    deadline: float = 0.0  # time.monotonic() by which the replies must be in (ignored when trusted)
+
+
+@dataclass
+class _Prepared:
+    """A target as the sandbox grades it: its private copy, scratch dir, user and container."""
+
+    index: int
+    copy: str
+    scratch: str
+    uid: int | None
+    container: object
+
+
+class Call:
+    """A request sent to its workers, whose replies are still to be read."""
+
+    def __init__(self, key, ranks, request, deadline):
+        self.key = key
+        self.ranks = ranks
+        self.request = request
+        self.deadline = deadline
+
+
+class Sandbox:
+    def __init__(self, reference, readable, memory_limit=MEMORY_LIMIT):
+        """`reference`: the folder of reference solutions; `readable`: what every worker must read
+        besides the interpreter (the grader package, the check files)."""
+        adopt_orphans()
+        self.abi = landlock.abi_version()
+        self.switch_user = identity.available()
+        self.containers = Containers(self.switch_user)
+        self.memory_limit = memory_limit
+        self.rundir = tempfile.mkdtemp(prefix="grader-")
+        os.chmod(self.rundir, 0o711)  # submissions' users may pass through to their own folders
+        self.logs = self._folder("logs", 0o700)
+        self.shared = self._folder("shared", 0o755)  # what the reference builds for every target to read
+        self.stores = self._folder("stores", 0o700)  # the reference groups' rendezvous files
+        self.reference = Target("solutions", os.path.abspath(reference))
+        self.reference_copy = os.path.join(self.rundir, "reference")
+        if os.path.isdir(reference):
+            _copy_tree(reference, self.reference_copy, COPY_LIMIT)
+        else:
+            os.mkdir(self.reference_copy)
+        os.chmod(self.reference_copy, 0o700)
+        self.readable = tuple(readable) + _interpreter_paths()
+        self.prepared = {}
+        self.pools = Pools(self.logs)
+
+    def _folder(self, name, mode):
+        path = os.path.join(self.rundir, name)
+        os.mkdir(path, mode)
+        os.chmod(path, mode)
+        return path
+
+    @property
+    def layers(self):
+        return layers(self.abi, self.switch_user, self.containers.kind)
+
+    # --- running probes -----------------------------------------------------------------
+
+    def run(self, request):
+        return self.finish(self.start(request))
+
+    def start(self, request):
+        """Send the probe to the target's workers (starting them if need be); `finish` reads the replies."""
+        prepared = None if request.trusted else self._prepare(request.target)
+        folder = self.reference_copy if request.trusted else prepared.copy
+        module_file = os.path.join(folder, request.exercise + ".py")
+        if not os.path.isfile(module_file):
+            raise WorkerFailure(Status.MISSING, f"{request.exercise}.py is missing from {request.target.label}")
+        limit = REFERENCE_ALLOWANCE if request.trusted else request.deadline - time.monotonic()
+        if limit <= 0:
+            raise WorkerFailure(Status.TIMED_OUT, "the check ran out of time")
+        key = self.pool_key(request)
+        spec = self._spec(request, prepared, limit)
+        ranks = self.pools.get(key, spec, request.world_size, start_timeout=max(limit, START_ALLOWANCE))
+        ranks.send({"module_file": module_file, "module_name": request.exercise, "probe_file": request.probe_file,
+                    "probe_name": request.probe_name, "args": request.args, "device": request.device})
+        return Call(key, ranks, request, time.monotonic() + limit)
+
+    def finish(self, call):
+        try:
+            replies = call.ranks.receive(call.deadline)
+        except WorkerFailure:  # the ranks did not start
+            self.pools.discard(call.key)
+            raise
+        if any(not reply.ok for reply in replies) and call.request.world_size > 1:
+            self.pools.discard(call.key)  # a failed collective leaves the group unusable
+        if call.request.trusted:
+            for reply in replies:  # the reference failing is the grader's failure, never the student's
+                if not reply.ok:
+                    reply.message = f"the reference failed ({reply.status.label}): {reply.message}"
+                    reply.status = Status.NOT_GRADED
+        return replies
+
+    @staticmethod
+    def pool_key(request):
+        """The reference's workers serve every exercise of their preload; a submission's, one exercise."""
+        if request.trusted:
+            return ("reference", request.preload, request.world_size)
+        return ("target", request.target.path, request.exercise, request.world_size)
+
+    def _spec(self, request, prepared, limit):
+        common = dict(preload=request.preload, trusted=request.trusted, rank=0, world_size=request.world_size,
+                      store="", log="", collective_timeout=max(1.0, limit))
+        if request.trusted:
+            return WorkerSpec(scratch=self.shared, stores=self.stores, **common)
+        blocked = (self.reference.path, self.reference_copy, os.path.join(self.rundir, "targets"))
+        confinement = confine.Confinement(
+            scratch=prepared.scratch, read=(prepared.copy, self.shared) + self.readable, blocked=blocked,
+            container=prepared.container, uid=prepared.uid, landlock=self.abi >= 1,
+            deny_tcp=request.world_size == 1, output_limit=OUTPUT_LIMIT,
+            memory_limit=None if request.device == "cuda" else self.memory_limit)
+        return WorkerSpec(scratch=prepared.scratch, stores=prepared.scratch, confinement=confinement,
+                          copy=prepared.copy, origin=request.target.path, **common)
+
+    def _prepare(self, target):
+        if target.path not in self.prepared:
+            index = len(self.prepared)
+            base = os.path.join(self.rundir, "targets", str(index))
+            os.makedirs(base, 0o711)
+            os.chmod(os.path.dirname(base), 0o711)
+            os.chmod(base, 0o711)
+            uid = identity.uid_of(index) if self.switch_user else None
+            copy, scratch = os.path.join(base, "src"), os.path.join(base, "scratch")
+            _copy_tree(target.path, copy, COPY_LIMIT)
+            os.mkdir(scratch, 0o700)
+            if uid is not None:
+                os.chown(scratch, uid, uid)
+            _seal(copy, uid)
+            self.prepared[target.path] = _Prepared(index, copy, scratch, uid, self.containers.new(index, uid))
+        return self.prepared[target.path]
+
+    # --- lifetimes ----------------------------------------------------------------------
+
+    def end_exercise(self):
+        """Free the submissions' workers (the reference's serve every exercise) and kill whatever
+        the submissions started meanwhile."""
+        self.pools.close(keep=lambda key: key[0] == "reference")
+        for prepared in self.prepared.values():
+            prepared.container.kill()
+
+    def close(self):
+        self.pools.close()
+        self.pools.reap()  # once the ranks are gone, whatever they started is this process's to kill
+        self.containers.close()
+        kill_descendants()
+        shutil.rmtree(self.rundir, ignore_errors=True)
+
+
+def layers(abi=None, switch_user=None, container=None):
+    """The sandbox's layers on this machine, each active or not, as the report names them."""
+    abi = landlock.abi_version() if abi is None else abi
+    switch_user = identity.available() if switch_user is None else switch_user
+    container = available_kind(switch_user) if container is None else container
+    landlock_detail = (f"ABI {abi}: reads and writes allow-listed"
+                       + (", signals and abstract sockets scoped" if abi >= 6 else "; signals not scoped (ABI 6+)")
+                       if abi else "missing in this kernel: an audit hook guards Python-level file access")
+    return [
+        Layer("landlock", abi >= 6, landlock_detail),
+        Layer("user", switch_user, f"a uid of its own per submission ({identity.FIRST_UID}+)" if switch_user
+              else "the grader is not root: workers run as its own user"),
+        Layer("container", container != "none", describe_container(container)),
+        Layer("private copies", True, "the reference copied before any submission runs; each submission graded "
+              "from a copy of its own with a scratch dir of its own"),
+        Layer("fork servers", ABSTRACT_ADDRESSES or switch_user,
+              "abstract sockets out of a sandboxed worker's scope" if ABSTRACT_ADDRESSES
+              else "sockets only the grader's user may open"),
+    ]
+
+
+def missing(required=REQUIRED):
+    """The required layers this machine lacks (for --require-sandbox)."""
+    return [layer for layer in layers() if layer.name in required and not layer.active]
+
+
+def _interpreter_paths():
+    """The interpreter, its standard library and every installed package, for reading."""
+    paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable))}
+    paths |= {path for name, path in sysconfig.get_paths().items() if name in ("stdlib", "platstdlib", "purelib", "platlib")}
+    paths |= {path for path in sys.path if path and ("site-packages" in path or "dist-packages" in path)}
+    return tuple(sorted(path for path in paths if path and os.path.exists(path)))
+
+
+def _copy_tree(source, destination, limit):
+    """Copy regular files and folders only (a symlink could point at the reference), up to `limit` bytes."""
+    os.makedirs(destination, exist_ok=True)
+    budget = limit
+    for root, folders, files in os.walk(source, followlinks=False):
+        folders[:] = [f for f in folders if not f.startswith(".") and f != "__pycache__"]
+        into = os.path.join(destination, os.path.relpath(root, source))
+        os.makedirs(into, exist_ok=True)
+        for name in files:
+            path = os.path.join(root, name)
+            info = os.lstat(path)
+            if not stat.S_ISREG(info.st_mode) or info.st_size > budget:
+                continue
+            budget -= info.st_size
+            shutil.copyfile(path, os.path.join(into, name), follow_symlinks=False)
+
+
+def _seal(folder, uid):
+    """Read-only to its submission's user alone."""
+    for root, folders, files in os.walk(folder):
+        for name in files:
+            os.chmod(os.path.join(root, name), 0o400)
+            if uid is not None:
+                os.chown(os.path.join(root, name), uid, uid)
+        os.chmod(root, 0o500)
+        if uid is not None:
+            os.chown(root, uid, uid)

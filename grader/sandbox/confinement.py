@@ -1,0 +1,84 @@
+"""What an untrusted worker may do, and how it puts that on itself before running a submission.
+
+The grader decides (`Confinement`); the worker applies it to itself in a fixed order while it
+still holds the grader's privileges: enter the submission's container, set its limits, become
+the submission's user, then hand the rest to Landlock. After `apply` nothing the submission
+does can undo it. Where Landlock is missing, an audit hook refuses Python-level reads of the
+reference and writes outside the scratch dir: the last line, not a wall.
+"""
+
+import os
+import resource
+import signal
+import sys
+from dataclasses import dataclass
+
+from grader.sandbox import identity, landlock
+
+SYSTEM_READ = ("/usr", "/lib", "/lib32", "/lib64", "/bin", "/sbin", "/etc", "/opt", "/proc", "/sys")
+REFERENCE_BLOCKED = "the reference solutions are not available to a submission"
+
+
+@dataclass(frozen=True)
+class Confinement:
+    scratch: str  # the one folder it may write
+    read: tuple  # folders and files it may read
+    blocked: tuple  # what the audit-hook fallback refuses to read (the reference, other submissions)
+    container: object  # containers.Container
+    uid: int | None  # the submission's user, when the grader is root
+    landlock: bool
+    deny_tcp: bool  # no TCP at all (a single worker needs none; a process group needs gloo's)
+    output_limit: int
+    memory_limit: int | None
+
+
+def apply(confinement):
+    """Put `confinement` on this process, for good."""
+    confinement.container.enter()
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (confinement.output_limit, confinement.output_limit))
+    if confinement.memory_limit:
+        resource.setrlimit(resource.RLIMIT_AS, (confinement.memory_limit, confinement.memory_limit))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    if confinement.uid is not None:
+        identity.become(confinement.uid, keep_read_search=confinement.landlock)
+    if confinement.landlock:
+        landlock.restrict(read=confinement.read + SYSTEM_READ, write=(confinement.scratch,), devices=("/dev",),
+                          deny_tcp=confinement.deny_tcp)
+    else:
+        _audit_hook(confinement.blocked, confinement.scratch)
+
+
+def scratch_environment(scratch):
+    """Every cache and temporary folder a library might write to, inside the scratch dir."""
+    return {name: scratch for name in ("HOME", "TMPDIR", "HF_HOME", "HF_DATASETS_CACHE", "XDG_CACHE_HOME",
+                                       "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "MPLCONFIGDIR")}
+
+
+def _audit_hook(blocked, scratch):
+    blocked = tuple(os.path.realpath(path) + os.sep for path in blocked)
+    writable = (os.path.realpath(scratch) + os.sep, "/dev/")
+
+    def hook(event, args):
+        if event == "import" and args and isinstance(args[0], str):
+            if args[0] == "solutions" or args[0].startswith("solutions."):
+                raise ImportError(REFERENCE_BLOCKED)
+            return
+        if event not in ("open", "os.listdir", "os.scandir") or not args or not isinstance(args[0], (str, bytes, os.PathLike)):
+            return
+        real = os.path.realpath(os.fsdecode(args[0])) + os.sep
+        if real.startswith(blocked):
+            raise PermissionError(REFERENCE_BLOCKED)
+        if event == "open" and _writes(args) and not real.startswith(writable):
+            raise PermissionError(f"a submission may write only in its scratch folder, not {args[0]}")
+
+    sys.addaudithook(hook)
+
+
+def _writes(open_args):
+    """Whether an 'open' audit event (path, mode, flags) opens for writing."""
+    mode = open_args[1] if len(open_args) > 1 else None
+    flags = open_args[2] if len(open_args) > 2 else None
+    if isinstance(flags, int) and flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC):
+        return True
+    return isinstance(mode, str) and any(c in mode for c in "wax+")

@@ -1,0 +1,113 @@
+"""Landlock, the kernel's allow-list for a process and its children, in the few syscalls it takes.
+
+A worker calls `restrict(...)` on itself before the submission is imported: from then on the
+kernel lets it (and everything it starts) read only the paths granted, write only its scratch
+dir, and, from ABI 6, neither signal nor reach the abstract unix sockets of processes outside
+its own domain. The kernel also refuses it ptrace, and so `/proc/<pid>/mem`, into them.
+The PyPI `landlock` package predates ABI 6 (no scoping), hence these ~80 lines.
+"""
+
+import ctypes
+import os
+
+_CREATE_RULESET, _ADD_RULE, _RESTRICT_SELF = 444, 445, 446  # the same on every architecture
+_VERSION_FLAG = 1  # LANDLOCK_CREATE_RULESET_VERSION
+_RULE_PATH_BENEATH, _RULE_NET_PORT = 1, 2
+_PR_SET_NO_NEW_PRIVS = 38
+
+EXECUTE, WRITE_FILE, READ_FILE, READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1 << 3
+REMOVE_DIR, REMOVE_FILE, MAKE_CHAR, MAKE_DIR = 1 << 4, 1 << 5, 1 << 6, 1 << 7
+MAKE_REG, MAKE_SOCK, MAKE_FIFO, MAKE_BLOCK, MAKE_SYM = 1 << 8, 1 << 9, 1 << 10, 1 << 11, 1 << 12
+REFER, TRUNCATE, IOCTL_DEV = 1 << 13, 1 << 14, 1 << 15  # ABI 2, 3, 5
+NET_BIND_TCP, NET_CONNECT_TCP = 1 << 0, 1 << 1  # ABI 4
+SCOPE_ABSTRACT_UNIX_SOCKET, SCOPE_SIGNAL = 1 << 0, 1 << 1  # ABI 6
+
+FILE_RIGHTS = EXECUTE | WRITE_FILE | READ_FILE | TRUNCATE | IOCTL_DEV  # the rights a rule on a file may carry
+READ = EXECUTE | READ_FILE | READ_DIR
+WRITE = (READ | WRITE_FILE | REMOVE_DIR | REMOVE_FILE | MAKE_DIR | MAKE_REG | MAKE_SOCK | MAKE_FIFO | MAKE_SYM
+         | REFER | TRUNCATE)
+
+
+class LandlockError(OSError):
+    pass
+
+
+class _RulesetAttr(ctypes.Structure):
+    _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64),
+                ("scoped", ctypes.c_uint64)]
+
+
+class _PathBeneath(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.syscall.restype = ctypes.c_long
+
+
+def _call(number, *args):
+    result = _libc.syscall(number, *args)
+    if result < 0:
+        error = ctypes.get_errno()
+        raise LandlockError(error, os.strerror(error))
+    return result
+
+
+def abi_version():
+    """The kernel's Landlock ABI (0 where Landlock is missing or disabled)."""
+    try:
+        return _call(_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(_VERSION_FLAG))
+    except (LandlockError, AttributeError):
+        return 0
+
+
+def _handled_fs(abi):
+    rights = (1 << 13) - 1  # EXECUTE .. MAKE_SYM
+    if abi >= 2:
+        rights |= REFER
+    if abi >= 3:
+        rights |= TRUNCATE
+    if abi >= 5:
+        rights |= IOCTL_DEV
+    return rights
+
+
+def restrict(read=(), write=(), devices=(), deny_tcp=False):
+    """Restrict this process for good: read `read`, read and write `write` (folders or files),
+    read and write device files under `devices`; with `deny_tcp`, no TCP bind or connect.
+    Returns the ABI enforced. Paths that do not exist are skipped."""
+    abi = abi_version()
+    if abi < 1:
+        raise LandlockError(0, "Landlock is not available in this kernel")
+    handled = _handled_fs(abi)
+    attr = _RulesetAttr(handled, (NET_BIND_TCP | NET_CONNECT_TCP) if deny_tcp and abi >= 4 else 0,
+                        (SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL) if abi >= 6 else 0)
+    size = ctypes.sizeof(ctypes.c_uint64) * (3 if abi >= 6 else 2 if abi >= 4 else 1)
+    ruleset = _call(_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
+    try:
+        grants = [(path, READ) for path in read] + [(path, WRITE) for path in write]
+        grants += [(path, READ | WRITE_FILE | IOCTL_DEV) for path in devices]
+        for path, rights in grants:
+            _allow(ruleset, path, rights & handled)
+        if _libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+            raise LandlockError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
+        _call(_RESTRICT_SELF, ctypes.c_int(ruleset), ctypes.c_uint32(0))
+    finally:
+        os.close(ruleset)
+    return abi
+
+
+def _allow(ruleset, path, rights):
+    try:
+        fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        if not os.path.isdir(path):
+            rights &= FILE_RIGHTS
+        rule = _PathBeneath(rights, fd)
+        _call(_ADD_RULE, ctypes.c_int(ruleset), ctypes.c_int(_RULE_PATH_BENEATH), ctypes.byref(rule),
+              ctypes.c_uint32(0))
+    finally:
+        os.close(fd)

@@ -1,0 +1,103 @@
+"""A static scan of a submission for code that reaches for the grader's machinery.
+
+What a probe measures inside a worker shares a process with the code under test, which could
+in principle rewrite it: the kernel keeps a submission in its box, not honest inside it. So,
+as kernel-grading leaderboards do, each submission's source is read (never run) for the tools
+such tampering needs, and the lines found are flagged for a person to review. A flag changes
+no score: exercises that legitimately use one of these tools are rare, and say why.
+"""
+
+import ast
+import os
+
+from grader.status import ReviewFlag
+
+MAX_BYTES = 1_000_000  # larger files are flagged as such, not parsed
+MODULES = {
+    "gc": "walks the interpreter's objects (gc)",
+    "ctypes": "calls C directly (ctypes)",
+    "grader": "imports the grader's own modules",
+    "signal": "sends or handles signals",
+    "inspect": "inspects the caller's frames (inspect)",
+    "multiprocessing": "reaches for the worker's process machinery (multiprocessing)",
+    "_posixsubprocess": "starts processes below subprocess",
+    "pickle": "builds pickles (the reply channel's format)",
+    "importlib": "loads modules by hand (importlib)",
+    "socket": "opens sockets",
+    "builtins": "patches builtins",
+}
+CALLS = {
+    "_getframe": "reads interpreter frames (sys._getframe)",
+    "settrace": "traces the interpreter (sys.settrace)",
+    "setprofile": "profiles the interpreter (sys.setprofile)",
+    "addaudithook": "adds an audit hook",
+    "kill": "sends a signal (os.kill)",
+    "killpg": "sends a signal (os.killpg)",
+    "write": None,  # os.write: only on a file descriptor number, see below
+    "dup2": "rewires file descriptors (os.dup2)",
+    "fork": "forks the worker",
+    "__import__": "imports by name at run time (__import__)",
+}
+STRINGS = {
+    "/proc": "names /proc",
+    "solutions": "names the reference solutions",
+    "grader": "names the grader",
+    "/dev/fd": "names file descriptors",
+}
+
+
+def folder(path, exercises):
+    """Flags for the exercise files of one submission folder (the files of `exercises` only)."""
+    flags = []
+    for exercise in exercises:
+        file = os.path.join(path, exercise + ".py")
+        if os.path.isfile(file) and not os.path.islink(file):
+            flags += source(file)
+    return flags
+
+
+def source(file):
+    name = os.path.basename(file)
+    try:
+        if os.path.getsize(file) > MAX_BYTES:
+            return [ReviewFlag(name, 0, f"larger than {MAX_BYTES:,} bytes: not scanned")]
+        with open(file, "rb") as handle:
+            tree = ast.parse(handle.read(), filename=name)
+    except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
+        return []  # it fails at import anyway; nothing of it runs
+    docstrings = {id(node.value) for node in ast.walk(tree)
+                  if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)}
+    flags = []
+    for node in ast.walk(tree):
+        reason = None if id(node) in docstrings else _reason(node)
+        if reason:
+            flags.append(ReviewFlag(name, getattr(node, "lineno", 0), reason))
+    return sorted(set(flags), key=lambda flag: flag.line)
+
+
+def _reason(node):
+    if isinstance(node, ast.Import):
+        for alias in node.names:
+            root = alias.name.split(".")[0]
+            if root in MODULES:
+                return MODULES[root]
+    if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+        root = node.module.split(".")[0]
+        if root in MODULES:
+            return MODULES[root]
+        if root == "sys" and any(alias.name in CALLS for alias in node.names):
+            return CALLS[next(alias.name for alias in node.names if alias.name in CALLS)]
+    if isinstance(node, ast.Attribute) and node.attr in CALLS:
+        if node.attr == "write":
+            return None
+        return CALLS[node.attr]
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "write":
+        if isinstance(node.func.value, ast.Name) and node.func.value.id == "os":
+            return "writes to a raw file descriptor (os.write)"
+    if isinstance(node, ast.Name) and node.id == "__import__":
+        return CALLS["__import__"]
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        for needle, reason in STRINGS.items():
+            if needle in node.value:
+                return reason
+    return None

@@ -1,0 +1,311 @@
+"""The worker process: the only place where learner (or reference) code runs.
+
+A worker confines itself (an untrusted one, before the submission is imported), loads one
+exercise module from one target folder, then answers requests: run a probe (a function of a
+check file) with a Context, and send back plain observations. It never raises to its parent:
+every outcome becomes a reply, and a crash becomes end-of-file.
+
+Everything a probe measures here is within reach of the code under test, which runs in this
+same process: the grader trusts values it can compare itself, and treats the rest as the
+worker's own account (see `evidence` in the check results).
+"""
+
+import datetime
+import importlib.abc
+import importlib.util
+import os
+import signal
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+
+from grader.sandbox import confinement as confine
+from grader.sandbox.wire import InvalidResult, encode, validate
+
+MESSAGE_LIMIT = 4000  # characters of one error message (a rank's whole error, not a cut at 300)
+OUTPUT_TAIL = 2000  # characters of what the code printed, sent with every reply
+COLLECTIVES = ("all_reduce", "broadcast", "reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter",
+               "reduce_scatter_tensor", "gather", "scatter", "barrier", "send", "recv", "all_to_all")
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    preload: str
+    trusted: bool
+    rank: int
+    world_size: int
+    store: str  # the gloo FileStore of its group
+    log: str  # where its stdout and stderr go
+    scratch: str  # its current directory
+    collective_timeout: float
+    stores: str = ""  # the folder the pool puts that store in
+    confinement: object = None  # confinement.Confinement for untrusted workers
+    copy: str = ""  # the private copy of the submission it loads from
+    origin: str = ""  # the submission's own folder, shown in messages instead of the copy
+    nonce: str = ""  # echoed in the ready reply (each request brings a token of its own)
+
+
+class Context:
+    """What a probe gets: the module under test and where it runs."""
+
+    def __init__(self, module, device, rank, world_size):
+        self.module = module
+        self.device = device
+        self.rank = rank
+        self.world_size = world_size
+
+    def torch_device(self):
+        import torch
+
+        return torch.device("cuda", 0) if self.device == "cuda" else torch.device("cpu")
+
+
+class TargetImportError(Exception):
+    pass
+
+
+def main(conn, spec):
+    """Entry point of a worker process (forked from a warm fork server)."""
+    send = conn.send_bytes  # bound now: the submission cannot swap the method on this object later
+    try:
+        _isolate(spec)
+        if spec.world_size > 1:
+            _join_group(spec)
+        reply = {"status": "ready"}
+    except BaseException as error:  # noqa: BLE001 - every outcome becomes a reply
+        reply = {"status": "not_graded", "message": f"the worker could not start: {type(error).__name__}: {error}"}
+    send(encode(dict(reply, nonce=spec.nonce)))
+    counts = _count_collectives() if spec.world_size > 1 else {}
+    modules = {}  # a reference worker serves every exercise; a submission's only its own
+    while True:
+        try:
+            request = conn.recv()
+        except (EOFError, OSError):
+            os._exit(0)
+        if request is None:
+            os._exit(0)
+        _truncate_output()
+        counts.clear()
+        started = time.perf_counter()
+        try:
+            path = request["module_file"]
+            if path not in modules:
+                modules[path] = _load_target(path, request["module_name"], spec)
+            reply = _serve(modules[path], request, spec)
+        except TargetImportError as error:
+            reply = {"status": "import_error", "message": str(error)}
+        token = request.get("token")
+        reply.update(seconds=time.perf_counter() - started, output=_output_tail(), nonce=token,
+                     collectives=dict(counts))
+        try:
+            data = encode(reply)
+        except Exception as error:  # noqa: BLE001
+            data = encode({"status": "invalid", "message": f"the result could not be sent ({error})",
+                           "nonce": token})
+        try:
+            send(data)
+        except OSError:
+            os._exit(0)
+        if spec.world_size > 1 and not _group_alive():
+            os._exit(0)
+
+
+def _isolate(spec):
+    """Own process group, quiet output, its scratch dir; then, untrusted, the confinement."""
+    os.setpgid(0, 0)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    os.environ.update(OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", HF_HUB_DISABLE_PROGRESS_BARS="1",
+                      TOKENIZERS_PARALLELISM="false")
+    os.environ.update(confine.scratch_environment(spec.scratch))
+    sys.dont_write_bytecode = True
+    import tempfile
+
+    import torch
+
+    tempfile.tempdir = None  # found again from TMPDIR
+    torch.set_num_threads(1)
+    log = os.open(spec.log, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(log)
+    os.chdir(spec.scratch)
+    if spec.confinement is not None:
+        sys.meta_path.insert(0, _NoSolutions())
+        confine.apply(spec.confinement)
+    _die_with_parent()  # after any change of user, which clears it
+
+
+class _NoSolutions(importlib.abc.MetaPathFinder):
+    """`import solutions` says what it is, rather than a bare ModuleNotFoundError."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name == "solutions" or name.startswith("solutions."):
+            raise ImportError(confine.REFERENCE_BLOCKED)
+        return None
+
+
+def _die_with_parent():
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _join_group(spec):
+    import torch.distributed as dist
+
+    rank, world = spec.rank, spec.world_size
+    os.environ.update(
+        RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world),
+        MASTER_ADDR="127.0.0.1", MASTER_PORT="29400",
+    )
+    dist.init_process_group(
+        "gloo", init_method="file://" + spec.store, rank=rank, world_size=world,
+        timeout=datetime.timedelta(seconds=spec.collective_timeout),
+    )
+
+
+def _count_collectives():
+    """Count each collective this rank makes, so that one made by only some ranks can be named."""
+    import torch.distributed as dist
+
+    counts = {}
+
+    def counting(name, function):
+        def call(*args, **kwargs):
+            counts[name] = counts.get(name, 0) + 1
+            return function(*args, **kwargs)
+
+        call.__wrapped__ = function
+        return call
+
+    for name in COLLECTIVES:
+        if hasattr(dist, name):
+            setattr(dist, name, counting(name, getattr(dist, name)))
+    return counts
+
+
+def _group_alive():
+    import torch.distributed as dist
+
+    return dist.is_initialized()
+
+
+def _load_target(path, name, spec):
+    try:
+        module_spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(module_spec)
+        sys.modules[name] = module
+        module_spec.loader.exec_module(module)
+    except BaseException as error:  # noqa: BLE001 - SyntaxError, SystemExit, anything
+        raise TargetImportError(_one_line(error, path, spec, importing=True))
+    return module
+
+
+_probes = {}
+
+
+def _probe(path, name):
+    if path not in _probes:
+        module_spec = importlib.util.spec_from_file_location(f"_grader_checks_{len(_probes)}", path)
+        module = importlib.util.module_from_spec(module_spec)
+        module_spec.loader.exec_module(module)
+        _probes[path] = module
+    return getattr(_probes[path], name)
+
+
+def _serve(module, request, spec):
+    _reset_accelerate()
+    context = Context(module, request["device"], spec.rank, spec.world_size)
+    probe = _probe(request["probe_file"], request["probe_name"])
+    try:
+        value = probe(context, *request["args"])
+        validate(value)
+        return {"status": "ok", "value": value}
+    except InvalidResult as error:
+        return {"status": "invalid", "message": str(error)}
+    except BaseException as error:  # noqa: BLE001
+        return _classify(error, request["module_file"], spec)
+
+
+def _reset_accelerate():
+    """Accelerate's state is process-wide: one request's Accelerator must not leak into the next."""
+    from accelerate.state import AcceleratorState, GradientState
+
+    AcceleratorState._reset_state(True)
+    GradientState._reset_state()
+
+
+def _classify(error, module_file, spec):
+    frames = traceback.extract_tb(error.__traceback__)
+    own = [f for f in frames if os.path.realpath(f.filename) == os.path.realpath(module_file)]
+    message = _one_line(error, module_file, spec)
+    full = _shown("".join(traceback.format_exception(error)), spec)
+    if isinstance(error, NotImplementedError) and own:
+        return {"status": "not_started", "message": message, "traceback": full}
+    if isinstance(error, SystemExit):
+        return {"status": "exited", "message": f"called sys.exit({error.code!r})", "traceback": full}
+    if own:
+        return {"status": "exception", "message": message, "traceback": full}
+    return {"status": "invalid", "message": message, "traceback": full}
+
+
+def _one_line(error, module_file, spec, importing=False):
+    """The learner's own frame and the error, in one line."""
+    frames = traceback.extract_tb(error.__traceback__)
+    if isinstance(error, SyntaxError) and error.filename:
+        where = f"{os.path.basename(error.filename)}:{error.lineno}: "
+    else:
+        own = [f for f in frames if os.path.realpath(f.filename) == os.path.realpath(module_file)]
+        where = f"{os.path.basename(own[-1].filename)}:{own[-1].lineno} in {own[-1].name}: " if own else ""
+    if isinstance(error, SystemExit):
+        text = f"called sys.exit({error.code!r})" + (" while being imported" if importing else "")
+    elif _reaches_reference(error, spec):
+        text = f"{type(error).__name__}: {confine.REFERENCE_BLOCKED}"
+    else:
+        text = f"{type(error).__name__}: {error}".strip().rstrip(":")
+    text = " ".join(_shown(text, spec).split())
+    return (where + text)[:MESSAGE_LIMIT]
+
+
+def _reaches_reference(error, spec):
+    """A refused read of the reference (or the kit's solutions folder) is named as such."""
+    if confine.REFERENCE_BLOCKED in str(error):
+        return True
+    name = getattr(error, "filename", None)
+    if not isinstance(error, PermissionError) or not isinstance(name, (str, bytes)) or spec.confinement is None:
+        return False
+    real = os.path.realpath(os.fsdecode(name)) + os.sep
+    return any(real.startswith(os.path.realpath(path) + os.sep) for path in spec.confinement.blocked)
+
+
+def _shown(text, spec):
+    """Paths in the private copy shown as the submission's own."""
+    return text.replace(spec.copy, spec.origin) if spec.copy and spec.origin else text
+
+
+def _truncate_output():
+    try:
+        os.ftruncate(1, 0)
+        os.lseek(1, 0, os.SEEK_SET)
+        os.lseek(2, 0, os.SEEK_SET)
+    except OSError:
+        pass
+
+
+def _output_tail(limit=OUTPUT_TAIL):
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except Exception:  # noqa: BLE001
+        pass
+    try:
+        size = os.lseek(1, 0, os.SEEK_END)
+        start = max(0, size - limit)
+        data = os.pread(1, limit, start)
+    except OSError:
+        return ""
+    return data.decode("utf-8", "replace")

@@ -44,14 +44,16 @@ def probe_collectives_alone(ctx, seed):
 def main():
     sys.path.insert(0, ROOT)
     from grader.checks import Grade
-    from grader.session import Session, resolve_target
+    from grader.options import Options
     from grader.sandbox.forkservers import warm_up
+    from grader.session import Session
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=100)
     args = parser.parse_args()
     warm_up({"torch"})
-    session = Session([resolve_target("solutions")], ["cpu"], timeout=600)
+    session = Session(Options(targets=("solutions",), devices=("cpu",), timeout=600),
+                      probe_files=[os.path.abspath(__file__)])
     try:
         grade = Grade(session, session.targets[0], "ex05_gradient_averaging", "cpu")
         for world_size in (1, 2, 3, 4):

@@ -22,14 +22,15 @@ def check_files():
 
 
 class Session:
-    def __init__(self, options):
+    def __init__(self, options, probe_files=()):
+        """`probe_files`: where probes live besides the check files (workers may read only those)."""
         from grader.sandbox import Sandbox
 
         self.options = options
         self.targets = [resolve_target(name) for name in options.targets]
         self.devices = list(options.devices)
         self.timeout = options.timeout
-        self.sandbox = Sandbox(os.path.join(KIT_ROOT, "solutions"), readable=(GRADER_DIR, *check_files()))
+        self.sandbox = Sandbox(os.path.join(KIT_ROOT, "solutions"), readable=(GRADER_DIR, *check_files(), *probe_files))
         self.reference_cache = {}
         self.target_cache = {}
         self.current_exercise = None

@@ -170,6 +170,7 @@ class Sandbox:
         blocked = (self.reference.path, self.reference_copy, os.path.join(self.rundir, "targets"))
         confinement = confine.Confinement(
             scratch=prepared.scratch, read=(prepared.copy, self.shared) + self.readable, blocked=blocked,
+            own=(prepared.copy, prepared.scratch),
             container=prepared.container, uid=prepared.uid, landlock=self.abi >= 1,
             deny_tcp=request.world_size == 1, output_limit=OUTPUT_LIMIT,
             memory_limit=None if request.device == "cuda" else self.memory_limit)

@@ -24,6 +24,7 @@ class Confinement:
     scratch: str  # the one folder it may write
     read: tuple  # folders and files it may read
     blocked: tuple  # what the audit-hook fallback refuses to read (the reference, other submissions)
+    own: tuple  # inside `blocked` but its own: its copy and its scratch dir
     container: object  # containers.Container
     uid: int | None  # the submission's user, when the grader is root
     landlock: bool
@@ -46,7 +47,7 @@ def apply(confinement):
         landlock.restrict(read=confinement.read + SYSTEM_READ, write=(confinement.scratch,), devices=("/dev",),
                           deny_tcp=confinement.deny_tcp)
     else:
-        _audit_hook(confinement.blocked, confinement.scratch)
+        _audit_hook(confinement.blocked, confinement.own, confinement.scratch)
 
 
 def scratch_environment(scratch):
@@ -55,8 +56,9 @@ def scratch_environment(scratch):
                                        "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "MPLCONFIGDIR")}
 
 
-def _audit_hook(blocked, scratch):
+def _audit_hook(blocked, own, scratch):
     blocked = tuple(os.path.realpath(path) + os.sep for path in blocked)
+    own = tuple(os.path.realpath(path) + os.sep for path in own)
     writable = (os.path.realpath(scratch) + os.sep, "/dev/")
 
     def hook(event, args):
@@ -64,15 +66,29 @@ def _audit_hook(blocked, scratch):
             if args[0] == "solutions" or args[0].startswith("solutions."):
                 raise ImportError(REFERENCE_BLOCKED)
             return
+        if event in CHANGES:  # renames, links, removals: every path they name must be its own to change
+            for path in args[:CHANGES[event]]:
+                if isinstance(path, (str, bytes, os.PathLike)) and not _real(path).startswith(writable):
+                    raise PermissionError(f"a submission may change files only in its scratch folder, not {path}")
+            return
         if event not in ("open", "os.listdir", "os.scandir") or not args or not isinstance(args[0], (str, bytes, os.PathLike)):
             return
-        real = os.path.realpath(os.fsdecode(args[0])) + os.sep
-        if real.startswith(blocked):
+        real = _real(args[0])
+        if real.startswith(blocked) and not real.startswith(own):
             raise PermissionError(REFERENCE_BLOCKED)
         if event == "open" and _writes(args) and not real.startswith(writable):
             raise PermissionError(f"a submission may write only in its scratch folder, not {args[0]}")
 
     sys.addaudithook(hook)
+
+
+# audit events that change the file system, and how many of their first arguments are paths
+CHANGES = {"os.rename": 2, "os.link": 2, "os.symlink": 2, "os.remove": 1, "os.rmdir": 1, "os.mkdir": 1,
+           "os.truncate": 1, "os.chmod": 1, "os.chown": 1, "os.utime": 1, "shutil.rmtree": 1}
+
+
+def _real(path):
+    return os.path.realpath(os.fsdecode(path)) + os.sep
 
 
 def _writes(open_args):

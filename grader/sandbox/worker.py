@@ -67,7 +67,8 @@ class TargetImportError(Exception):
 
 def main(conn, spec):
     """Entry point of a worker process (forked from a warm fork server)."""
-    send = conn.send_bytes  # bound now: the submission cannot swap the method on this object later
+    # Bound now, before any submission runs: patching the modules' names later changes nothing here.
+    send, encode_reply = conn.send_bytes, encode
     try:
         _isolate(spec)
         if spec.world_size > 1:
@@ -75,7 +76,7 @@ def main(conn, spec):
         reply = {"status": "ready"}
     except BaseException as error:  # noqa: BLE001 - every outcome becomes a reply
         reply = {"status": "not_graded", "message": f"the worker could not start: {type(error).__name__}: {error}"}
-    send(encode(dict(reply, nonce=spec.nonce)))
+    send(encode_reply(dict(reply, nonce=spec.nonce)))
     counts = _count_collectives() if spec.world_size > 1 else {}
     modules = {}  # a reference worker serves every exercise; a submission's only its own
     while True:
@@ -99,9 +100,9 @@ def main(conn, spec):
         reply.update(seconds=time.perf_counter() - started, output=_output_tail(), nonce=token,
                      collectives=dict(counts))
         try:
-            data = encode(reply)
+            data = encode_reply(reply)
         except Exception as error:  # noqa: BLE001
-            data = encode({"status": "invalid", "message": f"the result could not be sent ({error})",
+            data = encode_reply({"status": "invalid", "message": f"the result could not be sent ({error})",
                            "nonce": token})
         try:
             send(data)
@@ -220,7 +221,10 @@ def _probe(path, name):
 def _serve(module, request, spec):
     _reset_accelerate()
     context = Context(module, request["device"], spec.rank, spec.world_size)
-    probe = _probe(request["probe_file"], request["probe_name"])
+    try:
+        probe = _probe(request["probe_file"], request["probe_name"])
+    except Exception as error:  # noqa: BLE001 - the kit's fault; the reference then fails too
+        return {"status": "invalid", "message": f"the check's probe could not be loaded: {type(error).__name__}: {error}"}
     try:
         value = probe(context, *request["args"])
         validate(value)

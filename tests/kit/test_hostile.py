@@ -59,9 +59,10 @@ IN_A_FUNCTION = {
 # Submissions that tamper with the grading machinery, on top of a wrong shard_indices.
 TAMPERING = {
     "patches_torch": "import torch\ntorch.equal = lambda *a, **k: True\ntorch.Tensor.__eq__ = lambda *a: True\n",
-    "patches_grader": ("import grader.checks, grader.observation\n"
+    "patches_grader": ("import grader.checks, grader.sandbox.wire, grader.sandbox.worker\n"
                        "grader.checks.expect_equal = lambda *a, **k: None\n"
-                       "grader.observation.validate = lambda *a, **k: None\n"),
+                       "grader.sandbox.wire.validate = lambda *a, **k: None\n"
+                       "grader.sandbox.worker.validate = lambda *a, **k: None\n"),
     "patches_hypothesis_and_pytest": ("import hypothesis, pytest\n"
                                       "hypothesis.given = lambda *a, **k: (lambda f: (lambda *x, **y: None))\n"
                                       "pytest.fail = lambda *a, **k: None\n"),
@@ -223,10 +224,12 @@ def test_a_deadlocked_collective_times_out_and_other_exercises_score_as_without_
 def test_a_submission_cannot_write_where_the_reference_keeps_its_files(tmp_path):
     vandal = hostile_indices(
         "import glob, os\n"
-        "for path in glob.glob(os.path.join(os.getcwd(), '..', 'reference', '*')):\n"
+        "shared = os.path.join(os.getcwd(), '..', '..', '..', 'shared')\n"
+        "assert os.path.isdir(shared)\n"
+        "for path in glob.glob(os.path.join(shared, '*')):\n"
         "    open(os.path.join(path, 'x'), 'w').write('x')\n"
-        "open(os.path.join(os.getcwd(), '..', 'reference', 'planted'), 'w').write('x')\n"
+        "open(os.path.join(shared, 'planted'), 'w').write('x')\n"
         "return []")
     results = grade_submissions(tmp_path, EX, {"vandal": vandal}, profile="fast")
     message = failed_checks(results["vandal"])[INDICES]
-    assert "read-only to a submission" in message
+    assert "PermissionError" in message or "scratch folder" in message, message

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from grader.checks import expect_close, expect_equal, expect_type
-from grader.observation import InvalidResult, decode, encode
+from grader.sandbox.wire import InvalidResult, decode, encode
 from grader.outcomes import CheckFailed
 
 
@@ -61,3 +61,33 @@ def test_exact_type_refuses_subclasses():
     expect_type([1], list, "x")
     with pytest.raises(CheckFailed):
         expect_type(AlwaysEqual([1]), list, "x")
+
+
+def test_a_reply_whose_containers_are_shared_is_refused_at_once():
+    value = [1, 2]
+    for _ in range(60):  # 2**60 items once unfolded, a few hundred bytes on the wire
+        value = [value, value]
+    data = encode(value)
+    assert len(data) < 10_000
+    with pytest.raises(InvalidResult, match="appears twice"):
+        decode(data)
+
+
+def test_empty_containers_may_repeat():
+    assert decode(encode([(), (), [], {}])) == [(), (), [], {}]
+
+
+def test_a_reply_with_too_many_items_is_refused(monkeypatch):
+    from grader.sandbox import wire
+
+    monkeypatch.setattr(wire, "MAX_ITEMS", 1000)
+    with pytest.raises(InvalidResult, match="more than 1,000 items"):
+        decode(encode(list(range(2000))))
+
+
+def test_a_reply_over_the_size_limit_is_refused_unread(monkeypatch):
+    from grader.sandbox import wire
+
+    monkeypatch.setattr(wire, "MAX_REPLY_BYTES", 1000)
+    with pytest.raises(InvalidResult, match="larger than"):
+        decode(encode("x" * 5000))

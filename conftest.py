@@ -1,1 +1,1 @@
-pytest_plugins = ["grader.pytest_plugin"]
+pytest_plugins = ["grader.grading.pytest_plugin"]

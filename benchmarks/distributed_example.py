@@ -44,9 +44,9 @@ def probe_collectives_alone(ctx, seed):
 def main():
     sys.path.insert(0, ROOT)
     from grader.checks import Grade
-    from grader.options import Options
+    from grader.grading.options import Options
     from grader.sandbox.forkservers import warm_up
-    from grader.session import Session
+    from grader.grading.session import Session
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=100)

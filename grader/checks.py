@@ -12,10 +12,10 @@ import time
 import torch
 
 from grader import catalog
-from grader.outcomes import CheckFailed, Verdict
+from grader.grading.outcomes import CheckFailed, Verdict
 from grader.sandbox import Request, WorkerFailure
 from grader.sandbox.wire import describe
-from grader.status import Status, most_telling
+from grader.grading.status import Status, most_telling
 
 
 class Grade:

@@ -11,9 +11,11 @@ import os
 import random
 import sys
 
-from grader import catalog, report, state
-from grader.options import Options, default_profile
-from grader.status import Status
+from grader import catalog
+from grader.grading import report
+from grader.learner import state
+from grader.grading.options import Options, default_profile
+from grader.grading.status import Status
 from grader.sandbox import forkservers
 
 
@@ -89,9 +91,9 @@ def command_names():
 
 def dispatch(name, argv):
     if name == "demo":
-        from grader.demo import main as command
+        from grader.learner.demo import main as command
     else:
-        from grader.commands import COMMANDS
+        from grader.learner.commands import COMMANDS
 
         command = COMMANDS[name]
     try:
@@ -113,7 +115,7 @@ def parse_exercises(names):
 
 
 def parse_targets(args):
-    from grader.session import resolve_target
+    from grader.grading.session import resolve_target
 
     names = list(args.target or [])
     if args.submissions:
@@ -167,7 +169,7 @@ def run(args):
                       profile=args.profile or default_profile(), details=args.verbose,
                       require_sandbox=args.require_sandbox)
 
-    from grader import runner
+    from grader.grading import runner
 
     progress = None if args.quiet else Progress()
     results = runner.run(options, exercises, progress and progress.record)

@@ -5,7 +5,7 @@ import torch
 
 from grader.checks import expect_close, expect_equal, expect_type
 from grader.sandbox.wire import InvalidResult, decode, encode
-from grader.outcomes import CheckFailed
+from grader.grading.outcomes import CheckFailed
 
 
 class AlwaysEqual(list):

@@ -3,7 +3,7 @@
 The launcher checks that the exercises the demo runs on are solved, builds everything
 offline (a tiny DistilBERT-style checkpoint, a WordPiece tokenizer and a small sentiment
 dataset, all generated here), then starts N ranks with torchrun. Each rank runs
-grader.demo_rank with the learner's sharding, parameter sync and data-parallel step.
+grader.learner.demo_rank with the learner's sharding, parameter sync and data-parallel step.
 """
 
 import argparse
@@ -14,7 +14,7 @@ import subprocess
 import sys
 import tempfile
 
-from grader.session import resolve_target
+from grader.grading.session import resolve_target
 
 NEEDS = {"ex07": ["ex04_sharding", "ex06_parameter_sync", "ex07_data_parallel_step"]}
 POSITIVE = "good great fine happy nice lovely bright warm calm kind sweet clean".split()
@@ -45,7 +45,7 @@ def main(argv):
         print(f"building a tiny classifier, tokenizer and dataset offline in {assets}", flush=True)
         build_assets(assets)
         command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={args.nproc}",
-                   "--module", "grader.demo_rank", "--assets", assets, "--target", target.path,
+                   "--module", "grader.learner.demo_rank", "--assets", assets, "--target", target.path,
                    "--steps", str(args.steps)]
         env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", HF_HUB_DISABLE_PROGRESS_BARS="1",
                    TOKENIZERS_PARALLELISM="false", PYTHONUNBUFFERED="1")

@@ -1,4 +1,4 @@
-"""The learner's commands beside grading: list, hint, watch (and demo, in grader.demo)."""
+"""The learner's commands beside grading: list, hint, watch (and demo, in grader.learner.demo)."""
 
 import argparse
 import os
@@ -6,8 +6,9 @@ import subprocess
 import sys
 import time
 
-from grader import catalog, state
-from grader.session import KIT_ROOT
+from grader import catalog
+from grader.learner import state
+from grader import KIT_ROOT
 
 
 def list_exercises(argv):

@@ -8,7 +8,7 @@ import json
 import os
 import time
 
-from grader.session import KIT_ROOT
+from grader import KIT_ROOT
 
 PATH = os.environ.get("GRADER_STATE") or os.path.join(KIT_ROOT, ".grader-state.json")
 

@@ -3,11 +3,8 @@
 import glob
 import os
 
-from grader import catalog
+from grader import GRADER_DIR, KIT_ROOT, catalog
 from grader.sandbox import Target
-
-KIT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-GRADER_DIR = os.path.join(KIT_ROOT, "grader")
 
 
 def resolve_target(name):

@@ -11,7 +11,7 @@ import json
 import os
 import tempfile
 
-from grader.status import Status
+from grader.grading.status import Status
 
 REPEATING = (Status.NOT_STARTED, Status.MISSING, Status.IMPORT_ERROR, Status.USES_REFERENCE)
 

@@ -6,7 +6,7 @@ Hypothesis shrinks it to the smallest input. A `Verdict` is final for the whole 
 Hypothesis stops at once instead of re-running a hang or a crash while shrinking.
 """
 
-from grader.status import Status
+from grader.grading.status import Status
 
 
 class CheckFailed(AssertionError):

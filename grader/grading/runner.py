@@ -12,10 +12,10 @@ import time
 
 import pytest
 
-from grader.pytest_plugin import OptionsCarrier
+from grader.grading.pytest_plugin import OptionsCarrier
 from grader.sandbox import scan
-from grader.session import KIT_ROOT
-from grader.status import CheckResult, ExerciseResult, Status, TargetResult, most_telling
+from grader import KIT_ROOT
+from grader.grading.status import CheckResult, ExerciseResult, Status, TargetResult, most_telling
 
 
 class Collector:
@@ -72,7 +72,7 @@ def run(options, exercises, progress=None):
     if code in (pytest.ExitCode.INTERNAL_ERROR, pytest.ExitCode.USAGE_ERROR):
         raise RuntimeError(f"the checks could not run (pytest exit status {int(code)}); rerun with --verbose")
     elapsed = time.monotonic() - started
-    from grader.session import resolve_target
+    from grader.grading.session import resolve_target
 
     results = [score(label, exercises, collector.records, elapsed / max(1, len(options.targets)),
                      review=scan.folder(resolve_target(label).path, [e.id for e in exercises]))

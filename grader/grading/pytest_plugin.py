@@ -17,12 +17,12 @@ PHASES = [Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrin
 from grader import catalog
 from grader.checks import Grade
 from grader.devices import NoSuchDevice, select as select_devices
-from grader.options import Options
-from grader.status import Status
-from grader.outcomes import CheckFailed, Verdict
+from grader.grading.options import Options
+from grader.grading.status import Status
+from grader.grading.outcomes import CheckFailed, Verdict
 from grader.sandbox import missing as missing_layers
 from grader.sandbox.forkservers import depth
-from grader.session import Session, exercise_of, resolve_target
+from grader.grading.session import Session, exercise_of, resolve_target
 
 settings.register_profile(
     "fast", max_examples=8, deadline=None, database=None, print_blob=False, report_multiple_bugs=False, phases=PHASES,

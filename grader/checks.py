@@ -31,7 +31,8 @@ class Grade:
         self.target = target
         self.exercise = exercise
         self.device = device
-        self.deadline = time.monotonic() + session.timeout
+        self.budget_left = session.budget_left(target)
+        self.deadline = time.monotonic() + min(session.timeout, max(0.0, self.budget_left))
 
     def __repr__(self):
         return f"<{self.exercise} on {self.device}>"
@@ -74,6 +75,9 @@ class Grade:
         cache = self.session.reference_cache if trusted else self.session.target_cache
         if key in cache:
             return key, None, trusted
+        if not trusted and self.budget_left <= 0:
+            raise Verdict(Status.TIMED_OUT, f"the submission's time budget ({self.session.options.budget:g} s, "
+                                            "--budget) ran out before this check")
         request = Request(target=self.target, exercise=self.exercise, preload=catalog.find(self.exercise).preload,
                           probe_file=os.path.abspath(probe.__code__.co_filename), probe_name=probe.__name__,
                           args=args, device=self.device, world_size=world_size, trusted=trusted,

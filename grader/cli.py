@@ -49,11 +49,25 @@ def build_parser():
     parser.add_argument("--csv", metavar="PATH", help="write one summary row per target as CSV")
     parser.add_argument("--fail-under", type=float, default=None, metavar="N",
                         help="exit 1 when a target scores below N points")
+    parser.add_argument("--jobs", type=count, default=1, metavar="N",
+                        help="grade N submissions at once, each part in a grader process of its own")
+    parser.add_argument("--budget", type=positive, default=None, metavar="SECONDS",
+                        help="the longest all the checks of one submission may take together")
     parser.add_argument("--require-sandbox", action="store_true",
                         help="refuse to grade where the kernel lacks a layer of the sandbox (for instructors)")
     parser.add_argument("-q", "--quiet", action="store_true", help="print only the report")
     parser.add_argument("-v", "--verbose", action="store_true", help="full messages and tracebacks")
     return parser
+
+
+def count(text):
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}")
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1: {text!r}")
+    return value
 
 
 def positive(text):
@@ -114,32 +128,45 @@ def parse_exercises(names):
     return chosen or list(catalog.EXERCISES)
 
 
-def parse_targets(args):
-    from grader.grading.session import resolve_target
-
+def parse_targets(args, exercises, staged):
+    """Stage every target named; a batch's malformed folders are graded as rows with their reason."""
+    ids = [e.id for e in catalog.EXERCISES]
     names = list(args.target or [])
+    batch = []
     if args.submissions:
         if not os.path.isdir(args.submissions):
             raise UsageError(f"--submissions {args.submissions}: no such folder")
-        names += sorted(os.path.join(args.submissions, d) for d in os.listdir(args.submissions)
-                        if os.path.isdir(os.path.join(args.submissions, d)) and not d.startswith("."))
-        if not names:
+        batch = sorted(d for d in os.listdir(args.submissions)
+                       if os.path.isdir(os.path.join(args.submissions, d)) and not d.startswith("."))
+        if not batch:
             raise UsageError(f"--submissions {args.submissions}: holds no submission folders")
-    names = names or ["exercises"]
-    for name in names:
-        target = resolve_target(name)
-        if target is None:
-            raise UsageError(f"--target {name}: no such folder")
-        if not any(f.startswith("ex") and f.endswith(".py") for f in os.listdir(target.path)):
-            raise UsageError(f"--target {name}: holds no exNN_*.py exercise files")
+    names = names or ([] if batch else ["exercises"])
     if len(set(names)) != len(names):
         raise UsageError("the same --target is named twice")
-    return names
+    for name in names:
+        if name not in ("exercises", "solutions") and not os.path.isdir(name):
+            raise UsageError(f"--target {name}: no such folder")
+        submission = staged.add(name, ids)
+        if submission.problem:
+            raise UsageError(f"--target {name}: {submission.problem}")
+    for folder in batch:
+        staged.add(os.path.join(args.submissions, folder), ids, label=folder)
+    return staged.targets
 
 
 def run(args):
+    from grader.grading.batch import Staged
+
+    staged = Staged()
+    try:
+        return grade(args, staged)
+    finally:
+        staged.close()
+
+
+def grade(args, staged):
     exercises = parse_exercises(args.exercises)
-    targets = parse_targets(args)
+    targets = parse_targets(args, exercises, staged)
     for option in ("json", "gradescope", "csv"):
         path = getattr(args, option)
         problem = path and report.check_writable(path)
@@ -155,26 +182,32 @@ def run(args):
             raise UsageError("--require-sandbox: missing " + "; ".join(f"{l.name} ({l.detail})" for l in missing))
     from grader import devices
 
-    if args.device != "cuda":  # cuda may be a usage error: then no fork server should have started
+    parallel = args.jobs > 1 and len(targets) > 1
+    if args.device != "cuda" and not parallel:  # cuda may be a usage error: then no fork server may start
         forkservers.warm_up({e.preload for e in exercises})  # their imports run beside this process's own
     try:
         chosen = devices.select(args.device)  # the one probe of CUDA in the run
     except devices.NoSuchDevice as error:
         raise UsageError(str(error))
-    if args.device == "cuda":
+    if args.device == "cuda" and not parallel:
         forkservers.warm_up({e.preload for e in exercises})
     gc.disable()  # while torch, pytest and the checks are imported (0.3 s); the plugin turns it back on
     options = Options(targets=tuple(targets), devices=tuple(chosen), timeout=args.timeout,
                       seed=args.seed if args.seed is not None else random.randrange(2**31),
                       profile=args.profile or default_profile(), details=args.verbose,
-                      require_sandbox=args.require_sandbox)
+                      require_sandbox=args.require_sandbox, budget=args.budget)
+    if parallel:
+        from grader.grading.batch import run_in_parallel
 
-    from grader.grading import runner
+        results = run_in_parallel(targets, min(args.jobs, len(targets)), part_arguments(args, exercises, options))
+    else:
+        from grader.grading import runner
 
-    progress = None if args.quiet else Progress()
-    results = runner.run(options, exercises, progress and progress.record)
-    if progress:
-        progress.done()
+        progress = None if args.quiet else Progress()
+        results = runner.run(options, exercises, progress and progress.record)
+        if progress:
+            progress.done()
+    staged.annotate(results)
     for result in results:
         if result.target == "exercises":
             state.remember_grade(result)
@@ -201,6 +234,17 @@ def run(args):
     if args.fail_under is not None and any(r.score < args.fail_under for r in results):
         return 1
     return 0
+
+
+def part_arguments(args, exercises, options):
+    """The command line of one part of a batch graded by --jobs: everything but the targets."""
+    arguments = [e.id for e in exercises] + ["--device", args.device, "--timeout", str(args.timeout),
+                                             "--seed", str(options.seed), "--profile", options.profile]
+    if args.budget is not None:
+        arguments += ["--budget", str(args.budget)]
+    if args.require_sandbox:
+        arguments.append("--require-sandbox")
+    return arguments
 
 
 def argv_is_ours():

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Options:
-    targets: tuple = ("exercises",)  # labels: exercises, solutions or folders
+    targets: tuple = ()  # sandbox.Target records: what to grade, each with the label reports use
+    budget: float | None = None  # seconds all the checks of one submission may take together
     devices: tuple = ("cpu",)  # resolved: cuda only where a GPU answered
     timeout: float = 60.0  # seconds one check may run
     seed: int | None = None

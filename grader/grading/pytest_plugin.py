@@ -8,6 +8,7 @@ line).
 
 import gc
 import os
+import time
 
 import pytest
 from hypothesis import HealthCheck, Phase, settings
@@ -65,14 +66,15 @@ def pytest_configure(config):
 
 
 def _options_from_command_line(config):
-    for name in config.option.target or ["exercises"]:
-        if resolve_target(name) is None:
+    targets = [resolve_target(name) for name in config.option.target or ["exercises"]]
+    for name, target in zip(config.option.target or ["exercises"], targets):
+        if target is None:
             raise pytest.UsageError(f"--target {name}: no such folder")
     try:
         devices = select_devices(config.option.device)
     except NoSuchDevice as error:
         raise pytest.UsageError(str(error))
-    return Options(targets=tuple(config.option.target or ["exercises"]), devices=tuple(devices),
+    return Options(targets=tuple(targets), devices=tuple(devices),
                    timeout=config.option.check_timeout, details=config.option.details,
                    require_sandbox=config.option.require_sandbox)
 
@@ -161,8 +163,10 @@ def grade(request):
     exercise = exercise_of(request.node.path)
     if exercise is None:
         raise pytest.UsageError(f"{request.node.path.name} is not the check file of a catalog exercise")
-    session.enter_exercise(exercise)
-    return Grade(session, target, exercise, device)
+    session.enter(target, exercise)
+    started = time.monotonic()
+    yield Grade(session, target, exercise, device)
+    session.spent[target.path] = session.spent.get(target.path, 0.0) + time.monotonic() - started
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -174,6 +178,7 @@ def pytest_runtest_makereport(item, call):
     if callspec is not None and "grade" in callspec.params:
         target, device = callspec.params["grade"]
         report.grader_case = (target.label, exercise_of(item.path), item.originalname, device)
+        report.grader_title = ((item.function.__doc__ or "").strip().splitlines() or [""])[0]
         marker = item.get_closest_marker("measured_in_worker")
         report.grader_evidence = f"measured inside the worker: {marker.args[0]}" if marker else "compared in the grader"
     if call.excinfo is None or report.when != "call":

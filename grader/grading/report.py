@@ -32,6 +32,9 @@ def terminal(result, verbose=False):
     lines.append(f"{'total':<{width}}  {result.score:g} / {result.max_score:g}".rstrip())
     if result.not_graded:
         lines.append(f"not graded (the grader's own failure, not yours): {', '.join(result.not_graded)}")
+    if result.problem:
+        lines.append(f"nothing to grade: {result.problem}")
+    lines += [printable(note) for note in result.notes if _telling(note)]
     failures = [(row, check) for row in result.exercises for check in row.checks if check.status is not Status.PASSED]
     shown = [(row, check) for row, check in failures if verbose or not _repeats(row, check)]
     if shown:
@@ -45,6 +48,12 @@ def terminal(result, verbose=False):
         lines.append("flagged for review (the code reaches for the grader's machinery; no points change):")
         lines += [f"    {printable(str(flag))}" for flag in result.review]
     return "\n".join(lines)
+
+
+def _telling(note):
+    """A note worth a line: a file graded under another name, or one ignored."""
+    words = note.split()
+    return not (len(words) == 4 and words[0] == "graded" and words[1] == words[3] + ".py")
 
 
 def sandbox_footer(layers):
@@ -95,9 +104,10 @@ def summary_csv(results):
     buffer = io.StringIO()
     writer = csv.writer(buffer)
     ids = [row.id for row in results[0].exercises] if results else []
-    writer.writerow(["target", "score", "max_score", "not_graded", "review"] + ids)
+    writer.writerow(["target", "score", "max_score", "seconds", "not_graded", "review", "problem"] + ids)
     for result in results:
-        writer.writerow([result.target, result.score, result.max_score, " ".join(result.not_graded), len(result.review)]
+        writer.writerow([result.target, result.score, result.max_score, result.execution_time,
+                         " ".join(result.not_graded), len(result.review), result.problem]
                         + [row.score if row.graded else "" for row in result.exercises])
     return buffer.getvalue()
 

@@ -8,7 +8,6 @@ catalog.
 import contextlib
 import os
 import sys
-import time
 
 import pytest
 
@@ -45,7 +44,8 @@ class Collector:
             status = getattr(report, "grader_status", Status.FAILED)
             message = getattr(report, "grader_message", report.longreprtext.strip())
         record = CheckResult(target, exercise, check, device, status, message, round(report.duration, 3),
-                             getattr(report, "grader_evidence", "compared in the grader"))
+                             getattr(report, "grader_evidence", "compared in the grader"),
+                             getattr(report, "grader_title", ""))
         self.records.append(record)
         if self.progress:
             self.progress(record)
@@ -64,19 +64,14 @@ def run(options, exercises, progress=None):
         "-p", "no:unraisableexception", "--assert=plain", "--import-mode=importlib",
         f"--hypothesis-seed={options.seed}", f"--hypothesis-profile={options.profile}",
     ]
-    started = time.monotonic()
     with _quiet_stdout(options.details), _only_hypothesis_plugin():
         code = pytest.main(args, plugins=[collector, OptionsCarrier(options)])
     if code == pytest.ExitCode.INTERRUPTED:
         raise KeyboardInterrupt
     if code in (pytest.ExitCode.INTERNAL_ERROR, pytest.ExitCode.USAGE_ERROR):
         raise RuntimeError(f"the checks could not run (pytest exit status {int(code)}); rerun with --verbose")
-    elapsed = time.monotonic() - started
-    from grader.grading.session import resolve_target
-
-    results = [score(label, exercises, collector.records, elapsed / max(1, len(options.targets)),
-                     review=scan.folder(resolve_target(label).path, [e.id for e in exercises]))
-               for label in options.targets]
+    results = [score(target.label, exercises, collector.records, review=scan.folder(target.path, [e.id for e in exercises]))
+               for target in options.targets]
     for result in results:
         result.sandbox, result.seed, result.profile = collector.layers, options.seed, options.profile
     return results
@@ -114,7 +109,7 @@ class _quiet_stdout:
             sys.stdout = self.saved
 
 
-def score(target, exercises, records, seconds, review=()):
+def score(target, exercises, records, review=()):
     """Points from the catalog, split evenly over an exercise's checks (on every device)."""
     rows = []
     for exercise in exercises:
@@ -124,6 +119,7 @@ def score(target, exercises, records, seconds, review=()):
         points = round(exercise.points * passed / len(checks), 2) if checks and status is not Status.NOT_GRADED else 0.0
         rows.append(ExerciseResult(exercise.id, exercise.title, exercise.chapter, points, exercise.points, status,
                                    checks))
+    seconds = sum(check.seconds for row in rows for check in row.checks)
     return TargetResult(target, rows, round(seconds, 2), review=list(review))
 
 

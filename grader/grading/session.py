@@ -24,20 +24,31 @@ class Session:
         from grader.sandbox import Sandbox
 
         self.options = options
-        self.targets = [resolve_target(name) for name in options.targets]
+        self.targets = list(options.targets)
+        self.spent = {}  # seconds each target's checks took so far (its budget's account)
         self.devices = list(options.devices)
         self.timeout = options.timeout
         self.sandbox = Sandbox(os.path.join(KIT_ROOT, "solutions"), readable=(GRADER_DIR, *check_files(), *probe_files))
         self.reference_cache = {}
         self.target_cache = {}
         self.current_exercise = None
+        self.current_target = None
 
-    def enter_exercise(self, exercise):
-        """The submissions' workers of the exercise before are no longer needed: free them."""
+    def enter(self, target, exercise):
+        """Free what the checks before no longer need: the workers of the exercise before, and
+        within an exercise those of the submission before (a batch's memory stays flat)."""
         if exercise != self.current_exercise:
-            self.sandbox.end_exercise()
+            self.sandbox.end_exercise(next_preload=catalog.find(exercise).preload)
             self.target_cache.clear()
             self.current_exercise = exercise
+        elif target != self.current_target:
+            self.sandbox.release(self.current_target)
+        self.current_target = target
+
+    def budget_left(self, target):
+        if self.options.budget is None:
+            return float("inf")
+        return self.options.budget - self.spent.get(target.path, 0.0)
 
     def close(self):
         self.sandbox.close()

@@ -41,6 +41,11 @@ class Status(enum.Enum):
         return self.value[2]
 
     @classmethod
+    def from_label(cls, label):
+        """The status a report's label names (the first of those that share it)."""
+        return next(status for status in cls if status.label == label)
+
+    @classmethod
     def parse(cls, name):
         """A Status from its name ('not_started') or itself; InvalidStatus for anything else."""
         if isinstance(name, cls):
@@ -101,6 +106,11 @@ class ReviewFlag:
     def __str__(self):
         return f"{self.file}:{self.line}: {self.reason}"
 
+    @classmethod
+    def parse(cls, text):
+        file, line, reason = text.split(":", 2)
+        return cls(file, int(line), reason.strip())
+
 
 @dataclass
 class CheckResult:
@@ -112,10 +122,17 @@ class CheckResult:
     message: str = ""
     seconds: float = 0.0
     evidence: str = "compared in the grader"  # or what the worker measured about itself
+    title: str = ""  # what the check proves, in words (its docstring's first line)
 
     def as_dict(self):
-        return {"name": self.check, "device": self.device, "status": self.status.label, "message": self.message,
-                "seconds": self.seconds, "evidence": self.evidence}
+        return {"name": self.check, "title": self.title or self.check, "device": self.device,
+                "status": self.status.label, "message": self.message, "seconds": self.seconds,
+                "evidence": self.evidence}
+
+    @classmethod
+    def from_dict(cls, data, target, exercise):
+        return cls(target, exercise, data["name"], data["device"], Status.from_label(data["status"]),
+                   data["message"], data["seconds"], data["evidence"], data.get("title", ""))
 
 
 @dataclass
@@ -150,6 +167,12 @@ class ExerciseResult:
                 "passed": self.passed, "total": self.total, "devices": self.devices,
                 "checks": [check.as_dict() for check in self.checks]}
 
+    @classmethod
+    def from_dict(cls, data, target):
+        checks = [CheckResult.from_dict(check, target, data["id"]) for check in data["checks"]]
+        return cls(data["id"], data["title"], data["chapter"], data["score"], data["max_score"],
+                   Status.from_label(data["status"]), checks)
+
 
 @dataclass
 class TargetResult:
@@ -160,6 +183,8 @@ class TargetResult:
     profile: str = ""
     sandbox: list = field(default_factory=list)  # [Layer]
     review: list = field(default_factory=list)  # [ReviewFlag]
+    notes: list = field(default_factory=list)  # which file was graded for which exercise
+    problem: str = ""  # why nothing of the submission could be graded
 
     @property
     def score(self):
@@ -181,5 +206,14 @@ class TargetResult:
         return {"target": self.target, "score": self.score, "max_score": self.max_score, "devices": self.devices,
                 "execution_time": self.execution_time, "seed": self.seed, "profile": self.profile,
                 "not_graded": self.not_graded, "sandbox": [layer.as_dict() for layer in self.sandbox],
-                "review": [str(flag) for flag in self.review],
+                "review": [str(flag) for flag in self.review], "notes": list(self.notes), "problem": self.problem,
                 "exercises": [e.as_dict() for e in self.exercises]}
+
+    @classmethod
+    def from_dict(cls, data):
+        """A result read back from a report (a batch's parts graded by other processes)."""
+        exercises = [ExerciseResult.from_dict(row, data["target"]) for row in data["exercises"]]
+        layers = [Layer(**layer) for layer in data["sandbox"]]
+        review = [ReviewFlag.parse(text) for text in data["review"]]
+        return cls(data["target"], exercises, data["execution_time"], data["seed"], data["profile"], layers, review,
+                   data["notes"], data["problem"])

@@ -37,6 +37,7 @@ MEMORY_LIMIT = 12 * 2**30  # address space of one untrusted CPU worker
 COPY_LIMIT = 64 * 2**20  # bytes of a submission folder copied for grading
 REFERENCE_ALLOWANCE = 300.0  # seconds; the reference is trusted, its limit only guards the kit
 START_ALLOWANCE = 60.0  # seconds a worker (or a group) may take to start
+MAX_WORKERS = 12  # live workers at once: with the grader and its fork servers, within 768 MB
 REQUIRED = ("landlock", "container")  # what --require-sandbox insists on
 
 __all__ = ["Request", "Sandbox", "Target", "WorkerFailure", "Status"]
@@ -84,7 +85,7 @@ class Call:
 
 
 class Sandbox:
-    def __init__(self, reference, readable, memory_limit=MEMORY_LIMIT):
+    def __init__(self, reference, readable, memory_limit=MEMORY_LIMIT, max_workers=MAX_WORKERS):
         """`reference`: the folder of reference solutions; `readable`: what every worker must read
         besides the interpreter (the grader package, the check files)."""
         adopt_orphans()
@@ -106,7 +107,7 @@ class Sandbox:
         os.chmod(self.reference_copy, 0o700)
         self.readable = tuple(readable) + _interpreter_paths()
         self.prepared = {}
-        self.pools = Pools(self.logs)
+        self.pools = Pools(self.logs, max_workers)
 
     def _folder(self, name, mode):
         path = os.path.join(self.rundir, name)
@@ -196,12 +197,22 @@ class Sandbox:
 
     # --- lifetimes ----------------------------------------------------------------------
 
-    def end_exercise(self):
-        """Free the submissions' workers (the reference's serve every exercise) and kill whatever
-        the submissions started meanwhile."""
-        self.pools.close(keep=lambda key: key[0] == "reference")
+    def end_exercise(self, next_preload=None):
+        """Free the submissions' workers and kill whatever the submissions started meanwhile.
+
+        The reference's workers serve every exercise of their preload, so those of the next
+        exercise's preload stay (exercises are graded grouped by preload)."""
+        self.pools.close(keep=lambda key: key[0] == "reference" and key[1] == next_preload)
         for prepared in self.prepared.values():
             prepared.container.kill()
+
+    def release(self, target):
+        """Free one submission's workers and kill whatever it started (it is done for now)."""
+        if target is None:
+            return
+        self.pools.close(keep=lambda key: not (key[0] == "target" and key[1] == target.path))
+        if target.path in self.prepared:
+            self.prepared[target.path].container.kill()
 
     def close(self):
         self.pools.close()

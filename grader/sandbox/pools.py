@@ -37,6 +37,7 @@ class Ranks:
         self.start_deadline = None
         self.nonce = secrets.token_hex(16)
         self.token = None
+        self.busy = False  # a request sent, its replies not read yet
 
     @property
     def alive(self):
@@ -77,6 +78,7 @@ class Ranks:
     def send(self, request):
         self.token = secrets.token_hex(16)  # echoed by the worker's own loop: a forged reply lacks it
         request = dict(request, token=self.token)
+        self.busy = True
         for connection in self.connections:
             try:
                 connection.send(request)
@@ -85,8 +87,11 @@ class Ranks:
 
     def receive(self, deadline):
         """One reply per rank; a missing rank is reported as crashed or timed out."""
-        self.wait_ready()
-        return self._collect(deadline)
+        try:
+            self.wait_ready()
+            return self._collect(deadline)
+        finally:
+            self.busy = False
 
     def _collect(self, deadline, starting=False):
         replies = [None] * self.world_size
@@ -193,19 +198,28 @@ class WorkerFailure(Exception):
 
 
 class Pools:
-    """The live workers of one grading session, by key (see Sandbox.pool_key)."""
+    """The live workers of one grading session, by key (see Sandbox.pool_key).
 
-    def __init__(self, logdir):
+    At most `max_workers` workers live at once (each costs 25-50 MB that fork cannot share):
+    starting a pool beyond that stops the pools used least recently, among those not in the
+    middle of a call.
+    """
+
+    def __init__(self, logdir, max_workers=None):
         self.logdir = logdir
-        self.ranks = {}
+        self.max_workers = max_workers
+        self.ranks = {}  # in order of last use
         self.stopped = []
 
     def get(self, key, spec, world_size, start_timeout):
-        ranks = self.ranks.get(key)
+        ranks = self.ranks.pop(key, None)
         if ranks is not None and not ranks.alive:
             ranks.kill()
             ranks = None
-        if ranks is None:
+        if ranks is not None:
+            self.ranks[key] = ranks  # now the most recently used
+        else:
+            self._make_room(world_size)
             ranks = Ranks(spec, world_size, self.logdir)
             self.ranks[key] = ranks
             try:
@@ -214,6 +228,17 @@ class Pools:
                 del self.ranks[key]
                 raise
         return ranks
+
+    def _make_room(self, needed):
+        if self.max_workers is None:
+            return
+        for key in list(self.ranks):
+            if sum(r.world_size for r in self.ranks.values()) + needed <= self.max_workers:
+                break
+            if not self.ranks[key].busy:
+                ranks = self.ranks.pop(key)
+                ranks.stop()
+                self.stopped.append(ranks)
 
     def discard(self, key):
         ranks = self.ranks.pop(key, None)

@@ -13,6 +13,7 @@ import torch
 
 from grader import catalog
 from grader.grading.outcomes import CheckFailed, Verdict
+from grader.homework.recordings import RECORDED_ONLY, RUN
 from grader.sandbox import Request, WorkerFailure
 from grader.sandbox.wire import describe
 from grader.grading.status import Status, most_telling
@@ -51,14 +52,14 @@ class Grade:
             self._finish(reference)  # keep the reference's workers in step
             raise
         try:
-            expected = self._reference_value(self._finish(reference))
+            expected = self._reference_value(reference)
         finally:
             self._finish(target)
         return expected, self._target_value(probe, args, world_size)
 
     def reference(self, probe, *args, world_size=1):
         """The reference's observation (cached: shrinking and other targets reuse it)."""
-        return self._reference_value(self._finish(self._start(probe, args, world_size, trusted=True)))
+        return self._reference_value(self._start(probe, args, world_size, trusted=True))
 
     def run(self, probe, *args, world_size=1):
         """The target's observation; its failures become CheckFailed or a Verdict."""
@@ -99,11 +100,26 @@ class Grade:
                 raise Verdict(error.status, str(error))
         return cache[key]
 
-    def _reference_value(self, replies):
+    def _reference_value(self, started):
+        replies = self._finish(started)
+        recordings = self.session.recordings
         bad = [reply for reply in replies if not reply.ok]
+        if bad and recordings is not None and RECORDED_ONLY in bad[0].message:
+            try:
+                return recordings.lookup(self._portable(started[0]), self.session.sandbox.rundir)
+            except KeyError:
+                raise Verdict(Status.NOT_GRADED, "this input was not recorded when the release was made "
+                                                 "(the release grades with its recorded seed and profile)")
         if bad:
             raise Verdict(Status.NOT_GRADED, bad[0].message, bad[0].traceback)
-        return _unwrap(replies)
+        value = _unwrap(replies)
+        if recordings is not None:
+            recordings.record(self._portable(started[0]), value, self.session.sandbox.rundir)
+        return value
+
+    def _portable(self, key):
+        """The key without this run's scratch folder (a checkpoint's path differs from run to run)."""
+        return repr(key).replace(self.session.sandbox.rundir, RUN)
 
     def _target_value(self, probe, args, world_size):
         replies = self.session.target_cache[self._key(probe, args, world_size, trusted=False)]

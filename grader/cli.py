@@ -6,12 +6,14 @@ one line and never a traceback.
 """
 
 import argparse
+import dataclasses
 import gc
 import os
 import random
 import sys
 
-from grader import catalog
+from grader import KIT_ROOT, catalog
+from grader.homework.recordings import Recordings
 from grader.grading import report
 from grader.learner import state
 from grader.grading.options import Options, default_profile
@@ -46,6 +48,8 @@ def build_parser():
                         help="how many examples per check (default: thorough under CI, else fast)")
     parser.add_argument("--json", metavar="PATH", help="write the report as JSON")
     parser.add_argument("--gradescope", metavar="PATH", help="write Gradescope's results.json")
+    parser.add_argument("--visibility", choices=report.VISIBILITIES, default="visible",
+                        help="Gradescope's visibility of each check's test (default visible)")
     parser.add_argument("--csv", metavar="PATH", help="write one summary row per target as CSV")
     parser.add_argument("--fail-under", type=float, default=None, metavar="N",
                         help="exit 1 when a target scores below N points")
@@ -100,12 +104,16 @@ def main(argv=None):
 
 
 def command_names():
-    return ("list", "hint", "watch", "demo")
+    return ("list", "hint", "watch", "demo", "autograder", "release")
 
 
 def dispatch(name, argv):
     if name == "demo":
         from grader.learner.demo import main as command
+    elif name == "autograder":
+        from grader.homework.autograder import main as command
+    elif name == "release":
+        from grader.homework.release import main as command
     else:
         from grader.learner.commands import COMMANDS
 
@@ -147,7 +155,7 @@ def parse_targets(args, exercises, staged):
         if name not in ("exercises", "solutions") and not os.path.isdir(name):
             raise UsageError(f"--target {name}: no such folder")
         submission = staged.add(name, ids)
-        if submission.problem:
+        if submission.problem and not args.gradescope:  # on Gradescope an empty upload is still graded
             raise UsageError(f"--target {name}: {submission.problem}")
     for folder in batch:
         staged.add(os.path.join(args.submissions, folder), ids, label=folder)
@@ -196,6 +204,10 @@ def grade(args, staged):
                       seed=args.seed if args.seed is not None else random.randrange(2**31),
                       profile=args.profile or default_profile(), details=args.verbose,
                       require_sandbox=args.require_sandbox, budget=args.budget)
+    release = Recordings.meta(KIT_ROOT)
+    if release is not None:  # a student release grades the inputs its reference was recorded on
+        options = dataclasses.replace(options, devices=tuple(release["devices"]), seed=release["seed"],
+                                      profile=release["profile"])
     if parallel:
         from grader.grading.batch import run_in_parallel
 
@@ -223,7 +235,7 @@ def grade(args, staged):
     if args.json:
         report.write_json(args.json, report.as_json(results))
     if args.gradescope:
-        report.write_json(args.gradescope, report.gradescope(results[0]))
+        report.write_json(args.gradescope, report.gradescope(results[0], args.visibility))
     if args.csv:
         report.write(args.csv, report.summary_csv(results))
     not_graded = [f"{r.target}: {', '.join(r.not_graded)}" for r in results if r.not_graded]

@@ -15,6 +15,7 @@ class Options:
     profile: str = ""  # fast | thorough; "" for the environment's default
     details: bool = False  # the learner's traceback and output in every message
     require_sandbox: bool = False  # refuse to grade without the sandbox's kernel layers
+    recordings: object = None  # homework.recordings.Recordings to fill while making a release
 
 
 def default_profile():

@@ -6,6 +6,7 @@ through this plugin; the grader only adds a collector and its own report, and ha
 line).
 """
 
+import dataclasses
 import gc
 import os
 import time
@@ -15,7 +16,8 @@ from hypothesis import HealthCheck, Phase, settings
 
 PHASES = [Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink]
 
-from grader import catalog
+from grader import KIT_ROOT, catalog
+from grader.homework.recordings import Recordings
 from grader.checks import Grade
 from grader.devices import NoSuchDevice, select as select_devices
 from grader.grading.options import Options
@@ -33,6 +35,11 @@ settings.register_profile(
     "thorough", max_examples=40, deadline=None, database=None, print_blob=False, report_multiple_bugs=False, phases=PHASES,
     suppress_health_check=list(HealthCheck),
 )
+for _name in ("fast", "thorough"):
+    # A student release replays the inputs its reference was recorded on: no shrinking towards
+    # inputs that were never recorded.
+    settings.register_profile(f"{_name}-release", parent=settings.get_profile(_name),
+                              phases=[Phase.explicit, Phase.generate])
 settings.load_profile("thorough" if os.environ.get("CI", "").lower() in ("1", "true") else "fast")
 
 
@@ -58,6 +65,14 @@ def pytest_configure(config):
         return
     given = [plugin for plugin in config.pluginmanager.get_plugins() if isinstance(plugin, OptionsCarrier)]
     options = given[0].options if given else _options_from_command_line(config)
+    meta = Recordings.meta(KIT_ROOT)
+    if meta is not None:  # a release: the inputs must be those the reference was recorded on
+        options = dataclasses.replace(options, devices=tuple(meta["devices"]), seed=meta["seed"],
+                                      profile=meta["profile"])
+        from hypothesis import core
+
+        core.global_force_seed = meta["seed"]
+        settings.load_profile(meta["profile"])
     if options.require_sandbox and missing_layers():
         raise pytest.UsageError("--require-sandbox: missing " + "; ".join(
             f"{layer.name} ({layer.detail})" for layer in missing_layers()))

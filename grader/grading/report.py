@@ -75,29 +75,54 @@ def as_json(results):
     return results[0].as_dict() if len(results) == 1 else {"submissions": [r.as_dict() for r in results]}
 
 
-def gradescope(result):
-    """Gradescope's results.json: one test per exercise, its failing checks as output."""
+VISIBILITIES = ("visible", "after_due_date", "after_published", "hidden")
+
+
+def gradescope(result, visibility="visible"):
+    """Gradescope's results.json: one test per check (on each device), the exercise's points split
+    over its checks, the grading details (seed, profile, timings, sandbox, review) in a test only
+    instructors see."""
     tests = []
-    for number, row in enumerate(result.exercises, 1):
-        output = "\n".join(f"{c.check} [{c.device}]: {c.status.label}: {c.message}"
-                           for c in row.checks if c.status is not Status.PASSED)
-        if not row.graded:
-            output = "not graded: the autograder itself failed here, not your code.\n" + output
-        tests.append({
-            "name": f"{row.id}: {row.title}", "number": str(number), "score": row.score,
-            "max_score": row.max_score, "status": "passed" if row.status is Status.PASSED else "failed",
-            "output": output or f"all {row.total} checks passed", "visibility": "visible",
-        })
-    layers = sandbox_footer(result.sandbox) if result.sandbox else ""
-    review = "\n".join(str(flag) for flag in result.review)
-    output = f"{result.score:g} / {result.max_score:g} points; devices: {', '.join(result.devices)}"
+    several_devices = len(result.devices) > 1
+    for row in result.exercises:
+        share = row.max_score / row.total if row.total else 0.0
+        for check in row.checks:
+            title = check.title or check.check.removeprefix("test_").replace("_", " ")
+            device = f" [{check.device}]" if several_devices else ""
+            passed = check.status is Status.PASSED
+            if not row.graded:
+                output = "not graded: the autograder itself failed here, not your code; it will be regraded"
+            else:
+                output = "passed" if passed else f"{check.status.label}: {check.message}"
+            tests.append({
+                "name": f"{row.id[:4]} · {title}{device}", "number": f"{row.id[2:4]}.{len(tests) + 1}",
+                "score": round(share, 4) if passed and row.graded else 0.0, "max_score": round(share, 4),
+                "status": "passed" if passed else "failed", "output": output, "output_format": "text",
+                "visibility": visibility,
+            })
+    details = [f"seed {result.seed}, profile {result.profile}, {result.execution_time:g} s of checks",
+               sandbox_footer(result.sandbox) if result.sandbox else "sandbox: (not recorded)"]
+    details += [f"{row.id}: {sum(c.seconds for c in row.checks):.2f} s" for row in result.exercises]
+    details += ["flagged for review: " + str(flag) for flag in result.review]
+    tests.append({"name": "grading details (instructors only)", "score": 0.0, "max_score": 0.0,
+                  "status": "passed", "output": "\n".join(details), "output_format": "text", "visibility": "hidden"})
+    lines = [f"{result.score:g} / {result.max_score:g} points; devices: {', '.join(result.devices)}"]
+    lines += list(result.notes) + ([result.problem] if result.problem else [])
     if result.not_graded:
-        output += f"\nthe autograder failed on {', '.join(result.not_graded)}: not graded, to be regraded"
+        lines.append(f"the autograder itself failed on {', '.join(result.not_graded)}: not graded, to be regraded")
     return {
-        "score": result.score, "execution_time": result.execution_time, "output": output, "tests": tests,
-        "extra_data": {"seed": result.seed, "profile": result.profile, "sandbox": layers, "review": review,
-                       "not_graded": result.not_graded},
+        "score": result.score, "execution_time": result.execution_time, "output": "\n".join(lines),
+        "output_format": "text", "visibility": "visible", "stdout_visibility": "hidden", "tests": tests,
+        "extra_data": {"seed": result.seed, "profile": result.profile, "not_graded": result.not_graded,
+                       "review": [str(flag) for flag in result.review]},
     }
+
+
+def gradescope_failure(reason):
+    """results.json when the autograder itself could not grade: it says so, and blames no one else."""
+    return {"score": 0.0, "output": "The autograder itself failed, not your submission; your instructor has "
+                                    f"been told and it will be regraded.\n{reason}", "output_format": "text",
+            "tests": [], "extra_data": {"autograder_failed": True}}
 
 
 def summary_csv(results):

@@ -4,6 +4,7 @@ import glob
 import os
 
 from grader import GRADER_DIR, KIT_ROOT, catalog
+from grader.homework.recordings import Recordings, reference_folder
 from grader.sandbox import Target
 
 
@@ -28,7 +29,8 @@ class Session:
         self.spent = {}  # seconds each target's checks took so far (its budget's account)
         self.devices = list(options.devices)
         self.timeout = options.timeout
-        self.sandbox = Sandbox(os.path.join(KIT_ROOT, "solutions"), readable=(GRADER_DIR, *check_files(), *probe_files))
+        self.recordings = options.recordings or Recordings.load(KIT_ROOT)
+        self.sandbox = Sandbox(reference_folder(KIT_ROOT), readable=(GRADER_DIR, *check_files(), *probe_files))
         self.reference_cache = {}
         self.target_cache = {}
         self.current_exercise = None

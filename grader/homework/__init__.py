@@ -1,0 +1,1 @@
+"""Homework: the student release (`release`) and the Gradescope autograder bundle (`autograder`)."""

@@ -1,0 +1,106 @@
+"""`python -m grader autograder OUT.zip`: the kit as a Gradescope autograder.
+
+The zip holds what Gradescope asks for at its root, `setup.sh` (run once, as root, when the
+autograder image is built: a venv with CPU torch and the kit) and `run_autograder` (run for
+every submission), and the kit itself, solutions included, under `kit/`. Each submission is
+normalised (oddly named files, sub-folders), graded with the thorough profile and a seed chosen
+when the bundle is built (secret: students never see the bundle), and `results.json` is always
+written: when the grader itself fails, it says the autograder failed, not the student.
+"""
+
+import os
+import random
+import stat
+import zipfile
+
+from grader import KIT_ROOT
+from grader.grading.report import VISIBILITIES
+from grader.learner.commands import _parser
+
+KIT_FILES = ("pyproject.toml", "conftest.py", "README.md")
+KIT_FOLDERS = ("grader", "solutions", "exercises")
+
+SETUP = """#!/usr/bin/env bash
+# Gradescope runs this once, as root, when it builds the autograder's image.
+set -euxo pipefail
+cd "$(dirname "$0")"
+if ! python3 -m venv --help >/dev/null 2>&1; then
+    apt-get update && apt-get install -y --no-install-recommends python3-venv python3-pip
+fi
+python3 -m venv /autograder/venv
+/autograder/venv/bin/pip install --upgrade pip
+/autograder/venv/bin/pip install torch --index-url https://download.pytorch.org/whl/cpu
+/autograder/venv/bin/pip install ./kit
+"""
+
+RUN = """#!/usr/bin/env bash
+# Gradescope runs this for every submission: grade /autograder/submission into
+# /autograder/results/results.json, which is written whatever happens.
+root=${{AUTOGRADER_ROOT:-/autograder}}
+python=${{GRADER_PYTHON:-$root/venv/bin/python}}
+results=$root/results/results.json
+mkdir -p "$root/results"
+rm -f "$results"
+cd "$(dirname "$0")/kit" || exit 0
+HF_HUB_OFFLINE=1 "$python" -m grader --target "$root/submission" --gradescope "$results" \\
+    --profile thorough --seed {seed} --timeout {timeout:g} --visibility {visibility} {extra}
+status=$?
+if [ ! -s "$results" ]; then
+    cat > "$results" <<JSON
+{{"score": 0, "output": "The autograder itself failed (exit status $status), not your submission; your instructor has been told and it will be regraded.", "tests": [], "extra_data": {{"autograder_failed": true}}}}
+JSON
+fi
+exit 0
+"""
+
+
+def main(argv):
+    parser = _parser("autograder", "Build a Gradescope autograder zip of the kit.")
+    parser.add_argument("out", metavar="OUT.zip")
+    parser.add_argument("--visibility", choices=VISIBILITIES, default="visible",
+                        help="when students see each check's result (Gradescope's test visibility)")
+    parser.add_argument("--seed", type=int, default=None, help="the grading seed (default: a secret random one)")
+    parser.add_argument("--timeout", type=float, default=120.0, help="seconds one check may run")
+    parser.add_argument("--require-sandbox", action="store_true",
+                        help="refuse to grade where Gradescope's kernel lacks a sandbox layer")
+    args = parser.parse_args(argv)
+    if not args.out.endswith(".zip"):
+        parser.error("OUT must end in .zip")
+    folder = os.path.dirname(os.path.abspath(args.out))
+    if not os.path.isdir(folder):
+        parser.error(f"the folder {folder} does not exist")
+    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
+    extra = "--require-sandbox" if args.require_sandbox else ""
+    build(args.out, RUN.format(seed=seed, timeout=args.timeout, visibility=args.visibility, extra=extra))
+    print(f"wrote {args.out}: upload it as the autograder (Ubuntu base image); grading seed {seed}")
+    return 0
+
+
+def build(out, run_script):
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as bundle:
+        _add_text(bundle, "setup.sh", SETUP, executable=True)
+        _add_text(bundle, "run_autograder", run_script, executable=True)
+        for name in KIT_FILES:
+            bundle.write(os.path.join(KIT_ROOT, name), f"kit/{name}")
+        for path in _kit_paths():
+            bundle.write(os.path.join(KIT_ROOT, path), f"kit/{path}")
+
+
+def _kit_paths():
+    for folder in KIT_FOLDERS:
+        for root, folders, files in os.walk(os.path.join(KIT_ROOT, folder)):
+            folders[:] = sorted(f for f in folders if f != "__pycache__" and not f.startswith("."))
+            for name in sorted(files):
+                if not name.endswith((".pyc", ".log")):
+                    yield os.path.relpath(os.path.join(root, name), KIT_ROOT)
+    tests = os.path.join(KIT_ROOT, "tests")
+    for name in sorted(os.listdir(tests)):
+        if name.startswith("test_ex") and name.endswith(".py"):
+            yield os.path.join("tests", name)
+
+
+def _add_text(bundle, name, text, executable=False):
+    info = zipfile.ZipInfo(name)
+    info.external_attr = ((0o755 if executable else 0o644) | stat.S_IFREG) << 16
+    info.compress_type = zipfile.ZIP_DEFLATED
+    bundle.writestr(info, text)

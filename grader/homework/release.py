@@ -1,0 +1,98 @@
+"""`python -m grader release OUT`: the student copy of the kit, without the solutions.
+
+It holds the stubs, the check files, the grader and a README for students. Its checks still
+compare with the reference: the reference's observations on every input the checks draw with
+the release's seed (each check's explicit examples and its drawn examples) are recorded now, as
+plain data, and replayed there (see `recordings`). The copy reveals no more of the solutions
+than those observations.
+"""
+
+import os
+import random
+import shutil
+
+from grader import KIT_ROOT, catalog
+from grader.homework.recordings import FOLDER, Recordings
+from grader.learner.commands import _parser
+
+STUDENT_README = """# Efficient AI model training with PyTorch: exercises
+
+Fill in the functions in `exercises/` (each file explains its idea, shows an example and marks
+the `TODO`), then check your work:
+
+```bash
+pip install -e .                      # once
+python -m grader                      # every exercise, scored
+python -m grader ex04                 # one exercise (also: python -m grader 4)
+pytest tests/test_ex04_sharding.py    # the same checks, as plain pytest
+python -m grader hint ex04            # the next hint
+python -m grader watch ex04           # re-grade each time you save
+```
+
+A failing check says what went wrong: the input, what the reference produced and what your code
+produced, and a hint. This copy ships no reference solutions: the reference's results on the
+checks' inputs were recorded when it was made, so the checks here always draw those same inputs
+(the seed and profile are fixed, on the CPU) and show the first input that fails rather than a
+shrunk one. Your instructor's grader draws other inputs too.
+"""
+
+
+def main(argv):
+    parser = _parser("release", "Make the student copy of the kit: no solutions, recorded reference observations.")
+    parser.add_argument("out", metavar="OUT", help="a folder that does not exist yet")
+    parser.add_argument("--profile", choices=["fast", "thorough"], default="fast",
+                        help="how many drawn inputs to record per check (default fast)")
+    parser.add_argument("--seed", type=int, default=None, help="the release's seed (default: random)")
+    args = parser.parse_args(argv)
+    out = os.path.abspath(args.out)
+    if os.path.exists(out):
+        parser.error(f"{args.out} already exists")
+    if not os.path.isdir(os.path.dirname(out)):
+        parser.error(f"the folder {os.path.dirname(out)} does not exist")
+    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
+    copy_kit(out)
+    try:
+        recordings = record(seed, f"{args.profile}-release")
+        recordings.save(out, [e.id for e in catalog.EXERCISES])
+    except BaseException:
+        shutil.rmtree(out, ignore_errors=True)
+        raise
+    count = len(recordings.observations)
+    print(f"wrote {args.out}: stubs, check files and the grader, {count} recorded reference observations "
+          f"(seed {seed}, profile {args.profile}), no solutions")
+    return 0
+
+
+def copy_kit(out):
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".*")
+    shutil.copytree(os.path.join(KIT_ROOT, "grader"), os.path.join(out, "grader"), ignore=ignore)
+    shutil.rmtree(os.path.join(out, FOLDER), ignore_errors=True)
+    shutil.copytree(os.path.join(KIT_ROOT, "exercises"), os.path.join(out, "exercises"), ignore=ignore)
+    os.makedirs(os.path.join(out, "tests"))
+    for name in sorted(os.listdir(os.path.join(KIT_ROOT, "tests"))):
+        if name.startswith("test_ex") and name.endswith(".py"):
+            shutil.copyfile(os.path.join(KIT_ROOT, "tests", name), os.path.join(out, "tests", name))
+    for name in ("pyproject.toml", "conftest.py"):
+        shutil.copyfile(os.path.join(KIT_ROOT, name), os.path.join(out, name))
+    with open(os.path.join(out, "README.md"), "w") as handle:
+        handle.write(STUDENT_README)
+
+
+def record(seed, profile):
+    """Grade the references once with the release's seed and profile, keeping what they observed."""
+    from grader.grading import runner
+    from grader.grading.options import Options
+    from grader.grading.status import Status
+    from grader.sandbox import Target
+    from grader.sandbox.forkservers import warm_up
+
+    exercises = list(catalog.EXERCISES)
+    warm_up({e.preload for e in exercises})
+    recordings = Recordings(False, seed=seed, profile=profile)
+    options = Options(targets=(Target("solutions", os.path.join(KIT_ROOT, "solutions")),), devices=("cpu",),
+                      timeout=300.0, seed=seed, profile=profile, recordings=recordings)
+    result = runner.run(options, exercises)[0]
+    failing = [f"{c.exercise} {c.check}" for e in result.exercises for c in e.checks if c.status is not Status.PASSED]
+    if failing:
+        raise RuntimeError("the references must pass every check to be recorded; failing: " + ", ".join(failing))
+    return recordings

@@ -1,11 +1,25 @@
 """The kit's grader: property checks of the exercises, run in isolated workers, scored from a catalog.
 
 The package is grouped by concern: `sandbox/` runs untrusted code, `grading/` runs the checks and
-writes the reports, `learner/` holds the commands beside grading; the check files' API is
-`checks`, `probing` and `models`, and the exercises are listed in `catalog.toml`.
+writes the reports, `homework/` makes the student release and the Gradescope bundle, `learner/`
+holds the commands beside grading; the check files' API is `checks`, `probing` and `models`, and
+the exercises are listed in `catalog.toml`.
 """
 
 import os
 
 GRADER_DIR = os.path.dirname(os.path.abspath(__file__))
-KIT_ROOT = os.path.dirname(GRADER_DIR)
+
+
+def _kit_root():
+    """The kit's folder (its check files, exercises and references): beside this package in a
+    checkout or an editable install; the current folder for a package installed elsewhere
+    (`pip install .`, then grading from the kit's folder)."""
+    beside = os.path.dirname(GRADER_DIR)
+    for candidate in (beside, os.getcwd()):
+        if os.path.isfile(os.path.join(candidate, "pyproject.toml")) and os.path.isdir(os.path.join(candidate, "tests")):
+            return candidate
+    return beside
+
+
+KIT_ROOT = _kit_root()

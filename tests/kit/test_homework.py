@@ -1,0 +1,202 @@
+"""Homework as an instructor runs it: a student release, a Gradescope bundle, a class's batch,
+and the kit installed as users install it."""
+
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+
+import pytest
+
+from tests.kit.harness import KIT_ROOT, SEED, grader, mutate, reference_source
+
+ENV = dict(os.environ, HF_HUB_OFFLINE="1", GRADER_STATE=os.devnull)
+ALL = sorted(f[:-3] for f in os.listdir(os.path.join(KIT_ROOT, "solutions")) if f.startswith("ex"))
+
+
+def run_in(folder, *args, timeout=900, env=ENV):
+    return subprocess.run([sys.executable, *args], cwd=folder, capture_output=True, text=True, timeout=timeout,
+                          env=env)
+
+
+# --- the student release ---------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def release(tmp_path_factory):
+    out = tmp_path_factory.mktemp("release") / "course"
+    done = grader("release", str(out), "--seed", SEED)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return out
+
+
+def _solution_lines(exercise):
+    """Lines of the reference that neither its stub nor the check files and grader (shipped on
+    purpose) already show: its actual solution."""
+    shown = [os.path.join(KIT_ROOT, "exercises", exercise + ".py")]
+    shown += [os.path.join(KIT_ROOT, "tests", name) for name in os.listdir(os.path.join(KIT_ROOT, "tests"))
+              if name.endswith(".py")]
+    shown += [os.path.join(root, name) for root, _, names in os.walk(os.path.join(KIT_ROOT, "grader"))
+              for name in names if name.endswith(".py")]
+    public = "\n".join(open(path).read() for path in shown)
+    return [line.strip() for line in reference_source(exercise).splitlines()
+            if len(line.strip()) > 25 and line.strip() not in public and not line.strip().startswith(("#", '"'))]
+
+
+def test_a_release_ships_no_solutions(release):
+    assert not (release / "solutions").exists()
+    shipped = "\n".join(path.read_text(errors="replace") for path in release.rglob("*")
+                        if path.is_file() and path.suffix in (".py", ".md", ".toml", ".json", ".txt"))
+    secret = [(exercise, line) for exercise in ALL for line in _solution_lines(exercise)]
+    assert len(secret) > 20  # the comparison has something to find
+    assert [(exercise, line) for exercise, line in secret if line in shipped] == []
+    assert (release / "grader" / "recorded" / "observations.pt").is_file()
+
+
+def test_a_release_grades_stubs_zero_and_a_correct_copy_full(release, tmp_path):
+    stubs = tmp_path / "stubs.json"
+    done = run_in(release, "-m", "grader", "--json", str(stubs), "-q")
+    assert done.returncode == 0, done.stderr[-3000:]
+    data = json.loads(stubs.read_text())
+    assert data["score"] == 0 and {e["status"] for e in data["exercises"]} == {"not started"}
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    for exercise in ALL:
+        (mine / f"{exercise}.py").write_text(reference_source(exercise))
+    (mine / "ex04_sharding.py").write_text(
+        mutate("ex04_sharding", ("indices[rank:total:world_size]", "indices[rank * (total // world_size):(rank + 1) * (total // world_size)]")))
+    report = tmp_path / "mine.json"
+    done = run_in(release, "-m", "grader", "--target", str(mine), "--json", str(report), "-q")
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = {e["id"]: e for e in json.loads(report.read_text())["exercises"]}
+    assert all(rows[e]["status"] == "passed" for e in ALL if e != "ex04_sharding"), rows
+    failed = {c["name"]: c["message"] for c in rows["ex04_sharding"]["checks"] if c["status"] != "passed"}
+    assert "DistributedSampler deals indices round-robin" in failed["test_shard_indices_match_distributed_sampler"]
+
+
+def test_pytest_in_a_release_runs_the_recorded_checks(release):
+    done = run_in(release, "-m", "pytest", "tests/test_ex04_sharding.py", "-q", "-p", "no:randomly")
+    assert done.returncode == 1 and "NotImplementedError" in done.stdout, done.stdout[-2000:]
+
+
+# --- the Gradescope bundle ------------------------------------------------------------------------
+
+@pytest.fixture
+def autograder_root(tmp_path):
+    """/autograder, laid out as Gradescope does, where this machine lets us; else one in tmp."""
+    root = "/autograder"
+    if os.geteuid() != 0 or os.path.exists(root):
+        root = str(tmp_path / "autograder")
+    os.makedirs(os.path.join(root, "source"))
+    os.makedirs(os.path.join(root, "submission"))
+    os.makedirs(os.path.join(root, "results"))
+    yield root
+    if root == "/autograder":
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_the_gradescope_bundle_grades_end_to_end(tmp_path, autograder_root):
+    bundle = tmp_path / "autograder.zip"
+    done = grader("autograder", str(bundle), "--seed", SEED, "--visibility", "after_due_date")
+    assert done.returncode == 0, done.stderr[-2000:]
+    with zipfile.ZipFile(bundle) as archive:
+        names = archive.namelist()
+        assert {"setup.sh", "run_autograder"} <= set(names)
+        assert "kit/solutions/ex04_sharding.py" in names and not any("tests/kit" in n for n in names)
+        archive.extractall(os.path.join(autograder_root, "source"))
+    source = os.path.join(autograder_root, "source")
+    for script in ("setup.sh", "run_autograder"):
+        os.chmod(os.path.join(source, script), 0o755)
+        assert subprocess.run(["bash", "-n", os.path.join(source, script)]).returncode == 0
+    upload = os.path.join(autograder_root, "submission", "my files")
+    os.makedirs(upload)
+    with open(os.path.join(upload, "Ex04_Sharding (1).py"), "w") as handle:
+        handle.write(reference_source("ex04_sharding"))
+    shutil.copy(os.path.join(KIT_ROOT, "exercises", "ex06_parameter_sync.py"), upload)
+    env = dict(ENV, AUTOGRADER_ROOT=autograder_root, GRADER_PYTHON=sys.executable)
+    done = subprocess.run(["bash", os.path.join(source, "run_autograder")], capture_output=True, text=True,
+                          timeout=900, env=env)
+    assert done.returncode == 0
+    results = json.loads(open(os.path.join(autograder_root, "results", "results.json")).read())
+    assert results["score"] == 15
+    assert "graded my files/Ex04_Sharding (1).py as ex04_sharding" in results["output"]
+    checks = [t for t in results["tests"] if t["visibility"] != "hidden"]
+    assert all(t["visibility"] == "after_due_date" for t in checks)
+    assert sum(t["score"] for t in checks) == pytest.approx(15)
+    assert sum(t["max_score"] for t in checks) == pytest.approx(100)
+    ex04 = [t for t in checks if t["name"].startswith("ex04 · ")]
+    assert len(ex04) == 3 and all(t["status"] == "passed" for t in ex04)
+    assert any("not started" in t["output"] for t in checks if t["name"].startswith("ex06"))
+    details = [t for t in results["tests"] if t["visibility"] == "hidden"]
+    assert details and f"seed {SEED}, profile thorough" in details[0]["output"]
+
+
+def test_the_bundle_says_when_the_autograder_itself_failed(tmp_path, autograder_root):
+    bundle = tmp_path / "autograder.zip"
+    assert grader("autograder", str(bundle)).returncode == 0
+    with zipfile.ZipFile(bundle) as archive:
+        archive.extractall(os.path.join(autograder_root, "source"))
+    env = dict(ENV, AUTOGRADER_ROOT=autograder_root, GRADER_PYTHON="/bin/false")
+    subprocess.run(["bash", os.path.join(autograder_root, "source", "run_autograder")], timeout=60, env=env)
+    results = json.loads(open(os.path.join(autograder_root, "results", "results.json")).read())
+    assert results["score"] == 0 and "autograder itself failed" in results["output"]
+    assert "not your submission" in results["output"]
+
+
+# --- a class's batch --------------------------------------------------------------------------------
+
+def test_a_batch_with_malformed_folders_gives_a_row_each(tmp_path):
+    root = tmp_path / "class"
+    for name in ("empty", "junk", "nested/deep/deeper", "odd", "good"):
+        (root / name).mkdir(parents=True)
+    (root / "junk" / "notes.txt").write_text("my answers are in my head")
+    (root / "nested" / "deep" / "deeper" / "ex04_sharding.py").write_text(reference_source("ex04_sharding"))
+    (root / "odd" / "Ex04-Sharding copy.py").write_text(reference_source("ex04_sharding"))
+    (root / "good" / "ex04_sharding.py").write_text(reference_source("ex04_sharding"))
+    rows = {}
+    for jobs in ("1", "2"):
+        table = tmp_path / f"class-{jobs}.csv"
+        done = grader("ex04", "--submissions", str(root), "--csv", str(table), "--seed", SEED, "--device", "cpu",
+                      "--jobs", jobs, "-q")
+        assert done.returncode == 0, done.stderr[-2000:]
+        rows[jobs] = {row["target"]: row for row in csv.DictReader(table.open())}
+    assert rows["1"].keys() == {"empty", "junk", "nested", "odd", "good"}
+    assert {name: row["score"] for name, row in rows["1"].items()} == \
+        {name: row["score"] for name, row in rows["2"].items()}
+    assert rows["1"]["empty"]["problem"] == "the folder is empty"
+    assert "named after an exercise" in rows["1"]["junk"]["problem"]
+    assert all(float(rows["1"][name]["score"]) == 15 for name in ("nested", "odd", "good"))
+    assert all(float(row["seconds"]) >= 0 for row in rows["1"].values())
+
+
+def test_a_submission_over_its_budget_times_out_its_remaining_checks(tmp_path):
+    slow = tmp_path / "slow"
+    slow.mkdir()
+    (slow / "ex04_sharding.py").write_text(
+        reference_source("ex04_sharding") + "\n\n_original = shard_indices\n\n\ndef shard_indices(*args, **kwargs):\n"
+        "    import time\n    time.sleep(2)\n    return _original(*args, **kwargs)\n")
+    report = tmp_path / "report.json"
+    done = grader("ex04", "--target", str(slow), "--json", str(report), "--budget", "3", "--seed", SEED,
+                  "--device", "cpu", "-q")
+    assert done.returncode == 0, done.stderr[-2000:]
+    checks = {c["name"]: c for c in json.loads(report.read_text())["exercises"][0]["checks"]}
+    assert any("time budget" in c["message"] for c in checks.values()), checks
+
+
+# --- installed as users install ---------------------------------------------------------------------
+
+def test_pip_install_not_editable_grades_from_the_kit_folder(tmp_path):
+    target = tmp_path / "site"
+    done = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+                           "--target", str(target), KIT_ROOT], capture_output=True, text=True, timeout=600,
+                          cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (target / "grader" / "sandbox" / "worker.py").is_file() and (target / "grader" / "catalog.toml").is_file()
+    env = dict(ENV, PYTHONPATH=str(target))
+    done = run_in(KIT_ROOT, "-P", "-m", "grader", "ex04", "--target", "solutions", "--device", "cpu", "-q",
+                  "--seed", SEED, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "15 / 15" in done.stdout
+    shutil.rmtree(os.path.join(KIT_ROOT, "build"), ignore_errors=True)

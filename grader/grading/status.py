@@ -26,7 +26,7 @@ class Status(enum.Enum):
     TIMED_OUT = ("timed out", True, 8)
     STUCK = ("timed out", True, 9)  # waited in a collective after another rank failed
     FAILED = ("failed", False, 10)
-    NOT_GRADED = ("not graded", True, 11)  # the grader's own failure: no student gains or loses by it
+    NOT_GRADED = ("not graded", True, -1)  # the grader's own failure: it outweighs anything a rank did
 
     @property
     def label(self):

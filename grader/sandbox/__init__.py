@@ -25,7 +25,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 
-from grader.sandbox import confinement as confine, identity, landlock
+from grader.sandbox import confinement as confine, identity, landlock, memory
 from grader.sandbox.containers import Containers, available_kind, describe as describe_container
 from grader.sandbox.forkservers import ABSTRACT_ADDRESSES, adopt_orphans, kill_descendants
 from grader.sandbox.pools import Pools, WorkerFailure
@@ -37,7 +37,7 @@ MEMORY_LIMIT = 12 * 2**30  # address space of one untrusted CPU worker
 COPY_LIMIT = 64 * 2**20  # bytes of a submission folder copied for grading
 REFERENCE_ALLOWANCE = 300.0  # seconds; the reference is trusted, its limit only guards the kit
 START_ALLOWANCE = 60.0  # seconds a worker (or a group) may take to start
-MAX_WORKERS = 12  # live workers at once: with the grader and its fork servers, within 768 MB
+MAX_WORKERS = 8  # live workers at once: with the grader and its fork servers, within 768 MB
 REQUIRED = ("landlock", "container")  # what --require-sandbox insists on
 
 __all__ = ["Request", "Sandbox", "Target", "WorkerFailure", "Status"]
@@ -89,6 +89,7 @@ class Sandbox:
         """`reference`: the folder of reference solutions; `readable`: what every worker must read
         besides the interpreter (the grader package, the check files)."""
         adopt_orphans()
+        memory.prefer_killing_others()
         self.abi = landlock.abi_version()
         self.switch_user = identity.available()
         self.containers = Containers(self.switch_user)

@@ -16,12 +16,13 @@ import signal
 import time
 import uuid
 
-from grader.sandbox import worker
+from grader.sandbox import memory, worker
 from grader.sandbox.forkservers import ServerStuck, server
 from grader.sandbox.wire import MAX_REPLY_BYTES, InvalidResult, decode
 from grader.grading.status import WORKER_STATUSES, Reply, Status
 
 GRACE_AFTER_FAILURE = 1.0  # seconds the other ranks get once one rank has failed
+OUT_OF_MEMORY = "the machine ran out of memory during this call: the grader's resource failure, not the submission's"
 
 
 class Ranks:
@@ -38,6 +39,7 @@ class Ranks:
         self.nonce = secrets.token_hex(16)
         self.token = None
         self.busy = False  # a request sent, its replies not read yet
+        self.oom_kills = memory.oom_kills()  # the machine's count when the last request was sent
 
     @property
     def alive(self):
@@ -79,6 +81,7 @@ class Ranks:
         self.token = secrets.token_hex(16)  # echoed by the worker's own loop: a forged reply lacks it
         request = dict(request, token=self.token)
         self.busy = True
+        self.oom_kills = memory.oom_kills()
         for connection in self.connections:
             try:
                 connection.send(request)
@@ -115,7 +118,14 @@ class Ranks:
                 replies[rank] = Reply(Status.TIMED_OUT, message="did not finish in time")
         if pending or any(r.status is Status.INVALID and "forged" in r.message for r in replies):
             self.kill()
+        if any(r.status not in (Status.OK, Status.READY) for r in replies) and self._ran_out_of_memory():
+            # a rank killed for memory takes its group down with it: none of it is the submission's doing
+            replies = [r if r.status in (Status.OK, Status.READY) else Reply(Status.NOT_GRADED, message=OUT_OF_MEMORY)
+                       for r in replies]
         return replies
+
+    def _ran_out_of_memory(self):
+        return (memory.oom_kills() or 0) > (self.oom_kills or 0)
 
     def _read(self, connection, rank, starting):
         try:

@@ -20,7 +20,7 @@ import time
 import traceback
 from dataclasses import dataclass
 
-from grader.sandbox import confinement as confine
+from grader.sandbox import confinement as confine, memory
 from grader.sandbox.wire import InvalidResult, encode, validate
 
 MESSAGE_LIMIT = 4000  # characters of one error message (a rank's whole error, not a cut at 300)
@@ -116,6 +116,7 @@ def _isolate(spec):
     """Own process group, quiet output, its scratch dir; then, untrusted, the confinement."""
     os.setpgid(0, 0)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    memory.prefer_killing_me()
     os.environ.update(OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", HF_HUB_DISABLE_PROGRESS_BARS="1",
                       TOKENIZERS_PARALLELISM="false")
     os.environ.update(confine.scratch_environment(spec.scratch))

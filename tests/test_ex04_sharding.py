@@ -151,10 +151,10 @@ def probe_shard_batch_meta(ctx, case):
     batch = torch.empty(case["rows"], case["columns"], dtype=getattr(torch, case["dtype"]), device="meta")
     try:
         piece = ctx.module.shard_batch(batch, case["rank"], case["world_size"])
-    except (NotImplementedError, RuntimeError, TypeError) as error:
-        if "meta" not in str(error) or "item()" in str(error):
-            raise  # the stub's NotImplementedError, or a value read that meta cannot check
-        return {"error": f"{type(error).__name__}: {error}"}
+    except Exception as error:
+        if probing.meta_error(error) is None:
+            raise
+        return {"error": probing.meta_error(error)}
     if type(piece) is not torch.Tensor:
         return {"error": f"returned a {type(piece).__name__}"}
     return {"device": piece.device.type, "shape": list(piece.shape), "dtype": str(piece.dtype)}

@@ -6,6 +6,11 @@ reference worker; the target's worker loads the very same folder. load_model mus
 AutoModelForSequenceClassification's class for that config with the checkpoint's body
 weights and a head of num_labels outputs; get_config must give the model's own config.
 
+The model must also be left as from_pretrained leaves it: eval mode, every parameter
+trainable, the new head drawn from the caller's random stream (the same head as the
+reference's under the same torch.manual_seed, the stream moved on exactly as far), and a
+new model on every call.
+
 These checks are device-free: load_model and get_config take no device, and the model
 loads on the CPU on every machine.
 """

@@ -11,6 +11,10 @@ becomes MULTI_CPU (num_processes 2, device cpu:0, the group already initialised 
 which tells apart an implementation that drops cpu=True (each rank then runs alone) or
 builds a device of its own (torch.device("cpu") is not cpu:0). They run on the cpu only:
 with cpu=True the device is the CPU whatever the machine.
+
+Every other setting (device_placement, even_batches, ...) must be Accelerator's default, and
+the accelerator must work when used: a model prepared with it is moved to its device (the
+probe's model records the moves, so a missing one shows on a CPU-only machine too).
 """
 
 import pytest

@@ -6,6 +6,8 @@ of grader.models' architectures built from its config. The probe builds the Acce
 itself (cpu=True on the cpu device, the GPU on the cuda device), so only prepare_model is
 under test.
 
+The model comes in train or eval mode (drawn); prepare keeps that mode.
+
 Single process: the result is the very model given (moved in place), its parameters are on
 the accelerator's device with unchanged values, and its forward pass gives what the
 reference's prepared model gives on the same inputs (with mixed_precision="bf16" prepare

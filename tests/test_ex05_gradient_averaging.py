@@ -1,7 +1,12 @@
 """ex05: gradient aggregation. average_gradients must return, name by name, the element-wise
 mean over the replicas' gradient dicts (same keys, shape, dtype and device; inputs untouched);
 all_reduce_gradients must, inside a real process group, turn every rank's .grad into the mean
-over all ranks, in place, leave a None grad None, and reduce a tied parameter once."""
+over all ranks, in place, leave a None grad None, and reduce a tied parameter once.
+
+float64 inputs are drawn as float64 values and compared to about 1e-12, so float64 work done
+in float32 fails; a dict subclass (OrderedDict) is a dict; on 'meta' tensors a result made on
+the CPU shows without a GPU. A wrong mean is diagnosed by what it is (a sum, f times the mean,
+float32 precision)."""
 
 import pytest
 import torch

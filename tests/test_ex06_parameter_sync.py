@@ -3,7 +3,8 @@ initialised its model differently and ran its BatchNorm statistics differently, 
 broadcast_parameters(model, src) every rank's parameters and buffers (BatchNorm's running
 statistics and num_batches_tracked, a non-persistent buffer, a frozen parameter) must equal
 rank src's original values, src's own model must not change, and the very same tensor
-objects must have been updated in place."""
+objects must have been updated in place. float64 models hold float64 values (not float32
+ones cast up), so a broadcast through a float32 copy shows."""
 
 import torch
 from hypothesis import example, given, strategies as st

@@ -2,7 +2,13 @@
 (often not divisible by the world size), a few consecutive calls of data_parallel_step
 must leave every rank's model equal to plain single-process training on the whole batch,
 keep the replicas identical, return the whole batch's loss as a float, let each rank
-compute on its own disjoint part of the batch, and ignore gradients left from before."""
+compute on its own disjoint part of the batch, and ignore gradients left from before.
+
+loss_fn is a torch.nn.functional loss or an nn.Module loss (as the stub's example passes it);
+the model's inputs are seen however it is called (model(x) or model(input=x)). A wrong first
+step is compared with what each usual mistake gives (probe_mistakes: dividing twice, equal
+weights for uneven shards, an unweighted sum, stale gradients, a rank's own gradient), and a
+wrong loss with a rank's own, rank 0's and the mean shard loss, so each gets its own hint."""
 
 import math
 

@@ -26,6 +26,24 @@ def int_list(value, what="the result"):
     return list(value)
 
 
+def plain_dict(value, what="the result"):
+    """A dict, or a dict subclass (OrderedDict, defaultdict) read through dict's own methods: the same
+    mapping as plain data, whatever the subclass overrides."""
+    if not isinstance(value, dict):
+        raise InvalidResult(f"{what} is a {type(value).__module__}.{type(value).__qualname__}, expected a dict")
+    return dict(dict.items(value))
+
+
+def meta_error(error):
+    """The message when learner code, run on 'meta' tensors (shapes without data), copied data off the
+    device or mixed in a tensor made elsewhere; None for any other error (the stub's NotImplementedError,
+    or a value read such as .item() that meta tensors cannot check)."""
+    text = str(error)
+    if isinstance(error, (NotImplementedError, RuntimeError, TypeError)) and "meta" in text and "item()" not in text:
+        return f"{type(error).__name__}: {text}"
+    return None
+
+
 def seeded(seed, shape, dtype, device):
     """A reproducible random tensor: the same seed gives the same values in every worker."""
     generator = torch.Generator().manual_seed(seed)

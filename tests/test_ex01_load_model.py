@@ -6,6 +6,11 @@ reference worker; the target's worker loads the very same folder. load_model mus
 AutoModelForSequenceClassification's class for that config with the checkpoint's body
 weights and a head of num_labels outputs; get_config must give the model's own config.
 
+The model must also be left as from_pretrained leaves it: eval mode, every parameter
+trainable, the new head drawn from the caller's random stream (the same head as the
+reference's under the same torch.manual_seed, the stream moved on exactly as far), and a
+new model on every call.
+
 These checks are device-free: load_model and get_config take no device, and the model
 loads on the CPU on every machine.
 """
@@ -88,6 +93,30 @@ def probe_logits(ctx, path, num_labels, seed):
     return {"class": type(model).__name__, "output": type(output).__name__,
             "config_num_labels": model.config.num_labels,
             "logits_shape": list(logits.shape) if isinstance(logits, torch.Tensor) else None}
+
+
+def probe_state(ctx, path, num_labels, seed):
+    """The model as load_model leaves it, the caller's random stream right after the call, and a second call."""
+    import torch
+
+    model = _load(ctx, path, num_labels, seed)
+    after = torch.rand(4, dtype=torch.float64)  # what the caller draws next
+    state = {"training": sorted(name or "(the model itself)" for name, m in model.named_modules() if m.training),
+             "frozen": sorted(name for name, p in model.named_parameters() if not p.requires_grad),
+             "head": _head(model), "after": after}
+    again = _load(ctx, path, num_labels, seed + 1)
+    shared = {p.data_ptr() for p in model.parameters()} & {p.data_ptr() for p in again.parameters()}
+    state["fresh"] = again is not model and not shared
+    state["head_follows_the_seed"] = _head(again).keys() != state["head"].keys() or any(
+        not torch.equal(value, state["head"][name]) for name, value in _head(again).items())
+    state["body"] = model.base_model_prefix
+    return state
+
+
+def _head(model):
+    """The parameters outside the body: the new classification head."""
+    body = model.base_model_prefix + "."
+    return {name: p.detach().cpu().clone() for name, p in model.named_parameters() if not name.startswith(body)}
 
 
 def probe_get_config(ctx, path, num_labels, seed):
@@ -205,3 +234,83 @@ def test_get_config_returns_the_models_own_config(grade, spec, num_labels):
                   "return model.config")
     expect_equal(actual, expected, f"{what}: is the result model.config itself",
                  hint="return model.config itself, not a copy: changes to it must reach the model")
+
+
+def with_state_examples(check):
+    """The examples every check of probe_state shares (the probe then runs once per example for all of them)."""
+    check = example(spec={"architecture": "distilbert", "hidden": 32, "layers": 1, "seed": 0}, num_labels=None)(check)
+    return example(spec={"architecture": "gpt2", "hidden": 16, "layers": 1, "seed": 2}, num_labels=3)(check)
+
+
+def state_report(grade, spec, num_labels):
+    return load_report(grade, probe_state, spec, num_labels)[1:]
+
+
+@pytest.mark.device_free
+@with_state_examples
+@given(spec=checkpoints, num_labels=label_counts)
+def test_load_model_keeps_the_mode_from_pretrained_sets(grade, spec, num_labels):
+    expected, actual = state_report(grade, spec, num_labels)
+    expect_equal(actual["training"], expected["training"],
+                 f"{described(spec, num_labels)}: the modules in train mode (module.training True)",
+                 hint="from_pretrained returns the model in eval mode; leave it so: the training loop calls "
+                      "model.train() when it starts training")
+
+
+@pytest.mark.device_free
+@with_state_examples
+@given(spec=checkpoints, num_labels=label_counts)
+def test_load_model_keeps_every_parameter_trainable(grade, spec, num_labels):
+    expected, actual = state_report(grade, spec, num_labels)
+    expect_equal(actual["frozen"], expected["frozen"],
+                 f"{described(spec, num_labels)}: the parameters with requires_grad False",
+                 hint="fine-tuning trains the whole model: leave requires_grad as from_pretrained sets it (True "
+                      "everywhere); freezing the body is a choice for the training script, not for load_model")
+
+
+@pytest.mark.device_free
+@with_state_examples
+@given(spec=checkpoints, num_labels=label_counts)
+def test_load_model_head_is_random_as_from_pretrained_makes_it(grade, spec, num_labels):
+    expected, actual = state_report(grade, spec, num_labels)
+    what = (f"{described(spec, num_labels)} after torch.manual_seed({load_seed(spec)}): the new head's weights "
+            f"(the parameters outside model.{expected['body']})")
+    zeroed = actual["head"] and all(not value.any() for value in actual["head"].values())
+    if zeroed:
+        hint = "the head is all zeros: leave it as from_pretrained initialises it (random, from the caller's seed)"
+    elif not actual["head_follows_the_seed"] and actual["fresh"]:
+        hint = ("the head is the same whatever seed the caller set: do not call torch.manual_seed inside "
+                "load_model; the caller seeds, from_pretrained draws the head")
+    else:
+        hint = "do not initialise or change the head yourself: from_pretrained draws it from the caller's random stream"
+    expect_equal(actual["head"], expected["head"], what, hint=hint)
+
+
+@pytest.mark.device_free
+@with_state_examples
+@given(spec=checkpoints, num_labels=label_counts)
+def test_load_model_returns_a_fresh_model_every_call(grade, spec, num_labels):
+    _, actual = state_report(grade, spec, num_labels)
+    if not actual["fresh"]:
+        fail(f"{described(spec, num_labels)} called twice gave the same model (or models sharing weights)",
+             hint="load a new model on every call: a cache hands out a model someone may already have trained "
+                  "or changed")
+
+
+@pytest.mark.device_free
+@with_state_examples
+@given(spec=checkpoints, num_labels=label_counts)
+def test_load_model_draws_from_the_random_stream_as_from_pretrained(grade, spec, num_labels):
+    import torch
+
+    expected, actual = state_report(grade, spec, num_labels)
+    untouched = torch.rand(4, dtype=torch.float64, generator=torch.Generator().manual_seed(load_seed(spec)))
+    if torch.equal(actual["after"], untouched):
+        hint = ("the caller's random stream is where it was before the call (torch.random.fork_rng, or a saved "
+                "state restored): from_pretrained draws the head from it, and the caller's next draws follow on")
+    else:
+        hint = ("the caller's random stream moved on differently from from_pretrained's own draws: no "
+                "torch.manual_seed and no extra random draws in load_model")
+    expect_equal(actual["after"], expected["after"],
+                 f"torch.rand(4) drawn by the caller right after torch.manual_seed({load_seed(spec)}) and "
+                 f"{described(spec, num_labels)}", hint=hint)

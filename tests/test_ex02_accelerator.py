@@ -11,9 +11,14 @@ becomes MULTI_CPU (num_processes 2, device cpu:0, the group already initialised 
 which tells apart an implementation that drops cpu=True (each rank then runs alone) or
 builds a device of its own (torch.device("cpu") is not cpu:0). They run on the cpu only:
 with cpu=True the device is the CPU whatever the machine.
+
+Every other setting (device_placement, even_batches, ...) must be Accelerator's default, and
+the accelerator must work when used: a model prepared with it is moved to its device (the
+probe's model records the moves, so a missing one shows on a CPU-only machine too).
 """
 
 import pytest
+import torch
 from hypothesis import example, given, strategies as st
 
 from grader.checks import expect_equal, fail
@@ -61,6 +66,7 @@ def _facts(accelerator, what="build_accelerator"):
                             "expected an accelerate.Accelerator")
     return {
         "class": type(accelerator).__name__,
+        "settings": _settings(accelerator),
         "mixed_precision": accelerator.mixed_precision,
         "device_type": accelerator.device.type,
         "device": str(accelerator.device),
@@ -68,6 +74,44 @@ def _facts(accelerator, what="build_accelerator"):
         "num_processes": accelerator.num_processes,
         "process_index": accelerator.process_index,
     }
+
+
+SETTINGS = ("device_placement", "split_batches", "even_batches", "dispatch_batches", "use_seedable_sampler",
+            "non_blocking", "gradient_accumulation_steps", "step_scheduler_with_optimizer", "rng_types", "log_with",
+            "native_amp", "project_dir", "use_distributed", "is_main_process", "local_process_index")
+
+
+def _settings(accelerator):
+    """Every other setting an Accelerator is built with, as plain data."""
+    plain = (bool, int, float, str, type(None))
+    settings = {}
+    for name in SETTINGS:
+        value = getattr(accelerator, name, "(missing)")
+        if isinstance(value, (list, tuple)):
+            value = [item if type(item) in plain else str(item) for item in value]
+        elif type(value) not in plain:
+            value = str(value)
+        settings[name] = value
+    settings["scaler"] = None if accelerator.scaler is None else type(accelerator.scaler).__name__
+    return settings
+
+
+class PlacedLinear(torch.nn.Linear):
+    """A Linear that records the devices it is asked to move to (a move to where it already is shows too)."""
+
+    def to(self, *args, **kwargs):
+        self.requested.append(str(args[0] if args else kwargs.get("device")))
+        return super().to(*args, **kwargs)
+
+
+def probe_placement(ctx, cpu, mixed_precision):
+    """A CPU model prepared with the accelerator build_accelerator returns: where prepare moved it."""
+    accelerator = ctx.module.build_accelerator(**_arguments(ctx, cpu, mixed_precision))
+    _facts(accelerator)
+    model = PlacedLinear(3, 2)
+    model.requested = []
+    prepared = accelerator.prepare(model)
+    return {"moved_to": model.requested, "devices": sorted({p.device.type for p in prepared.parameters()})}
 
 
 def probe_build_accelerator(ctx, cpu, mixed_precision):
@@ -95,6 +139,11 @@ PRECISION_HINT = "pass mixed_precision on to Accelerator(...): it is \"no\", \"b
 
 def compare_accelerators(actual, expected, what):
     expect_equal(actual["class"], expected["class"], f"{what}: the class of the result")
+    for name, value in expected["settings"].items():
+        hint = ("pass cpu and mixed_precision on and nothing else: every other setting stays at Accelerator's default"
+                + (" (device_placement=True: prepare then moves models to accelerator.device)"
+                   if name == "device_placement" else ""))
+        expect_equal(actual["settings"].get(name, "(missing)"), value, f"{what}: accelerator.{name}", hint=hint)
     expect_equal(actual["mixed_precision"], expected["mixed_precision"], f"{what}: accelerator.mixed_precision",
                  hint=PRECISION_HINT)
     expect_equal(actual["device_type"], expected["device_type"], f"{what}: accelerator.device.type", hint=DEVICE_HINT)
@@ -121,6 +170,18 @@ def test_get_device_is_the_accelerators_device(grade, data, mixed_precision):
     expect_equal(actual["device"], expected["device"], what,
                  hint="return accelerator.device itself; do not build a torch.device of your own")
     expect_equal(actual, expected, what)
+
+
+@given(data=st.data(), mixed_precision=PRECISIONS)
+@example(data=None, mixed_precision="no")
+def test_a_model_prepared_with_the_accelerator_is_placed(grade, data, mixed_precision):
+    cpu = True if data is None else data.draw(settings_for(grade.device), label="cpu")
+    expected, actual = grade.compare(probe_placement, cpu, mixed_precision)
+    what = f"accelerator.prepare(a CPU Linear) with the accelerator of {call_text('build_accelerator', cpu, mixed_precision)}"
+    hint = ("with device_placement=True, Accelerator's default, prepare moves the model to accelerator.device: "
+            "leave it on")
+    expect_equal(actual["moved_to"], expected["moved_to"], f"{what}: the devices prepare moved the model to", hint=hint)
+    expect_equal(actual["devices"], expected["devices"], f"{what}: the devices of its parameters", hint=hint)
 
 
 @pytest.mark.device_free

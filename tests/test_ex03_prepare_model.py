@@ -6,6 +6,8 @@ of grader.models' architectures built from its config. The probe builds the Acce
 itself (cpu=True on the cpu device, the GPU on the cuda device), so only prepare_model is
 under test.
 
+The model comes in train or eval mode (drawn); prepare keeps that mode.
+
 Single process: the result is the very model given (moved in place), its parameters are on
 the accelerator's device with unchanged values, and its forward pass gives what the
 reference's prepared model gives on the same inputs (with mixed_precision="bf16" prepare
@@ -35,6 +37,7 @@ model_specs = st.fixed_dictionaries({
     "kind": st.sampled_from(KINDS),
     "hidden": st.sampled_from(models.HIDDEN_SIZES),
     "seed": st.integers(0, 2**16),
+    "training": st.booleans(),  # the mode the model comes in with: prepare keeps it
 })
 
 
@@ -42,8 +45,13 @@ model_specs = st.fixed_dictionaries({
 PRECISIONS = st.sampled_from(["no", "bf16", "fp16"])
 
 
+def model_spec(kind, hidden, seed, training=False):
+    return {"kind": kind, "hidden": hidden, "seed": seed, "training": training}
+
+
 def described(spec, mixed_precision, processes=1):
     model = "a two-layer MLP" if spec["kind"] == "mlp" else f"a tiny {spec['kind']} classifier"
+    model += " in train mode" if spec["training"] else " in eval mode"
     where = f" in each of {processes} processes" if processes > 1 else ""
     return f"prepare_model(Accelerator(mixed_precision={mixed_precision!r}), {model}){where}"
 
@@ -63,7 +71,7 @@ def _build_model(spec, seed):
 
         config = models.tiny_config(spec["kind"], hidden=spec["hidden"], layers=1, num_labels=NUM_LABELS)
         model = AutoModelForSequenceClassification.from_config(config)
-    return model.eval()
+    return model.train(spec["training"])
 
 
 def _forward(model, spec, device):
@@ -103,10 +111,12 @@ def _prepare(ctx, spec, mixed_precision, cpu, seed):
         "unwraps_to_the_model_given": unwrapped is model,
         "parameter_devices": sorted({p.device.type for p in result.parameters()}),
         "parameters": {name: p.detach().cpu().clone() for name, p in unwrapped.named_parameters()},
+        "training": sorted(name or "(the result itself)" for name, m in result.named_modules() if m.training),
     }
     # The inputs go where the model's parameters are, so a misplaced model still runs and its
-    # placement is what the check reports.
+    # placement is what the check reports; eval mode: no dropout in the output compared.
     placed = next(result.parameters(), torch.empty(0)).device
+    result.eval()
     facts["output"] = probing.tensor(_forward(result, spec, placed), "the prepared model's output")
     return accelerator, model, result, facts
 
@@ -145,9 +155,14 @@ def compare_prepared(actual, expected, what):
                       "model.to(accelerator.device) alone does not")
 
 
+def with_mode_examples(check):
+    check = example(spec=model_spec("mlp", 16, 0), mixed_precision="bf16")(check)
+    check = example(spec=model_spec("distilbert", 32, 1, training=True), mixed_precision="bf16")(check)
+    return example(spec=model_spec("bert", 16, 4, training=False), mixed_precision="no")(check)
+
+
 @given(spec=model_specs, mixed_precision=PRECISIONS)
-@example(spec={"kind": "mlp", "hidden": 16, "seed": 0}, mixed_precision="bf16")
-@example(spec={"kind": "distilbert", "hidden": 32, "seed": 1}, mixed_precision="bf16")
+@with_mode_examples
 def test_prepare_model_places_the_model(grade, spec, mixed_precision):
     expected, actual = grade.compare(probe_prepare, spec, mixed_precision)
     what = described(spec, mixed_precision)
@@ -160,8 +175,8 @@ def test_prepare_model_places_the_model(grade, spec, mixed_precision):
 
 @pytest.mark.device_free
 @given(spec=model_specs, mixed_precision=PRECISIONS)
-@example(spec={"kind": "mlp", "hidden": 16, "seed": 0}, mixed_precision="no")
-@example(spec={"kind": "bert", "hidden": 16, "seed": 2}, mixed_precision="no")
+@example(spec=model_spec("mlp", 16, 0, training=True), mixed_precision="no")
+@example(spec=model_spec("bert", 16, 2), mixed_precision="no")
 def test_prepare_model_wraps_for_several_processes(grade, spec, mixed_precision):
     expected, actual = grade.compare(probe_prepare_distributed, spec, mixed_precision, world_size=2)
     for rank, (want, got) in enumerate(zip(expected, actual)):
@@ -174,3 +189,13 @@ def test_prepare_model_wraps_for_several_processes(grade, spec, mixed_precision)
         compare_prepared(got, want, what)
         expect_equal({k: v for k, v in got.items() if k != "output"}, {k: v for k, v in want.items() if k != "output"},
                      what)
+
+
+@given(spec=model_specs, mixed_precision=PRECISIONS)
+@with_mode_examples
+def test_prepare_model_keeps_train_or_eval_mode(grade, spec, mixed_precision):
+    expected, actual = grade.compare(probe_prepare, spec, mixed_precision)
+    expect_equal(actual["training"], expected["training"],
+                 f"{described(spec, mixed_precision)}: the modules in train mode after prepare (module.training)",
+                 hint="prepare keeps the mode the model came in with: no model.train() or model.eval() in "
+                      "prepare_model; the caller chooses when to train and when to evaluate")

@@ -1,8 +1,14 @@
 """ex05: gradient aggregation. average_gradients must return, name by name, the element-wise
 mean over the replicas' gradient dicts (same keys, shape, dtype and device; inputs untouched);
 all_reduce_gradients must, inside a real process group, turn every rank's .grad into the mean
-over all ranks, in place, leave a None grad None, and reduce a tied parameter once."""
+over all ranks, in place, leave a None grad None, and reduce a tied parameter once.
 
+float64 inputs are drawn as float64 values and compared to about 1e-12, so float64 work done
+in float32 fails; a dict subclass (OrderedDict) is a dict; on 'meta' tensors a result made on
+the CPU shows without a GPU. A wrong mean is diagnosed by what it is (a sum, f times the mean,
+float32 precision)."""
+
+import pytest
 import torch
 from hypothesis import assume, example, given, strategies as st
 
@@ -110,10 +116,7 @@ def _observe_average(ctx, grads):
     copies = [{name: t.clone() for name, t in replica.items()} for replica in grads]
     storages = {_storage(t) for replica in grads for t in replica.values()} - {None}
     outer = list(grads)
-    result = ctx.module.average_gradients(grads)
-    if type(result) is not dict:
-        raise InvalidResult(f"average_gradients returned a {type(result).__module__}.{type(result).__qualname__}, "
-                            f"expected a dict of tensors")
+    result = probing.plain_dict(ctx.module.average_gradients(grads), "the result of average_gradients")
     changed, aliased = [], []
     if len(grads) != len(outer) or any(a is not b for a, b in zip(grads, outer)):
         changed.append("the list of replicas itself")
@@ -148,6 +151,20 @@ def probe_identical(ctx, case):
     observed = _observe_average(ctx, [{name: t.clone() for name, t in one.items()} for _ in range(case["replicas"])])
     observed["replica"] = {name: t.cpu() for name, t in one.items()}
     return observed
+
+
+def probe_average_meta(ctx, case):
+    """average_gradients of 'meta' replicas (shapes, no data): a result made on the CPU shows without a GPU."""
+    grads = [{name: torch.empty(shape, dtype=getattr(torch, case["dtype"]), device="meta")
+              for name, shape in case["shapes"].items()} for _ in range(case["replicas"])]
+    try:
+        result = probing.plain_dict(ctx.module.average_gradients(grads), "the result of average_gradients")
+    except Exception as error:
+        if probing.meta_error(error) is None:
+            raise
+        return {"error": probing.meta_error(error)}
+    return {"devices": {str(name): value.device.type if isinstance(value, torch.Tensor) else type(value).__name__
+                        for name, value in result.items()}}
 
 
 def probe_mean_in_float64(ctx, case):
@@ -229,6 +246,10 @@ MEAN_HINT = ("the element-wise mean over the replicas: add the replicas' tensors
              "number of replicas (len(replica_grads)), or torch.stack(...).mean(dim=0)")
 
 
+FLOAT64_HINT = ("close only to float32's precision: float64 gradients must be added up and divided in float64 "
+                "(torch.promote_types(dtype, torch.float32) keeps float64 as it is)")
+
+
 def _close(a, b):
     return a.shape == b.shape and torch.allclose(a.double(), b.double(), rtol=2e-2, atol=1e-4)
 
@@ -251,6 +272,8 @@ def _average_hint(actual, mean, count):
     if factor is not None:
         return (f"your values are {factor:.3g} times the mean: divide the sum by the number of replicas, "
                 f"len(replica_grads) = {count}")
+    if mean.dtype == torch.float64 and torch.allclose(actual, mean, rtol=1e-6, atol=1e-7):
+        return FLOAT64_HINT
     low_precision = mean.dtype in (torch.bfloat16, torch.float16)
     if low_precision and torch.allclose(actual.double(), mean.double(), rtol=0.1, atol=0.05):
         name = str(mean.dtype).replace("torch.", "")
@@ -290,6 +313,19 @@ def test_average_gradients_leaves_its_inputs_alone(grade, case):
         fail(f"{what} returned a tensor that shares memory with an input, for {actual['aliases_input']}",
              hint="return new tensors, even for one replica: a caller that changes the result must not change "
                   "the replicas' gradients")
+
+
+@pytest.mark.device_free
+@example(case=replicas(3, {"layers.0.weight": [2, 3], "scale": []}, "float32"))
+@given(case=replica_case())
+def test_average_gradients_keeps_the_device(grade, case):
+    expected, actual = grade.compare(probe_average_meta, case)
+    what = describe_replicas(case) + " on the 'meta' device (shapes without data)"
+    hint = ("build the mean from the input tensors themselves (torch.stack, +, /, *_like): no .cpu(), .tolist(), "
+            "or accumulator made on the CPU with torch.zeros(shape) (on a GPU the result would leave the GPU)")
+    if "error" in actual:
+        fail(f"{what}: {actual['error']}", hint=hint)
+    expect_equal(actual["devices"], expected["devices"], f"{what}: the devices of the result's tensors", hint=hint)
 
 
 @with_replica_examples
@@ -332,6 +368,8 @@ def _grads_hint(name, got, mean, own, world_size, wrong_names, right_ranks):
                 f"dist.get_world_size() = {world_size}")
     if torch.equal(got, own):
         return "this rank's gradient did not change: all_reduce every parameter's .grad (in place)"
+    if mean.dtype == torch.float64 and torch.allclose(got, mean, rtol=1e-6, atol=1e-7):
+        return FLOAT64_HINT.replace("added up and divided", "reduced and divided")
     return "all_reduce(grad, op=SUM) on every rank, then divide by dist.get_world_size(), the number of ranks"
 
 

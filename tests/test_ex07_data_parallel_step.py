@@ -2,15 +2,24 @@
 (often not divisible by the world size), a few consecutive calls of data_parallel_step
 must leave every rank's model equal to plain single-process training on the whole batch,
 keep the replicas identical, return the whole batch's loss as a float, let each rank
-compute on its own disjoint part of the batch, and ignore gradients left from before."""
+compute on its own disjoint part of the batch, and ignore gradients left from before.
+
+loss_fn is a torch.nn.functional loss or an nn.Module loss (as the stub's example passes it);
+the model's inputs are seen however it is called (model(x) or model(input=x)). A wrong first
+step is compared with what each usual mistake gives (probe_mistakes: dividing twice, equal
+weights for uneven shards, an unweighted sum, stale gradients, a rank's own gradient), and a
+wrong loss with a rank's own, rank 0's and the mean shard loss, so each gets its own hint."""
+
+import math
 
 import torch
 from hypothesis import example, given, strategies as st
 
 from grader import probing
-from grader.checks import expect_close, expect_equal, fail
+from grader.checks import close, expect_close, expect_equal, fail
 
 LOSSES = ["mse_loss", "cross_entropy"]
+LOSS_MODULES = {"mse_loss": "MSELoss", "cross_entropy": "CrossEntropyLoss"}  # the stub's example passes a module
 OPTIMIZERS = ["sgd", "sgd_momentum", "adam"]
 OPTIMIZER_NAMES = {"sgd": "SGD(lr=0.1)", "sgd_momentum": "SGD(lr=0.1, momentum=0.9)", "adam": "Adam(lr=0.05)"}
 
@@ -26,15 +35,16 @@ def steps_case(draw):
         hidden=draw(st.integers(1, 5)),
         out_features=draw(st.integers(2, 4) if loss == "cross_entropy" else st.integers(1, 3)),
         loss=loss,
+        loss_kind=draw(st.sampled_from(["function", "module"]), label="loss_kind"),
         optimizer=draw(st.sampled_from(OPTIMIZERS)),
         steps=draw(st.integers(1, 3)),
         seed=draw(st.integers(0, 2**16)),
     )
 
 
-def case(world_size, rows, loss, optimizer, steps, seed=7, in_features=3, hidden=4, out_features=3):
-    return dict(world_size=world_size, rows=rows, in_features=in_features, hidden=hidden,
-                out_features=out_features, loss=loss, optimizer=optimizer, steps=steps, seed=seed)
+def case(world_size, rows, loss, optimizer, steps, seed=7, in_features=3, hidden=4, out_features=3, loss_kind="function"):
+    return dict(world_size=world_size, rows=rows, in_features=in_features, hidden=hidden, out_features=out_features,
+                loss=loss, loss_kind=loss_kind, optimizer=optimizer, steps=steps, seed=seed)
 
 
 # Uneven shards on every world size, with both optimizer kinds: wrong weightings show at once.
@@ -42,6 +52,8 @@ EXAMPLES = [
     case(3, 4, "mse_loss", "sgd", 2),
     case(2, 5, "cross_entropy", "adam", 3),
     case(4, 7, "cross_entropy", "sgd_momentum", 2, seed=11),
+    case(3, 5, "cross_entropy", "sgd", 1, seed=3, loss_kind="module"),
+    case(2, 3, "mse_loss", "adam", 2, seed=5, loss_kind="module"),
 ]
 
 
@@ -54,8 +66,14 @@ def with_examples(check):
 def describe(case):
     return (f"{case['world_size']} ranks, a batch of {case['rows']} rows, "
             f"Linear({case['in_features']}, {case['hidden']})-Tanh-Linear({case['hidden']}, {case['out_features']}) "
-            f"in float64, loss_fn=torch.nn.functional.{case['loss']}, {OPTIMIZER_NAMES[case['optimizer']]}, "
+            f"in float64, loss_fn={_loss_text(case)}, {OPTIMIZER_NAMES[case['optimizer']]}, "
             f"{case['steps']} consecutive call(s), stale gradients in .grad before the first")
+
+
+def _loss_text(case):
+    if case["loss_kind"] == "module":
+        return f"torch.nn.{LOSS_MODULES[case['loss']]}()"
+    return f"torch.nn.functional.{case['loss']}"
 
 
 # --- probes: these run in the workers -----------------------------------------------------
@@ -103,6 +121,8 @@ def _parameters(model):
 
 
 def _loss_fn(case):
+    if case["loss_kind"] == "module":
+        return getattr(torch.nn, LOSS_MODULES[case["loss"]])()
     return getattr(torch.nn.functional, case["loss"])
 
 
@@ -113,13 +133,17 @@ def probe_steps(ctx, case):
     optimizer = _optimizer(case, model)
     _stale_gradients(model, case, ctx.rank, device)
     seen = []
-    hook = model.register_forward_pre_hook(lambda module, args: seen.append(args[0].detach().clone())
-                                           if args and isinstance(args[0], torch.Tensor) else None)
-    record = {"parameters": [], "losses": [], "loss_types": [], "rows_seen": [], "losses_before": []}
+    hook = model.register_forward_pre_hook(lambda module, args, kwargs: _record_input(seen, args, kwargs),
+                                           with_kwargs=True)
+    record = {"parameters": [], "losses": [], "loss_types": [], "rows_seen": [], "losses_before": [],
+              "shard_losses_before": []}
     for step in range(case["steps"]):
         inputs, targets = _batch(case, step, device)
-        with torch.no_grad():  # the whole batch's loss on this rank's model as it is before the call
+        with torch.no_grad():  # the loss of the whole batch, and of each shard, on this rank's model before the call
             record["losses_before"].append(_loss_fn(case)(model(inputs), targets).item())
+            record["shard_losses_before"].append(
+                [_loss_fn(case)(model(x), y).item() for x, y in zip(torch.tensor_split(inputs, case["world_size"]),
+                                                                      torch.tensor_split(targets, case["world_size"]))])
         seen.clear()
         loss = ctx.module.data_parallel_step(model, optimizer, inputs, targets, _loss_fn(case))
         record["loss_types"].append(f"{type(loss).__module__}.{type(loss).__qualname__}")
@@ -127,7 +151,15 @@ def probe_steps(ctx, case):
         record["parameters"].append(_parameters(model))
         record["rows_seen"].append(_rows_of(seen, inputs))
     hook.remove()
+    record["devices"] = sorted({param.device.type for param in model.parameters()})
     return record
+
+
+def _record_input(seen, args, kwargs):
+    """The model's input however the learner passed it: model(x) or model(input=x)."""
+    given = list(args) + list(kwargs.values())
+    if given and isinstance(given[0], torch.Tensor):
+        seen.append(given[0].detach().clone())
 
 
 def _rows_of(seen, inputs):
@@ -163,6 +195,49 @@ def probe_baseline(ctx, case):
     return record
 
 
+def probe_mistakes(ctx, case):
+    """Trusted plain torch, one process, not the module: every rank's model after the first call as each usual
+    mistake leaves it, {mistake: [{name: parameter} per rank]}; each mistake is a gradient per rank."""
+    device = ctx.torch_device()
+    world, total = case["world_size"], case["rows"]
+    inputs, targets = _batch(case, 0, device)
+    model = _model(case, device)
+    shards = []  # each shard's mean-loss gradient, and its rows
+    for x, y in zip(torch.tensor_split(inputs, world), torch.tensor_split(targets, world)):
+        model.zero_grad()
+        _loss_fn(case)(model(x), y).backward()
+        shards.append(([p.grad.clone() for p in model.parameters()], len(x)))
+    stale = []
+    for rank in range(world):
+        leftover = _model(case, device)
+        _stale_gradients(leftover, case, rank, device)
+        stale.append([p.grad for p in leftover.parameters()])
+
+    def mixed(weights, extra=()):
+        return [sum(w * g[i] for w, (g, _) in zip(weights, shards)) + sum(e[i] for e in extra)
+                for i in range(len(shards[0][0]))]
+
+    right = mixed([rows / total for _, rows in shards])
+    gradients = {
+        "divided_twice": [[g / world for g in right]] * world,
+        "equal_weights": [mixed([1 / world] * world)] * world,
+        "unweighted_sum": [mixed([1] * world)] * world,
+        "stale": [mixed([rows / total for _, rows in shards], stale)] * world,
+        "local": [grads for grads, _ in shards],
+    }
+    stepped = {}
+    for mistake, per_rank in gradients.items():
+        stepped[mistake] = []
+        for grads in per_rank:
+            replica = _model(case, device)
+            optimizer = _optimizer(case, replica)
+            for param, grad in zip(replica.parameters(), grads):
+                param.grad = grad.clone()
+            optimizer.step()
+            stepped[mistake].append(_parameters(replica))
+    return stepped
+
+
 def probe_stale(ctx, case):
     """Two identical replicas stepped on the same batches: one with empty .grad, one with stale garbage."""
     device = ctx.torch_device()
@@ -191,6 +266,29 @@ def _expect_parameters(actual, expected, what, hint):
         expect_close(actual[name], expected[name], f"{what}, parameter {name!r}", hint=hint)
 
 
+MISTAKE_HINTS = {
+    "divided_twice": ("the gradient is 1 / world_size of the right one: weighting each loss by local_rows / "
+                      "total_rows already makes the SUM the mean; do not also divide by world_size (or use ReduceOp.AVG)"),
+    "equal_weights": ("uneven shards weighted equally: the ranks' gradients were averaged as if every shard had "
+                      "as many rows; back-propagate local_loss * local_rows / total_rows and all-reduce the SUM"),
+    "unweighted_sum": ("the gradient is the SUM of the ranks' mean-loss gradients, about world_size times too large: "
+                       "back-propagate local_loss * local_rows / total_rows before the SUM all-reduce"),
+    "stale": ("gradients from before the call leaked into the step: clear them first (optimizer.zero_grad(), "
+              "model.zero_grad()), before the backward pass"),
+    "local": ("each rank stepped on the gradient of its own shard's loss alone: all-reduce (SUM) every .grad "
+              "before optimizer.step()"),
+}
+
+
+def _diagnosis(grade, case, rank, first):
+    """The hint of the usual mistake that leaves rank's model as it is after the first call, if one does."""
+    mistakes = grade.reference(probe_mistakes, case)
+    for mistake, per_rank in mistakes.items():
+        if sorted(first) == sorted(per_rank[rank]) and all(close(first[n], v) for n, v in per_rank[rank].items()):
+            return MISTAKE_HINTS[mistake]
+    return _step_hint(case)
+
+
 def _step_hint(case):
     hints = [WEIGHT_HINT, "every rank must all-reduce every .grad (SUM) before optimizer.step()",
              "clear old gradients at the start (optimizer.zero_grad())"]
@@ -207,10 +305,15 @@ def test_every_rank_ends_equal_to_one_step_on_the_whole_batch(grade, case):
     for rank, observed in enumerate(actual):
         for step in range(case["steps"]):
             what = f"{describe(case)}: rank {rank}'s model after call {step + 1}"
-            _expect_parameters(observed["parameters"][step], baseline["parameters"][step],
-                               what + " (compared with plain torch on the whole batch in one process)", _step_hint(case))
-            _expect_parameters(observed["parameters"][step], expected[rank]["parameters"][step],
-                               what + " (compared with the reference solution)", _step_hint(case))
+            got, want = observed["parameters"][step], baseline["parameters"][step]
+            hint = _step_hint(case)
+            if step == 0 and not (sorted(got) == sorted(want) and all(close(got[n], v) for n, v in want.items())):
+                hint = _diagnosis(grade, case, rank, got)
+            _expect_parameters(got, want, what + " (compared with plain torch on the whole batch in one process)", hint)
+            _expect_parameters(got, expected[rank]["parameters"][step],
+                               what + " (compared with the reference solution)", hint)
+        expect_equal(observed["devices"], expected[rank]["devices"], f"{describe(case)}: the devices of rank {rank}'s "
+                     "parameters afterwards", hint="the model stays where it is: move the batch's parts, not the model")
 
 
 @given(case=steps_case())
@@ -238,18 +341,41 @@ def test_returns_the_whole_batch_loss(grade, case):
                      hint="return float(...) of the all-reduced loss, not a tensor or a numpy number", status="invalid")
     for step in range(case["steps"]):
         losses = [observed["losses"][step] for observed in actual]
+        hint = _loss_hint(case, actual, step)
         if max(losses) - min(losses) > 1e-9 * (1.0 + abs(max(losses))):
             fail(f"{describe(case)}: call {step + 1} returned different losses on the ranks: {losses}",
-                 hint="every rank must return the same value: the loss of the whole batch, all-reduced "
-                      "(a rank's own shard loss is not it)")
+                 hint=hint or "every rank must return the same value: the loss of the whole batch, all-reduced")
         # before the first call every model is the fresh one: plain torch in one process says the loss; later
         # calls are measured against the rank's own model as it was, so a wrong step does not fail this check too
         before = [baseline["losses"][0]] * len(losses) if step == 0 else [o["losses_before"][step] for o in actual]
         expect_close(torch.tensor(losses, dtype=torch.float64), torch.tensor(before, dtype=torch.float64),
                      f"{describe(case)}: the loss returned by call {step + 1} on every rank, against the whole "
                      f"batch's {case['loss']} on that rank's model just before the call",
-                     hint="all-reduce (SUM) local_loss * local_rows and divide by the total rows: the mean of "
-                          "the ranks' losses is wrong when shards differ in size, a rank's own loss is wrong always")
+                     hint=hint or "all-reduce (SUM) local_loss * local_rows and divide by the total rows")
+
+
+LOSS_HINTS = {
+    "local": "each rank returned the loss of its own shard: return the whole batch's, all-reduced (SUM) "
+             "local_loss * local_rows divided by the total rows, the same on every rank",
+    "rank 0": "every rank returned rank 0's shard loss: all ranks' shards make the whole batch's loss, "
+              "all-reduce (SUM) local_loss * local_rows and divide by the total rows",
+    "mean": "the plain mean of the ranks' shard losses over-weights the rows of smaller shards: all-reduce (SUM) "
+            "local_loss * local_rows and divide by the total rows",
+}
+
+
+def _loss_hint(case, actual, step):
+    """The hint of the usual mistake that gives the losses returned by call step + 1, if one does."""
+    losses = [observed["losses"][step] for observed in actual]
+    shards = [observed["shard_losses_before"][step] for observed in actual]
+    if None in losses:
+        return None
+    candidates = {"local": [own[rank] for rank, own in enumerate(shards)], "rank 0": [own[0] for own in shards],
+                  "mean": [sum(own) / len(own) for own in shards]}
+    for mistake, values in candidates.items():
+        if all(math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12) for a, b in zip(losses, values)):
+            return LOSS_HINTS[mistake]
+    return None
 
 
 @given(case=steps_case())

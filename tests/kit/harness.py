@@ -7,7 +7,7 @@ import sys
 import textwrap
 
 KIT_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SEED = "20261202"
+SEED = os.environ.get("KIT_SEED", "20261202")  # KIT_SEED=N replays the kit under another seed
 
 
 def reference_source(exercise):
@@ -64,3 +64,22 @@ def assert_caught(results, expected):
         elif check and check not in failed:
             problems.append(f"{name}: {check} passed (failed: {sorted(failed)})")
     assert not problems, "\n".join(problems)
+
+
+def assert_diagnosed(results, expected):
+    """{name: (check, text)}: that check failed for that submission, and its message holds the text."""
+    problems = []
+    for name, (check, text) in expected.items():
+        message = failed_checks(results[name]).get(check)
+        if message is None:
+            problems.append(f"{name}: {check} passed")
+        elif text not in message:
+            problems.append(f"{name}: {check}'s message lacks {text!r}:\n{message}")
+    assert not problems, "\n".join(problems)
+
+
+def assert_full_marks(results, names):
+    """Right implementations written otherwise than the references: every check passes."""
+    wrongly_failed = {name: failed_checks(results[name]) for name in names
+                      if results[name]["score"] < results[name]["max_score"]}
+    assert not wrongly_failed, wrongly_failed

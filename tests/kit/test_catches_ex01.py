@@ -1,6 +1,6 @@
 """ex01's checks catch the loading mistakes learners really make."""
 
-from tests.kit.harness import assert_caught, grade_submissions, mutate
+from tests.kit.harness import assert_caught, assert_diagnosed, assert_full_marks, grade_submissions, mutate
 
 EX = "ex01_load_model"
 LOAD = "return AutoModelForSequenceClassification.from_pretrained(model_name, num_labels=num_labels)"
@@ -47,11 +47,61 @@ WRONG = {
     "config_reloaded": (mutate(EX, (CONFIG, "from transformers import AutoConfig\n"
                                             "    return AutoConfig.from_pretrained(model.name_or_path)")),
                         "test_get_config_returns_the_models_own_config"),
+    # train mode switched on "for fine-tuning": from_pretrained leaves the model in eval mode
+    "train_mode": (load_with(LOAD + ".train()"), "test_load_model_keeps_the_mode_from_pretrained_sets"),
+    # the body frozen: only the head would train
+    "freezes_the_body": (load_with(
+        "model = AutoModelForSequenceClassification.from_pretrained(model_name, num_labels=num_labels)\n"
+        "    for param in model.base_model.parameters():\n"
+        "        param.requires_grad_(False)\n"
+        "    return model"),
+        "test_load_model_keeps_every_parameter_trainable"),
+    # the new head zeroed "for a clean start"
+    "zeroed_head": (load_with(
+        "model = AutoModelForSequenceClassification.from_pretrained(model_name, num_labels=num_labels)\n"
+        "    body = model.base_model_prefix + '.'\n"
+        "    with torch.no_grad():\n"
+        "        for name, param in model.named_parameters():\n"
+        "            if not name.startswith(body):\n"
+        "                param.zero_()\n"
+        "    return model", "import torch"),
+        "test_load_model_head_is_random_as_from_pretrained_makes_it"),
+    # re-seeded inside "for reproducibility": the head no longer follows the caller's seed
+    "seeds_inside": (load_with("torch.manual_seed(0)\n    " + LOAD, "import torch"),
+                     "test_load_model_head_is_random_as_from_pretrained_makes_it"),
+    # a cache: the second call hands out the first call's model
+    "cached": (mutate(EX, ("def load_model(", "import functools\n\n\n@functools.lru_cache(maxsize=None)\ndef load_model(")),
+               "test_load_model_returns_a_fresh_model_every_call"),
+    # the caller's random stream saved and restored around loading: the same head, but the stream does not move on
+    "restores_the_random_stream": (load_with("with torch.random.fork_rng():\n        " + LOAD, "import torch"),
+                                   "test_load_model_draws_from_the_random_stream_as_from_pretrained"),
+}
+
+# each cause named by its own hint
+DIAGNOSED = {
+    "zeroed_head": ("test_load_model_head_is_random_as_from_pretrained_makes_it", "the head is all zeros"),
+    "seeds_inside": ("test_load_model_head_is_random_as_from_pretrained_makes_it", "do not call torch.manual_seed inside"),
+    "restores_the_random_stream": ("test_load_model_draws_from_the_random_stream_as_from_pretrained",
+                                   "is where it was before the call"),
+}
+
+# other right ways to do it: they must score full marks
+RIGHT = {
+    # the config first, then the model with it
+    "config_then_model": load_with(
+        "config = AutoConfig.from_pretrained(model_name, num_labels=num_labels)\n"
+        "    return AutoModelForSequenceClassification.from_pretrained(model_name, config=config)",
+        "from transformers import AutoConfig"),
+    # eval mode set again: it is what from_pretrained gives
+    "explicit_eval": load_with(LOAD + ".eval()"),
 }
 
 
-def test_wrong_loading_is_caught(tmp_path):
+def test_wrong_loading_is_caught_and_right_variants_pass(tmp_path):
     # The fast profile: every mistake here is caught on the checks' explicit examples already, and each
     # example loads a checkpoint per submission (the thorough profile takes about four times as long).
-    results = grade_submissions(tmp_path, EX, {name: source for name, (source, _) in WRONG.items()}, profile="fast")
+    results = grade_submissions(tmp_path, EX, {name: source for name, (source, _) in WRONG.items()} | RIGHT,
+                                profile="fast")
     assert_caught(results, {name: check for name, (_, check) in WRONG.items()})
+    assert_diagnosed(results, DIAGNOSED)
+    assert_full_marks(results, RIGHT)

@@ -1,6 +1,6 @@
 """ex02's checks catch the Accelerator mistakes learners really make."""
 
-from tests.kit.harness import assert_caught, grade_submissions, mutate
+from tests.kit.harness import assert_caught, assert_full_marks, grade_submissions, mutate
 
 EX = "ex02_accelerator"
 BUILD = "return Accelerator(cpu=cpu, mixed_precision=mixed_precision)"
@@ -25,9 +25,29 @@ WRONG = {
     # a string, not a torch.device
     "string_device": (mutate(EX, (DEVICE, "return str(accelerator.device)")),
                       "test_get_device_is_the_accelerators_device"),
+    # device placement switched off: prepare leaves the model where it is
+    "no_device_placement": (mutate(EX, (BUILD, "return Accelerator(cpu=cpu, mixed_precision=mixed_precision, device_placement=False)")),
+                            "test_a_model_prepared_with_the_accelerator_is_placed"),
+    # a setting nobody asked for: the last batch is no longer evened out
+    "uneven_batches": (mutate(EX, (BUILD, "from accelerate import DataLoaderConfiguration\n"
+                                          "    return Accelerator(cpu=cpu, mixed_precision=mixed_precision,\n"
+                                          "                       dataloader_config=DataLoaderConfiguration(even_batches=False))")),
+                       "test_build_accelerator_passes_the_settings_on"),
+    # another: the scheduler no longer steps with the optimizer
+    "scheduler_apart": (mutate(EX, (BUILD, "return Accelerator(cpu=cpu, mixed_precision=mixed_precision, step_scheduler_with_optimizer=False)")),
+                        "test_build_accelerator_passes_the_settings_on"),
+}
+
+# other right ways to do it: they must score full marks
+RIGHT = {
+    # the defaults spelled out
+    "explicit_defaults": mutate(EX, (BUILD, "return Accelerator(device_placement=True, cpu=cpu, mixed_precision=mixed_precision)")),
+    # the state's device is the accelerator's
+    "state_device": mutate(EX, (DEVICE, "return accelerator.state.device")),
 }
 
 
-def test_wrong_accelerators_are_caught(tmp_path):
-    results = grade_submissions(tmp_path, EX, {name: source for name, (source, _) in WRONG.items()})
+def test_wrong_accelerators_are_caught_and_right_variants_pass(tmp_path):
+    results = grade_submissions(tmp_path, EX, {name: source for name, (source, _) in WRONG.items()} | RIGHT)
     assert_caught(results, {name: check for name, (_, check) in WRONG.items()})
+    assert_full_marks(results, RIGHT)

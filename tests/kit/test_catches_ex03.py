@@ -1,6 +1,6 @@
 """ex03's checks catch the model-preparation mistakes learners really make."""
 
-from tests.kit.harness import assert_caught, grade_submissions, mutate
+from tests.kit.harness import assert_caught, assert_full_marks, grade_submissions, mutate
 
 EX = "ex03_prepare_model"
 PREPARE = "return accelerator.prepare(model)"
@@ -28,9 +28,24 @@ WRONG = {
     # a copy prepared: the caller's model is left behind
     "prepares_a_copy": (mutate(EX, (PREPARE, "import copy\n    return accelerator.prepare(copy.deepcopy(model))")),
                         "test_prepare_model_places_the_model"),
+    # switched to train mode "to be ready for training": a model given in eval mode comes back training
+    "sets_train_mode": (mutate(EX, (PREPARE, "return accelerator.prepare(model.train())")),
+                        "test_prepare_model_keeps_train_or_eval_mode"),
+    # switched to eval mode: a model given in train mode comes back evaluating
+    "sets_eval_mode": (mutate(EX, (PREPARE, "return accelerator.prepare(model).eval()")),
+                       "test_prepare_model_keeps_train_or_eval_mode"),
+}
+
+# other right ways to do it: they must score full marks
+RIGHT = {
+    # the model-only method prepare calls
+    "prepare_model_method": mutate(EX, (PREPARE, "return accelerator.prepare_model(model)")),
+    # placement asked for explicitly, per object
+    "explicit_placement": mutate(EX, (PREPARE, "return accelerator.prepare(model, device_placement=[True])")),
 }
 
 
-def test_wrong_preparation_is_caught(tmp_path):
-    results = grade_submissions(tmp_path, EX, {name: source for name, (source, _) in WRONG.items()})
+def test_wrong_preparation_is_caught_and_right_variants_pass(tmp_path):
+    results = grade_submissions(tmp_path, EX, {name: source for name, (source, _) in WRONG.items()} | RIGHT)
     assert_caught(results, {name: check for name, (_, check) in WRONG.items()})
+    assert_full_marks(results, RIGHT)

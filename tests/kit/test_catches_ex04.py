@@ -1,16 +1,24 @@
-"""ex04's checks catch the sharding mistakes learners really make."""
+"""ex04's checks catch the sharding mistakes learners really make, name each cause, and let right variants pass."""
 
-from tests.kit.harness import assert_caught, grade_submissions, mutate
+from tests.kit.harness import assert_caught, assert_diagnosed, assert_full_marks, grade_submissions, mutate
 
 EX = "ex04_sharding"
+
+SPLIT = "torch.tensor_split(batch, world_size, dim=0)[rank]"
+PAD = "indices = (indices * math.ceil(total / num_samples))[:total]"
+SHUFFLE = ("        generator = torch.Generator()\n        generator.manual_seed(seed + epoch)\n"
+           "        indices = torch.randperm(num_samples, generator=generator).tolist()\n")
+RETURN = "return [int(i) for i in indices[rank:total:world_size]]"
 
 WRONG = {
     # contiguous blocks where DistributedSampler strides
     "contiguous_blocks": (mutate(EX, ("indices[rank:total:world_size]", "indices[rank * (total // world_size):(rank + 1) * (total // world_size)]")),
                           "test_shard_indices_match_distributed_sampler"),
     # no padding: the last ranks get fewer indices
-    "no_padding": (mutate(EX, ("indices = (indices * math.ceil(total / num_samples))[:total]", "pass")),
-                   "test_shards_are_equal_sized_and_cover_the_data"),
+    "no_padding": (mutate(EX, (PAD, "pass")), "test_shards_are_equal_sized_and_cover_the_data"),
+    # padded with one copy of the start: too short when the padding is longer than the data (2 samples, 5 ranks)
+    "pads_once": (mutate(EX, (PAD, "indices = indices + indices[:total - num_samples]")),
+                  "test_shard_indices_match_distributed_sampler"),
     # the epoch ignored: every epoch shuffles the same way
     "ignores_epoch": (mutate(EX, ("manual_seed(seed + epoch)", "manual_seed(seed)")),
                       "test_shard_indices_match_distributed_sampler"),
@@ -18,17 +26,58 @@ WRONG = {
     "drop_last_rounds_up": (mutate(EX, ("math.ceil((num_samples - world_size) / world_size)", "math.ceil(num_samples / world_size)")),
                             "test_shard_indices_match_distributed_sampler"),
     # a tensor instead of a list of ints
-    "returns_tensor": (mutate(EX, ("return [int(i) for i in indices[rank:total:world_size]]", "return torch.tensor(indices[rank:total:world_size], dtype=torch.long)")),
+    "returns_tensor": (mutate(EX, (RETURN, "return torch.tensor(indices[rank:total:world_size], dtype=torch.long)")),
                        "test_shard_indices_match_distributed_sampler"),
+    # the right permutation from the global generator: the caller's random stream is reseeded
+    "seeds_the_global_generator": (mutate(EX, (SHUFFLE, "        torch.manual_seed(seed + epoch)\n"
+                                                        "        indices = torch.randperm(num_samples).tolist()\n")),
+                                   "test_shard_indices_leave_the_global_random_stream_alone"),
     # torch.chunk sizes differ from tensor_split
-    "chunk_not_tensor_split": (mutate(EX, ("torch.tensor_split(batch, world_size, dim=0)[rank]", "(list(torch.chunk(batch, world_size)) + [batch[:0]] * world_size)[rank]")),
+    "chunk_not_tensor_split": (mutate(EX, (SPLIT, "(list(torch.chunk(batch, world_size)) + [batch[:0]] * world_size)[rank]")),
                                "test_shard_batch_matches_tensor_split"),
     # the remainder goes to the last shard instead of the first ones
-    "remainder_last": (mutate(EX, ("torch.tensor_split(batch, world_size, dim=0)[rank]", "batch[rank * (len(batch) // world_size):(rank + 1) * (len(batch) // world_size) if rank < world_size - 1 else None]")),
+    "remainder_last": (mutate(EX, (SPLIT, "batch[rank * (len(batch) // world_size):(rank + 1) * (len(batch) // world_size) if rank < world_size - 1 else None]")),
                        "test_shard_batch_matches_tensor_split"),
+    # every world_size-th row, as the sampler deals indices
+    "strided_batch": (mutate(EX, (SPLIT, "batch[rank::world_size]")), "test_shard_batch_matches_tensor_split"),
+    # the piece copied to the CPU (on a GPU it leaves the GPU; on the meta device it cannot be copied)
+    "batch_moved_to_cpu": (mutate(EX, (SPLIT, "torch.tensor_split(batch.cpu(), world_size, dim=0)[rank]")),
+                           "test_shard_batch_keeps_the_batch_device"),
+    # rebuilt from Python lists: a new tensor on the CPU
+    "batch_rebuilt_from_list": (mutate(EX, (SPLIT, "torch.tensor_split(torch.tensor(batch.tolist(), dtype=batch.dtype)"
+                                                   ".reshape(batch.shape), world_size, dim=0)[rank]")),
+                                "test_shard_batch_keeps_the_batch_device"),
+}
+
+# each cause named by its own hint
+DIAGNOSED = {
+    "ignores_epoch": ("test_shard_indices_match_distributed_sampler", "seed the generator with seed + epoch"),
+    "drop_last_rounds_up": ("test_shard_indices_match_distributed_sampler", "with drop_last the tail is cut"),
+    "pads_once": ("test_shard_indices_match_distributed_sampler", "pad by wrapping around"),
+    "contiguous_blocks": ("test_shard_indices_match_distributed_sampler", "not a contiguous block"),
+    "chunk_not_tensor_split": ("test_shard_batch_matches_tensor_split", "torch.chunk makes pieces"),
+    "remainder_last": ("test_shard_batch_matches_tensor_split", "not all to the last"),
+    "strided_batch": ("test_shard_batch_matches_tensor_split", "not every world_size-th row"),
+}
+
+# other right ways to do it: they must score full marks
+RIGHT = {
+    # torch's own sampler, then a plain slice of the batch
+    "distributed_sampler": mutate(EX, ("    if num_samples <= 0:\n        return []\n",
+                                       "    from torch.utils.data import DistributedSampler\n"
+                                       "    sampler = DistributedSampler(range(num_samples), num_replicas=world_size, rank=rank,\n"
+                                       "                                 shuffle=shuffle, seed=seed, drop_last=drop_last)\n"
+                                       "    sampler.set_epoch(epoch)\n"
+                                       "    return list(sampler)\n"),
+                                  (SPLIT, "batch[rank * (len(batch) // world_size) + min(rank, len(batch) % world_size):"
+                                          "(rank + 1) * (len(batch) // world_size) + min(rank + 1, len(batch) % world_size)]")),
+    # floor division for drop_last: the same count as ceil((n - W) / W) when n % W
+    "floor_division": mutate(EX, ("math.ceil((num_samples - world_size) / world_size)", "num_samples // world_size")),
 }
 
 
-def test_wrong_sharding_is_caught(tmp_path):
-    results = grade_submissions(tmp_path, EX, {name: source for name, (source, _) in WRONG.items()})
+def test_wrong_sharding_is_caught_and_right_variants_pass(tmp_path):
+    results = grade_submissions(tmp_path, EX, {name: source for name, (source, _) in WRONG.items()} | RIGHT)
     assert_caught(results, {name: check for name, (_, check) in WRONG.items()})
+    assert_diagnosed(results, DIAGNOSED)
+    assert_full_marks(results, RIGHT)

@@ -1,6 +1,6 @@
 """ex05's checks catch the gradient-averaging mistakes learners really make, and let right variants pass."""
 
-from tests.kit.harness import assert_caught, failed_checks, grade_submissions, mutate
+from tests.kit.harness import assert_caught, assert_diagnosed, assert_full_marks, grade_submissions, mutate
 
 EX = "ex05_gradient_averaging"
 
@@ -98,10 +98,44 @@ WRONG = {
     "reduces_parameters": (mutate(EX, (ALL_REDUCE, "dist.all_reduce(param.data, op=dist.ReduceOp.SUM)"),
                                   (DIVIDE, "param.data.div_(world_size)")),
                            "test_all_reduce_gradients_updates_grads_in_place"),
+    # float64 averaged in float32: right to float32's precision only
+    "float32_for_float64": (mutate(EX, (MEAN, "stacked.float().mean(dim=0).to(first.dtype)")),
+                            "test_average_gradients_is_the_elementwise_mean"),
+    # float64 gradients all-reduced in float32 and copied back
+    "all_reduce_in_float32": (mutate(EX, (ALL_REDUCE + "\n            " + DIVIDE,
+                                          "reduced = param.grad.float()\n"
+                                          "            dist.all_reduce(reduced, op=dist.ReduceOp.SUM)\n"
+                                          "            param.grad.copy_(reduced / world_size)")),
+                              "test_all_reduce_gradients_gives_every_rank_the_mean"),
+    # the mean copied to the CPU: on a GPU the result leaves the GPU
+    "result_moved_to_cpu": (mutate(EX, (MEAN, MEAN + ".cpu()")), "test_average_gradients_keeps_the_device"),
+    # an accumulator made with torch.zeros(shape): on the CPU whatever the inputs' device
+    "accumulates_on_cpu": (mutate(EX, ("        stacked = torch.stack([grads[name] for grads in replica_grads])",
+                                       "        total = torch.zeros(first.shape, dtype=torch.promote_types(first.dtype, torch.float32))\n"
+                                       "        for grads in replica_grads:\n"
+                                       "            total += grads[name]\n"
+                                       "        stacked = (total / len(replica_grads)).unsqueeze(0)")),
+                           "test_average_gradients_keeps_the_device"),
+}
+
+# each cause named by its own hint
+DIAGNOSED = {
+    "sum_not_mean": ("test_average_gradients_is_the_elementwise_mean", "a sum where a mean belongs"),
+    "float32_for_float64": ("test_average_gradients_is_the_elementwise_mean", "close only to float32's precision"),
+    "all_reduce_in_float32": ("test_all_reduce_gradients_gives_every_rank_the_mean", "close only to float32's precision"),
+    "tied_parameter_summed_twice": ("test_all_reduce_gradients_gives_every_rank_the_mean", "summed twice"),
 }
 
 # other right ways to do it: they must score full marks
 RIGHT = {
+    # an OrderedDict is a dict
+    "ordered_dict": mutate(EX, ("    averaged = {}\n", "    import collections\n    averaged = collections.OrderedDict()\n")),
+    # accumulated on the inputs' device, name by name
+    "accumulates_with_zeros_like": mutate(EX, ("        stacked = torch.stack([grads[name] for grads in replica_grads])",
+                                               "        total = torch.zeros_like(first, dtype=torch.promote_types(first.dtype, torch.float32))\n"
+                                               "        for grads in replica_grads:\n"
+                                               "            total = total + grads[name]\n"
+                                               "        stacked = (total / len(replica_grads)).unsqueeze(0)")),
     # torch's mean in the input dtype (it accumulates in float internally)
     "plain_stack_mean": mutate(EX, (MEAN, "torch.stack([grads[name] for grads in replica_grads]).mean(dim=0)")),
     # a Python sum in float64, cast back
@@ -121,6 +155,5 @@ def test_wrong_gradient_averaging_is_caught_and_right_variants_pass(tmp_path):
     submissions = {name: source for name, (source, _) in WRONG.items()} | RIGHT
     results = grade_submissions(tmp_path, EX, submissions)
     assert_caught({name: results[name] for name in WRONG}, {name: check for name, (_, check) in WRONG.items()})
-    wrongly_failed = {name: failed_checks(results[name]) for name in RIGHT
-                      if results[name]["score"] < results[name]["max_score"]}
-    assert not wrongly_failed, wrongly_failed
+    assert_diagnosed(results, DIAGNOSED)
+    assert_full_marks(results, RIGHT)

@@ -1,6 +1,6 @@
 """ex06's checks catch the parameter-synchronisation mistakes learners really make, and let right variants pass."""
 
-from tests.kit.harness import assert_caught, failed_checks, grade_submissions, mutate
+from tests.kit.harness import assert_caught, assert_diagnosed, assert_full_marks, grade_submissions, mutate
 
 EX = "ex06_parameter_sync"
 
@@ -75,6 +75,18 @@ WRONG = {
     "new_parameter_objects": (NEW_PARAMETERS, "test_broadcast_parameters_updates_tensors_in_place"),
     # src sends, nobody receives: a hang that must end as "timed out"
     "send_without_recv": (SEND_WITHOUT_RECV, "test_broadcast_parameters_copies_src_state_to_every_rank"),
+    # sent through a float32 copy: float64 values come back rounded (src's own too)
+    "broadcast_in_float32": (mutate(EX, (BROADCAST, "received = tensor.data.float() if tensor.is_floating_point() else tensor.data\n"
+                                                    "            dist.broadcast(received, src=src)\n"
+                                                    "            tensor.data.copy_(received)")),
+                             "test_broadcast_parameters_copies_src_state_to_every_rank"),
+}
+
+# each cause named by its own hint
+DIAGNOSED = {
+    "parameters_only": ("test_broadcast_parameters_copies_src_state_to_every_rank", "broadcast the buffers too"),
+    "always_from_rank_0": ("test_broadcast_parameters_copies_src_state_to_every_rank", "not always rank 0"),
+    "broadcast_in_float32": ("test_broadcast_parameters_copies_src_state_to_every_rank", "close only to float32's precision"),
 }
 
 # other right ways to do it: they must score full marks
@@ -100,6 +112,5 @@ def test_wrong_parameter_sync_is_caught_and_right_variants_pass(tmp_path):
     for check in hang.values():
         assert check["status"] == "timed out", check
         assert check["seconds"] < 30, check
-    wrongly_failed = {name: failed_checks(results[name]) for name in RIGHT
-                      if results[name]["score"] < results[name]["max_score"]}
-    assert not wrongly_failed, wrongly_failed
+    assert_diagnosed(results, DIAGNOSED)
+    assert_full_marks(results, RIGHT)

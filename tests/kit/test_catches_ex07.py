@@ -1,6 +1,6 @@
 """ex07's checks catch the data-parallel step mistakes learners really make, and let right variants pass."""
 
-from tests.kit.harness import assert_caught, failed_checks, grade_submissions, mutate
+from tests.kit.harness import assert_caught, assert_diagnosed, assert_full_marks, grade_submissions, mutate
 
 EX = "ex07_data_parallel_step"
 
@@ -9,6 +9,7 @@ GRAD_ALL_REDUCE = "dist.all_reduce(param.grad, op=dist.ReduceOp.SUM)"
 ZERO_GRAD = "    optimizer.zero_grad(set_to_none=True)\n    model.zero_grad(set_to_none=True)\n"
 STEP = "    optimizer.step()\n"
 RETURN = "return float(loss_sum / total_rows)"
+LOSS = "loss = loss_fn(model(local_inputs), local_targets)"
 
 # every rank runs the whole batch: right values, but nothing is split (and the work is repeated world_size times)
 WHOLE_BATCH_ON_EVERY_RANK = '''
@@ -80,10 +81,33 @@ WRONG = {
     # a numpy number returned instead of a Python float
     "returns_numpy_float": (mutate(EX, (RETURN, "return (loss_sum / total_rows).cpu().numpy()[()]")),
                             "test_returns_the_whole_batch_loss"),
+    # a reduction keyword passed to loss_fn: right for torch.nn.functional's losses, a TypeError for nn.CrossEntropyLoss()
+    "reduction_keyword": (mutate(EX, (LOSS, 'loss = loss_fn(model(local_inputs), local_targets, reduction="sum") / local_targets.numel()')),
+                          "test_every_rank_ends_equal_to_one_step_on_the_whole_batch"),
+}
+
+# each cause named by its own hint
+STEP_CHECK, LOSS_CHECK = "test_every_rank_ends_equal_to_one_step_on_the_whole_batch", "test_returns_the_whole_batch_loss"
+DIAGNOSED = {
+    "double_scaling": (STEP_CHECK, "do not also divide by world_size"),
+    "mean_of_shard_means": (STEP_CHECK, "uneven shards weighted equally"),
+    "reduce_op_avg": (STEP_CHECK, "uneven shards weighted equally"),
+    "sum_without_weighting": (STEP_CHECK, "about world_size times too large"),
+    "no_zero_grad": (STEP_CHECK, "gradients from before the call leaked"),
+    "zero_grad_after_step": (STEP_CHECK, "gradients from before the call leaked"),
+    "no_all_reduce": (STEP_CHECK, "its own shard's loss alone"),
+    "returns_local_loss": (LOSS_CHECK, "each rank returned the loss of its own shard"),
+    "loss_from_rank_0_only": (LOSS_CHECK, "every rank returned rank 0's shard loss"),
+    "loss_mean_of_shard_means": (LOSS_CHECK, "the plain mean of the ranks' shard losses"),
 }
 
 # other right ways to do it: they must score full marks
 RIGHT = {
+    # the model called with a keyword, as nn.Sequential's forward names it
+    "keyword_model_call": mutate(EX, (LOSS, "loss = loss_fn(model(input=local_inputs), local_targets)")),
+    # ReduceOp.AVG of gradients weighted by world_size * rows / total rows
+    "reduce_op_avg_weighted": mutate(EX, (WEIGHTED_BACKWARD, "(loss * (world_size * local_rows / total_rows)).backward()"),
+                                     (GRAD_ALL_REDUCE, "dist.all_reduce(param.grad, op=dist.ReduceOp.AVG)")),
     # strided shards are disjoint parts too
     "strided_shards": mutate(EX, ("torch.tensor_split(inputs, world_size, dim=0)[rank]", "inputs[rank::world_size]"),
                              ("torch.tensor_split(targets, world_size, dim=0)[rank]", "targets[rank::world_size]")),
@@ -98,5 +122,5 @@ def test_wrong_steps_are_caught_and_right_variants_pass(tmp_path):
     sources.update(RIGHT)
     results = grade_submissions(tmp_path, EX, sources)
     assert_caught(results, {name: check for name, (_, check) in WRONG.items()})
-    wrongly_failed = {name: failed_checks(results[name]) for name in RIGHT if failed_checks(results[name])}
-    assert not wrongly_failed, wrongly_failed
+    assert_diagnosed(results, DIAGNOSED)
+    assert_full_marks(results, RIGHT)

@@ -217,6 +217,7 @@ def test_load_model_head_has_num_labels_outputs(grade, spec, num_labels):
                  hint=hint)
 
 
+@pytest.mark.measured_in_worker("whether the config is the model's own object")
 @pytest.mark.device_free
 @given(spec=checkpoints, num_labels=st.integers(1, 8))
 @example(spec={"architecture": "distilbert", "hidden": 32, "layers": 1, "seed": 0}, num_labels=3)
@@ -246,6 +247,7 @@ def state_report(grade, spec, num_labels):
     return load_report(grade, probe_state, spec, num_labels)[1:]
 
 
+@pytest.mark.measured_in_worker("the model's training flag")
 @pytest.mark.device_free
 @with_state_examples
 @given(spec=checkpoints, num_labels=label_counts)
@@ -257,6 +259,7 @@ def test_load_model_keeps_the_mode_from_pretrained_sets(grade, spec, num_labels)
                       "model.train() when it starts training")
 
 
+@pytest.mark.measured_in_worker("each parameter's requires_grad flag")
 @pytest.mark.device_free
 @with_state_examples
 @given(spec=checkpoints, num_labels=label_counts)
@@ -286,6 +289,7 @@ def test_load_model_head_is_random_as_from_pretrained_makes_it(grade, spec, num_
     expect_equal(actual["head"], expected["head"], what, hint=hint)
 
 
+@pytest.mark.measured_in_worker('whether two calls returned the same object')
 @pytest.mark.device_free
 @with_state_examples
 @given(spec=checkpoints, num_labels=label_counts)
@@ -297,6 +301,7 @@ def test_load_model_returns_a_fresh_model_every_call(grade, spec, num_labels):
                   "or changed")
 
 
+@pytest.mark.measured_in_worker('the global random stream after the call')
 @pytest.mark.device_free
 @with_state_examples
 @given(spec=checkpoints, num_labels=label_counts)

@@ -172,6 +172,7 @@ def test_get_device_is_the_accelerators_device(grade, data, mixed_precision):
     expect_equal(actual, expected, what)
 
 
+@pytest.mark.measured_in_worker('the moves prepare made on the model')
 @given(data=st.data(), mixed_precision=PRECISIONS)
 @example(data=None, mixed_precision="no")
 def test_a_model_prepared_with_the_accelerator_is_placed(grade, data, mixed_precision):

@@ -161,6 +161,7 @@ def with_mode_examples(check):
     return example(spec=model_spec("bert", 16, 4, training=False), mixed_precision="no")(check)
 
 
+@pytest.mark.measured_in_worker('whether the result is the model passed in')
 @given(spec=model_specs, mixed_precision=PRECISIONS)
 @with_mode_examples
 def test_prepare_model_places_the_model(grade, spec, mixed_precision):
@@ -191,6 +192,7 @@ def test_prepare_model_wraps_for_several_processes(grade, spec, mixed_precision)
                      what)
 
 
+@pytest.mark.measured_in_worker("the model's training flag")
 @given(spec=model_specs, mixed_precision=PRECISIONS)
 @with_mode_examples
 def test_prepare_model_keeps_train_or_eval_mode(grade, spec, mixed_precision):

@@ -195,6 +195,7 @@ def test_shards_are_equal_sized_and_cover_the_data(grade, settings):
         fail(f"{n} samples divide evenly over {world} ranks, yet some index appears on two ranks: {shards}")
 
 
+@pytest.mark.measured_in_worker('the global random stream after the call')
 @pytest.mark.device_free
 @example(settings=settings(7, 2, shuffle=True, seed=5, epoch=3))
 @given(settings=sampler_settings())

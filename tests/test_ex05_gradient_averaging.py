@@ -299,6 +299,7 @@ def test_average_gradients_is_the_elementwise_mean(grade, case):
                                                                                            case["replicas"]))
 
 
+@pytest.mark.measured_in_worker("the inputs after the call and the result's memory")
 @with_replica_examples
 @given(case=replica_case())
 def test_average_gradients_leaves_its_inputs_alone(grade, case):
@@ -397,6 +398,7 @@ def test_all_reduce_gradients_gives_every_rank_the_mean(grade, case):
                          f"{name}.grad", hint="keep the gradient where it is")
 
 
+@pytest.mark.measured_in_worker("each .grad's identity and memory")
 @with_model_examples
 @given(case=model_case())
 def test_all_reduce_gradients_updates_grads_in_place(grade, case):

@@ -6,6 +6,7 @@ rank src's original values, src's own model must not change, and the very same t
 objects must have been updated in place. float64 models hold float64 values (not float32
 ones cast up), so a broadcast through a float32 copy shows."""
 
+import pytest
 import torch
 from hypothesis import example, given, strategies as st
 
@@ -171,6 +172,7 @@ def test_broadcast_parameters_copies_src_state_to_every_rank(grade, case):
                      hint="change the values only; a frozen parameter stays frozen")
 
 
+@pytest.mark.measured_in_worker("each tensor's identity and memory")
 @with_examples
 @given(case=sync_case())
 def test_broadcast_parameters_updates_tensors_in_place(grade, case):

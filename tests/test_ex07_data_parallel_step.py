@@ -10,6 +10,7 @@ step is compared with what each usual mistake gives (probe_mistakes: dividing tw
 weights for uneven shards, an unweighted sum, stale gradients, a rank's own gradient), and a
 wrong loss with a rank's own, rank 0's and the mean shard loss, so each gets its own hint."""
 
+import pytest
 import math
 
 import torch
@@ -378,6 +379,7 @@ def _loss_hint(case, actual, step):
     return None
 
 
+@pytest.mark.measured_in_worker("the rows each rank's forward calls saw")
 @given(case=steps_case())
 @with_examples
 def test_each_rank_computes_on_a_disjoint_part(grade, case):

@@ -104,7 +104,7 @@ def gradescope(result, visibility="visible"):
                sandbox_footer(result.sandbox) if result.sandbox else "sandbox: (not recorded)"]
     details += [f"{row.id}: {sum(c.seconds for c in row.checks):.2f} s" for row in result.exercises]
     details += ["flagged for review: " + str(flag) for flag in result.review]
-    tests.append({"name": "grading details (instructors only)", "score": 0.0, "max_score": 0.0,
+    tests.append({"name": "grading details (instructors only)", "number": "99", "score": 0.0, "max_score": 0.0,
                   "status": "passed", "output": "\n".join(details), "output_format": "text", "visibility": "hidden"})
     lines = [f"{result.score:g} / {result.max_score:g} points; devices: {', '.join(result.devices)}"]
     lines += list(result.notes) + ([result.problem] if result.problem else [])

@@ -249,7 +249,8 @@ def _classify(error, module_file, spec):
     own = [f for f in frames if os.path.realpath(f.filename) == os.path.realpath(module_file)]
     message = _one_line(error, module_file, spec)
     full = _shown("".join(traceback.format_exception(error)), spec)
-    if isinstance(error, NotImplementedError) and own:
+    raised_here = bool(frames) and os.path.realpath(frames[-1].filename) == os.path.realpath(module_file)
+    if isinstance(error, NotImplementedError) and raised_here:  # the stub's own raise, not torch's
         return {"status": "not_started", "message": message, "traceback": full}
     if isinstance(error, SystemExit):
         return {"status": "exited", "message": f"called sys.exit({error.code!r})", "traceback": full}

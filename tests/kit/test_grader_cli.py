@@ -116,7 +116,9 @@ def test_missing_target_folder_is_a_usage_error(tmp_path):
 
 
 def test_target_without_exercise_files_is_a_usage_error(tmp_path):
-    assert "no exNN_*.py" in _usage_error("--target", str(tmp_path))
+    assert "the folder is empty" in _usage_error("--target", str(tmp_path))
+    (tmp_path / "notes.py").write_text("x = 1\n")
+    assert "named after an exercise (exNN_name.py)" in _usage_error("--target", str(tmp_path))
 
 
 def test_unwritable_report_path_is_a_usage_error_and_writes_nothing(tmp_path):

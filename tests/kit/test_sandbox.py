@@ -548,3 +548,9 @@ def test_without_landlock_the_audit_hook_still_guards_python_level_access(tmp_pa
                           capture_output=True, text=True, timeout=60)
     assert done.stdout.split() == ["refused"] * 6 + ["mine"], done.stderr[-2000:]
     assert (reference / "ref.py").read_text() == "secret"
+
+
+def test_checks_that_rest_on_the_workers_own_account_say_so(attacked):
+    evidence = {c["name"]: c["evidence"] for c in attacked[0]["control"]["exercises"][0]["checks"]}
+    assert evidence[INDICES] == "compared in the grader"
+    assert evidence["test_shard_indices_leave_the_global_random_stream_alone"].startswith("measured inside the worker")

@@ -30,8 +30,8 @@ class Parser(argparse.ArgumentParser):
 
 def build_parser():
     parser = Parser(prog="python -m grader", description="Grade the exercises of the kit.",
-                    epilog="Other commands: list, hint EXERCISE, watch [EXERCISE], demo ex07 --nproc N "
-                           "(python -m grader COMMAND --help).")
+                    epilog="Other commands: list, hint EXERCISE, watch [EXERCISE], demo ex07 --nproc N, "
+                           "dev check (python -m grader COMMAND --help).")
     parser.add_argument("exercises", nargs="*", metavar="EXERCISE",
                         help="exercise ids or numbers (ex04, 4, ex04_sharding); all when none")
     parser.add_argument("--target", action="append", metavar="PATH",
@@ -86,12 +86,14 @@ def main(argv=None):
 
 
 def command_names():
-    return ("list", "hint", "watch", "demo")
+    return ("list", "hint", "watch", "demo", "dev")
 
 
 def dispatch(name, argv):
     if name == "demo":
         from grader.learner.demo import main as command
+    elif name == "dev":
+        from grader.dev import main as command
     else:
         from grader.learner.commands import COMMANDS
 
@@ -107,8 +109,7 @@ def parse_exercises(names):
     for name in names:
         exercise = catalog.find(name)
         if exercise is None:
-            known = ", ".join(e.id for e in catalog.EXERCISES)
-            raise UsageError(f"unknown exercise {name!r} (known: {known})")
+            raise UsageError(catalog.unknown(name))
         if exercise not in chosen:
             chosen.append(exercise)
     return chosen or list(catalog.EXERCISES)
@@ -171,7 +172,7 @@ def run(args):
 
     from grader.grading import runner
 
-    progress = None if args.quiet else Progress()
+    progress = None if args.quiet else Progress(targets, exercises)
     results = runner.run(options, exercises, progress and progress.record)
     if progress:
         progress.done()
@@ -222,24 +223,59 @@ def strip_seed(text):
 
 
 class Progress:
-    """One line per exercise, a mark per check as it finishes."""
+    """One line per exercise, a mark per check as it finishes, in the order of the table below.
+
+    The runner grades first the exercises whose workers are ready soonest (their fork servers
+    import less), not in the catalog's order; so a line is written once every line above it is
+    complete, and on a terminal the exercise being graded meanwhile shows on a line rewritten
+    in place.
+    """
 
     MARKS = {Status.PASSED: ".", Status.NOT_STARTED: "-", Status.MISSING: "m", Status.NOT_GRADED: "?"}
+    LEGEND = "(a mark per check: . passed, F failed, - not started, m missing, ? not graded)"
 
-    def __init__(self):
+    def __init__(self, targets, exercises, stream=None):
+        self.stream = stream or sys.stderr
+        self.live = self.stream.isatty()
+        self.order = [(target, exercise.id) for target in targets for exercise in exercises]
+        self.several = len(targets) > 1
+        self.marks = {}
+        self.finished = set()
+        self.written = 0
         self.current = None
-        self.live = sys.stderr.isatty()
 
     def record(self, record):
         key = (record.target, record.exercise)
+        if not self.marks:
+            self._write(self.LEGEND + "\n")
+        if key not in self.order:
+            self.order.append(key)
         if key != self.current:
-            if self.current:
-                sys.stderr.write("\n")
+            self.finished.add(self.current)
             self.current = key
-            sys.stderr.write(f"{record.exercise} ")
-        sys.stderr.write(self.MARKS.get(record.status, "F"))
-        sys.stderr.flush()
+        self.marks[key] = self.marks.get(key, "") + self.MARKS.get(record.status, "F")
+        self._flush()
+        if self.live:
+            self._write("\r\x1b[K" + self._line(key))
 
     def done(self):
-        if self.current:
-            sys.stderr.write("\n\n")
+        if self.marks:
+            self.finished.update(self.marks)
+            self._flush(final=True)
+            self._write("\n")
+
+    def _flush(self, final=False):
+        """Write the complete lines that are next in the table's order."""
+        while self.written < len(self.order) and (final or self.order[self.written] in self.finished):
+            key = self.order[self.written]
+            self.written += 1
+            if key in self.marks:
+                self._write(("\r\x1b[K" if self.live else "") + self._line(key) + "\n")
+
+    def _line(self, key):
+        target, exercise = key
+        return f"{target}: {exercise} {self.marks[key]}" if self.several else f"{exercise} {self.marks[key]}"
+
+    def _write(self, text):
+        self.stream.write(text)
+        self.stream.flush()

@@ -26,11 +26,13 @@ keeps the first one's settings or raises a ``ValueError``.
 What to use: ``accelerate.Accelerator(cpu=..., mixed_precision=...)`` and
 ``accelerator.device``.
 
-Example (the lesson's)::
+Example (the lesson's, one Accelerator per program)::
 
     from accelerate import Accelerator
     accelerator = Accelerator()
     print(accelerator.device)    # cpu   (on a machine without a GPU)
+
+Example (with your functions, in a program of its own)::
 
     accelerator = build_accelerator(cpu=True, mixed_precision="bf16")
     get_device(accelerator)      # device(type='cpu')

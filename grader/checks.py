@@ -263,7 +263,8 @@ def _difference(actual, expected, where=""):
     """'' when equal, else what differs first."""
     at = f" at {where}" if where else ""
     if type(actual) is not type(expected):
-        return f"expected {type(expected).__name__} {describe(expected)}{at}, got {type(actual).__name__} {describe(actual)}"
+        return (f"expected {type(expected).__name__} {describe(expected)}{at}, "
+                f"got {type(actual).__name__} {describe(actual)}")
     if isinstance(expected, torch.Tensor):
         problem = _tensor_layout(actual, expected)
         if not problem and not torch.equal(actual, expected):
@@ -271,7 +272,8 @@ def _difference(actual, expected, where=""):
         return problem + at if problem else ""
     if isinstance(expected, dict):
         if set(actual) != set(expected):
-            missing, extra = sorted(map(str, set(expected) - set(actual))), sorted(map(str, set(actual) - set(expected)))
+            missing = sorted(map(str, set(expected) - set(actual)))
+            extra = sorted(map(str, set(actual) - set(expected)))
             return f"keys differ{at}: missing {missing}, unexpected {extra}"
         for key in expected:
             problem = _difference(actual[key], expected[key], f"{where}[{key!r}]")
@@ -280,7 +282,8 @@ def _difference(actual, expected, where=""):
         return ""
     if isinstance(expected, (list, tuple)):
         if len(actual) != len(expected):
-            return f"expected length {len(expected)}{at}, got {len(actual)}: expected {describe(expected)}, got {describe(actual)}"
+            return (f"expected length {len(expected)}{at}, got {len(actual)}: "
+                    f"expected {describe(expected)}, got {describe(actual)}")
         for i, (a, e) in enumerate(zip(actual, expected)):
             if _difference(a, e):
                 return f"expected {describe(expected)}{at}, got {describe(actual)} (first difference at [{i}])"

@@ -153,7 +153,8 @@ def run(args):
 
         missing = sandbox.missing()
         if missing:
-            raise UsageError("--require-sandbox: missing " + "; ".join(f"{l.name} ({l.detail})" for l in missing))
+            raise UsageError("--require-sandbox: missing " + "; ".join(f"{layer.name} ({layer.detail})"
+                                                                       for layer in missing))
     from grader import devices
 
     if args.device != "cuda":  # cuda may be a usage error: then no fork server should have started
@@ -187,7 +188,8 @@ def run(args):
         print(report.sandbox_footer(results[0].sandbox))
     seed, profile = options.seed, options.profile
     replay = " ".join(sys.argv[1:]) if argv_is_ours() else ""
-    print(f"seed {seed}, profile {profile}: replay with python -m grader {strip_seed(replay)} --seed {seed}".replace("  ", " "))
+    replay = f"python -m grader {strip_seed(replay)} --seed {seed}".replace("  ", " ")
+    print(f"seed {seed}, profile {profile}: replay with {replay}")
     if args.json:
         report.write_json(args.json, report.as_json(results))
     if args.gradescope:

@@ -76,7 +76,9 @@ def _path(*parts):
 
 def _listed(folder, prefix, suffix=".py"):
     path = _path(folder)
-    return sorted(f for f in os.listdir(path) if f.startswith(prefix) and f.endswith(suffix)) if os.path.isdir(path) else []
+    if not os.path.isdir(path):
+        return []
+    return sorted(f for f in os.listdir(path) if f.startswith(prefix) and f.endswith(suffix))
 
 
 def expected_files(exercise):

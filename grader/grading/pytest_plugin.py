@@ -12,8 +12,6 @@ import os
 import pytest
 from hypothesis import HealthCheck, Phase, settings
 
-PHASES = [Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink]
-
 from grader import catalog
 from grader.checks import Grade
 from grader.devices import NoSuchDevice, select as select_devices
@@ -24,14 +22,10 @@ from grader.sandbox import missing as missing_layers
 from grader.sandbox.forkservers import depth
 from grader.grading.session import Session, exercise_of, resolve_target
 
-settings.register_profile(
-    "fast", max_examples=8, deadline=None, database=None, print_blob=False, report_multiple_bugs=False, phases=PHASES,
-    suppress_health_check=list(HealthCheck),
-)
-settings.register_profile(
-    "thorough", max_examples=40, deadline=None, database=None, print_blob=False, report_multiple_bugs=False, phases=PHASES,
-    suppress_health_check=list(HealthCheck),
-)
+PHASES = [Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink]
+for _name, _examples in (("fast", 8), ("thorough", 40)):
+    settings.register_profile(_name, max_examples=_examples, deadline=None, database=None, print_blob=False,
+                              report_multiple_bugs=False, phases=PHASES, suppress_health_check=list(HealthCheck))
 settings.load_profile("thorough" if os.environ.get("CI", "").lower() in ("1", "true") else "fast")
 
 

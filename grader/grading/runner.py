@@ -15,7 +15,7 @@ import pytest
 from grader.grading.pytest_plugin import OptionsCarrier
 from grader.sandbox import scan
 from grader import KIT_ROOT
-from grader.grading.status import CheckResult, ExerciseResult, Status, TargetResult, most_telling
+from grader.grading.status import CheckResult, ExerciseResult, Status, TargetResult
 
 
 class Collector:

@@ -8,28 +8,21 @@ pass every check, and every stub must fail every check as "not started". A probl
 its file; the exit status is 1 when there is one, 2 for a usage error.
 """
 
-import argparse
 import ast
 import os
 import random
 import re
-import sys
 
 from grader import KIT_ROOT, catalog
+from grader.learner.commands import command_parser
 
 ID = re.compile(r"ex(\d\d)_[a-z0-9]+(?:_[a-z0-9]+)*")
 TOTAL_POINTS = 100  # the whole kit is one homework of 100 points (catalog.toml, README)
 TABLE_ROW = re.compile(r"^\|\s*(ex\d\d_\w+)\s*\|\s*([\d.]+)\s*\|", re.MULTILINE)
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        print(f"python -m grader dev: error: {message}", file=sys.stderr)
-        raise SystemExit(2)
-
-
 def main(argv):
-    parser = _Parser(prog="python -m grader dev", description="Commands for the kit's maintainers.")
+    parser = command_parser("dev", "Commands for the kit's maintainers.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     check = commands.add_parser("check", help="the catalog, files, README table, stubs and references agree",
                                 description=__doc__.splitlines()[0])
@@ -44,6 +37,13 @@ def main(argv):
     if None in chosen:
         parser.error(catalog.unknown(args.exercises[chosen.index(None)]))
     args.exercises = chosen or list(catalog.EXERCISES)
+    if not args.no_grade:  # a usage error before any work
+        from grader import devices
+
+        try:
+            args.devices = devices.select(args.device)
+        except devices.NoSuchDevice as error:
+            parser.error(str(error))
     return run_check(args)
 
 
@@ -195,16 +195,11 @@ def signatures():
 
 def grade(args):
     """Grade solutions/ and exercises/ in one run: every reference passes, every stub is 'not started'."""
-    from grader import devices
     from grader.grading import runner
     from grader.grading.options import Options
     from grader.grading.status import Status
 
-    try:
-        chosen = devices.select(args.device)
-    except devices.NoSuchDevice as error:
-        print(f"python -m grader dev: error: {error}", file=sys.stderr)
-        raise SystemExit(2)
+    chosen = args.devices
     seed = args.seed if args.seed is not None else random.randrange(2**31)
     print(f"grading solutions/ and exercises/ (profile {args.profile}, devices {', '.join(chosen)}, seed {seed})",
           flush=True)

@@ -12,7 +12,7 @@ from grader import KIT_ROOT
 
 
 def list_exercises(argv):
-    parser = _parser("list", "Each exercise: status of the last grade, points, devices.")
+    parser = command_parser("list", "Each exercise: status of the last grade, points, devices.")
     parser.parse_args(argv)
     last = state.load().get("last", {})
     print(f"{'#':>2}  {'exercise':<26} {'points':>9}  {'status':<13} {'devices':<9} topic")
@@ -32,7 +32,7 @@ def list_exercises(argv):
 
 
 def hint(argv):
-    parser = _parser("hint", "Show the next hint for an exercise, one at a time.")
+    parser = command_parser("hint", "Show the next hint for an exercise, one at a time.")
     parser.add_argument("exercise")
     parser.add_argument("--all", action="store_true", help="show every hint at once")
     args = parser.parse_args(argv)
@@ -50,7 +50,7 @@ def hint(argv):
 
 
 def watch(argv):
-    parser = _parser("watch", "Grade an exercise now, then again each time its file is saved (Ctrl-C to stop).")
+    parser = command_parser("watch", "Grade an exercise now, then again each time its file is saved (Ctrl-C to stop).")
     parser.add_argument("exercise", nargs="?", help="one exercise; every exercise file when omitted")
     parser.add_argument("--target", default="exercises", help="the folder to watch (default: exercises)")
     parser.add_argument("--interval", type=float, default=0.5, help=argparse.SUPPRESS)
@@ -107,7 +107,8 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(_usage(message))
 
 
-def _parser(name, description):
+def command_parser(name, description):
+    """A parser for `python -m grader NAME` whose errors are one line and exit 2."""
     return _Parser(prog=f"python -m grader {name}", description=description)
 
 

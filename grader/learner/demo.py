@@ -6,7 +6,6 @@ dataset, all generated here), then starts N ranks with torchrun. Each rank runs
 grader.learner.demo_rank with the learner's sharding, parameter sync and data-parallel step.
 """
 
-import argparse
 import ast
 import os
 import random
@@ -15,6 +14,7 @@ import sys
 import tempfile
 
 from grader.grading.session import resolve_target
+from grader.learner.commands import command_parser
 
 NEEDS = {"ex07": ["ex04_sharding", "ex06_parameter_sync", "ex07_data_parallel_step"]}
 POSITIVE = "good great fine happy nice lovely bright warm calm kind sweet clean".split()
@@ -23,7 +23,7 @@ NEUTRAL = "the a movie film day food room it was is very quite rather so this th
 
 
 def main(argv):
-    parser = argparse.ArgumentParser(prog="python -m grader demo", description=__doc__.splitlines()[0])
+    parser = command_parser("demo", __doc__.splitlines()[0])
     parser.add_argument("exercise", choices=sorted(NEEDS), help="the exercise whose code the demo trains with")
     parser.add_argument("--nproc", type=int, default=2, help="number of processes (ranks), 1 to 8")
     parser.add_argument("--steps", type=int, default=40)

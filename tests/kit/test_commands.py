@@ -36,7 +36,8 @@ def test_hint_shows_the_catalog_hints_one_at_a_time(tmp_path):
 
 
 def test_commands_reject_bad_input_with_one_line():
-    for args in (["hint", "ex99"], ["hint"], ["list", "--bogus"], ["watch", "ex99"], ["hint", "ex4"]):
+    for args in (["hint", "ex99"], ["hint"], ["list", "--bogus"], ["watch", "ex99"], ["hint", "ex4"],
+                 ["demo", "ex99"], ["demo", "ex07", "--nproc", "9"]):
         done = grader(*args)
         assert done.returncode == 2, (args, done.stderr)
         assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr

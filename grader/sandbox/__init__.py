@@ -163,10 +163,11 @@ class Sandbox:
         return ("target", request.target.path, request.exercise, request.world_size)
 
     def _spec(self, request, prepared, limit):
-        # A collective gives up at half the check's time: a rank stuck in one that other ranks never
-        # made then reports itself (its error, its collective counts) before the check's deadline.
+        # A collective gives up at half the check's time (never under 5 s unless the time left is): a rank
+        # stuck in one that other ranks never made then reports itself (its error, its collective
+        # counts) before the check's deadline.
         common = dict(preload=request.preload, trusted=request.trusted, rank=0, world_size=request.world_size,
-                      store="", log="", collective_timeout=max(1.0, limit / 2))
+                      store="", log="", collective_timeout=max(1.0, min(limit, 5.0), limit / 2))
         if request.trusted:
             return WorkerSpec(scratch=self.shared, stores=self.stores, **common)
         blocked = (self.reference.path, self.reference_copy, os.path.join(self.rundir, "targets"))

@@ -23,9 +23,10 @@ from grader.sandbox.forkservers import depth
 from grader.grading.session import Session, exercise_of, resolve_target
 
 PHASES = [Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink]
-for _name, _examples in (("fast", 8), ("thorough", 40)):
-    settings.register_profile(_name, max_examples=_examples, deadline=None, database=None, print_blob=False,
-                              report_multiple_bugs=False, phases=PHASES, suppress_health_check=list(HealthCheck))
+PROFILE = dict(deadline=None, database=None, print_blob=False, report_multiple_bugs=False, phases=PHASES,
+               suppress_health_check=list(HealthCheck))
+settings.register_profile("fast", max_examples=8, **PROFILE)
+settings.register_profile("thorough", max_examples=40, **PROFILE)
 settings.load_profile("thorough" if os.environ.get("CI", "").lower() in ("1", "true") else "fast")
 
 

@@ -17,7 +17,7 @@ def _kit_root():
     (`pip install .`, then grading from the kit's folder)."""
     beside = os.path.dirname(GRADER_DIR)
     for candidate in (beside, os.getcwd()):
-        if os.path.isfile(os.path.join(candidate, "pyproject.toml")) and os.path.isdir(os.path.join(candidate, "tests")):
+        if all(os.path.exists(os.path.join(candidate, name)) for name in ("pyproject.toml", "tests")):
             return candidate
     return beside
 

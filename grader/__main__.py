@@ -1,10 +1,30 @@
 import atexit
+import importlib.util
 import os
 import sys
 
-from grader.cli import main
+# What the grader imports from outside the standard library. Checked before anything starts, so
+# that a kit not yet installed ends in one line that says what to do, not in a traceback.
+DEPENDENCIES = ("torch", "transformers", "accelerate", "hypothesis", "pytest")
+
+
+def missing():
+    """One line saying what to install, or '' when the grader can run here."""
+    if sys.version_info < (3, 11):
+        return "the kit needs Python 3.11 or newer (this is %d.%d)" % sys.version_info[:2]
+    absent = [name for name in DEPENDENCIES if importlib.util.find_spec(name) is None]
+    if absent:
+        return f"{', '.join(absent)} {'is' if len(absent) == 1 else 'are'} not installed: run pip install -e . first"
+    return ""
+
 
 if __name__ == "__main__":  # workers re-import the main module: it must do nothing then
+    problem = missing()
+    if problem:
+        print(f"python -m grader: error: {problem}", file=sys.stderr)
+        sys.exit(2)
+    from grader.cli import main
+
     code = main()
     # Everything is written. Skip the interpreter's teardown of torch's modules (over half a
     # second) but not the exit handlers.

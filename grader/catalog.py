@@ -1,6 +1,8 @@
 """The catalog: one entry per exercise (id, title, topic, points, hints, preload), read from catalog.toml."""
 
+import difflib
 import os
+import re
 import tomllib
 from dataclasses import dataclass
 
@@ -43,3 +45,18 @@ def find(name):
         if name in (exercise.id, exercise.id[:4]) or (name.isdigit() and int(name) == exercise.number):
             return exercise
     return None
+
+
+def unknown(name):
+    """Why `name` names no exercise, with the likeliest one it meant ('ex4' -> ex04)."""
+    text = str(name).strip()
+    number = re.fullmatch(r"(?:ex)?0*(\d+)(?:_\w*)?", text.lower())
+    guess = None
+    if number:
+        guess = next((e for e in EXERCISES if e.number == int(number.group(1))), None)
+    if guess is None:
+        close = difflib.get_close_matches(text.lower(), [e.id for e in EXERCISES], n=1, cutoff=0.6)
+        guess = find(close[0]) if close else None
+    if guess is not None:
+        return f"unknown exercise {text!r}: did you mean {guess.id[:4]} ({guess.id})?"
+    return f"unknown exercise {text!r} (known: {', '.join(e.id for e in EXERCISES)})"

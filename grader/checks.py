@@ -34,6 +34,7 @@ class Grade:
         self.device = device
         self.budget_left = session.budget_left(target)
         self.deadline = time.monotonic() + min(session.timeout, max(0.0, self.budget_left))
+        self.printed = ""  # what the target's code printed in its latest call: `-v` shows it beside a wrong value
 
     def __repr__(self):
         return f"<{self.exercise} on {self.device}>"
@@ -73,6 +74,8 @@ class Grade:
     def _start(self, probe, args, world_size, trusted):
         """(cache key, call in flight or None when cached)."""
         key = self._key(probe, args, world_size, trusted)
+        if not trusted:
+            self.printed = ""
         cache = self.session.reference_cache if trusted else self.session.target_cache
         if key in cache:
             return key, None, trusted
@@ -123,6 +126,7 @@ class Grade:
 
     def _target_value(self, probe, args, world_size):
         replies = self.session.target_cache[self._key(probe, args, world_size, trusted=False)]
+        self.printed = _printed(replies)
         if any(not reply.ok for reply in replies):
             raise _failure(replies, args)
         return _unwrap(replies)
@@ -133,8 +137,21 @@ def _unwrap(replies):
     return values[0] if len(replies) == 1 else values
 
 
+def _printed(replies):
+    """What the code under test printed, each rank's under its name when there are several."""
+    if len(replies) == 1:
+        return replies[0].output.strip()
+    return "\n".join(f"rank {rank}:\n{reply.output.strip()}" for rank, reply in enumerate(replies)
+                     if reply.output.strip())
+
+
 def _failure(replies, args):
-    """The most telling failure among the ranks' replies."""
+    """The most telling failure among the ranks' replies.
+
+    The status names the kind of failure (reports print its label), so the message does not
+    repeat it. A collective only some ranks made ends the check at once: each example that
+    repeats it would wait out the group's timeout again while Hypothesis shrinks.
+    """
     status = most_telling([reply.status for reply in replies if not reply.ok])
     reply = next(reply for reply in replies if reply.status is status)
     several = len(replies) > 1
@@ -142,20 +159,23 @@ def _failure(replies, args):
     message = reply.message
     if "the reference solutions are not available to a submission" in message:
         status = Status.USES_REFERENCE
-    output = reply.output.strip()
-    details = reply.traceback + (f"\nyour code printed:\n{output}" if output else "")
-    others = _other_ranks(replies, reply) if several else ""
+    printed = _printed(replies)
+    details = reply.traceback + (f"\nyour code printed:\n{printed}" if printed else "")
+    uneven = _uneven_collectives(replies) if several else []
+    others = "".join("\n" + line for line in uneven + (_other_ranks(replies, reply) if several else []))
     if status.fatal:
         if status in (Status.CRASHED, Status.TIMED_OUT, Status.EXITED, Status.STUCK):
             message = f"{message} (input: {_short(args)})"
         raise Verdict(Status.TIMED_OUT if status is Status.STUCK else status, rank + message + others, details)
-    label = {Status.EXCEPTION: "raised ", Status.INVALID: "returned an invalid result: "}.get(status, "")
-    raise CheckFailed(rank + label + message + others, status=Status.INVALID if status is Status.INVALID else Status.FAILED,
-                      details=details)
+    label = "raised " if status is Status.EXCEPTION else ""
+    status = Status.INVALID if status is Status.INVALID else Status.FAILED
+    if uneven:  # the ranks that made more waited for the others until the group's timeout: a hang
+        raise Verdict(Status.TIMED_OUT, rank + label + message + others, details)
+    raise CheckFailed(rank + label + message + others, status=status, details=details)
 
 
-def _other_ranks(replies, shown):
-    """What the other ranks did: their own errors whole, and collectives only some of them made."""
+def _uneven_collectives(replies):
+    """One line per collective the ranks made different numbers of times."""
     lines = []
     calls = [reply.collectives for reply in replies]
     for name in sorted({name for counts in calls for name in counts}):
@@ -164,11 +184,17 @@ def _other_ranks(replies, shown):
             lines.append("a collective only some ranks made: " +
                          ", ".join(f"rank {rank} made {count} {name} call{'s' if count != 1 else ''}"
                                    for rank, count in enumerate(made)))
+    return lines
+
+
+def _other_ranks(replies, shown):
+    """The other ranks' own errors, whole."""
+    lines = []
     for rank, reply in enumerate(replies):
         same = (reply.status, reply.message) == (shown.status, shown.message)
         if reply is not shown and not reply.ok and reply.status is not Status.STUCK and not same:
             lines.append(f"rank {rank}: {reply.status.label}: {reply.message}")
-    return "".join("\n" + line for line in lines)
+    return lines
 
 
 def _short(args, limit=160):
@@ -259,7 +285,8 @@ def _difference(actual, expected, where=""):
     """'' when equal, else what differs first."""
     at = f" at {where}" if where else ""
     if type(actual) is not type(expected):
-        return f"expected {type(expected).__name__} {describe(expected)}{at}, got {type(actual).__name__} {describe(actual)}"
+        return (f"expected {type(expected).__name__} {describe(expected)}{at}, "
+                f"got {type(actual).__name__} {describe(actual)}")
     if isinstance(expected, torch.Tensor):
         problem = _tensor_layout(actual, expected)
         if not problem and not torch.equal(actual, expected):
@@ -267,7 +294,8 @@ def _difference(actual, expected, where=""):
         return problem + at if problem else ""
     if isinstance(expected, dict):
         if set(actual) != set(expected):
-            missing, extra = sorted(map(str, set(expected) - set(actual))), sorted(map(str, set(actual) - set(expected)))
+            missing = sorted(map(str, set(expected) - set(actual)))
+            extra = sorted(map(str, set(actual) - set(expected)))
             return f"keys differ{at}: missing {missing}, unexpected {extra}"
         for key in expected:
             problem = _difference(actual[key], expected[key], f"{where}[{key!r}]")
@@ -276,7 +304,8 @@ def _difference(actual, expected, where=""):
         return ""
     if isinstance(expected, (list, tuple)):
         if len(actual) != len(expected):
-            return f"expected length {len(expected)}{at}, got {len(actual)}: expected {describe(expected)}, got {describe(actual)}"
+            return (f"expected length {len(expected)}{at}, got {len(actual)}: "
+                    f"expected {describe(expected)}, got {describe(actual)}")
         for i, (a, e) in enumerate(zip(actual, expected)):
             if _difference(a, e):
                 return f"expected {describe(expected)}{at}, got {describe(actual)} (first difference at [{i}])"

@@ -32,8 +32,8 @@ class Parser(argparse.ArgumentParser):
 
 def build_parser():
     parser = Parser(prog="python -m grader", description="Grade the exercises of the kit.",
-                    epilog="Other commands: list, hint EXERCISE, watch [EXERCISE], demo ex07 --nproc N "
-                           "(python -m grader COMMAND --help).")
+                    epilog="Other commands: list, hint EXERCISE, watch [EXERCISE], demo ex07 --nproc N, "
+                           "dev check (python -m grader COMMAND --help).")
     parser.add_argument("exercises", nargs="*", metavar="EXERCISE",
                         help="exercise ids or numbers (ex04, 4, ex04_sharding); all when none")
     parser.add_argument("--target", action="append", metavar="PATH",
@@ -104,7 +104,7 @@ def main(argv=None):
 
 
 def command_names():
-    return ("list", "hint", "watch", "demo", "autograder", "release")
+    return ("list", "hint", "watch", "demo", "dev", "autograder", "release")
 
 
 def dispatch(name, argv):
@@ -114,6 +114,8 @@ def dispatch(name, argv):
         from grader.homework.autograder import main as command
     elif name == "release":
         from grader.homework.release import main as command
+    elif name == "dev":
+        from grader.dev import main as command
     else:
         from grader.learner.commands import COMMANDS
 
@@ -129,8 +131,7 @@ def parse_exercises(names):
     for name in names:
         exercise = catalog.find(name)
         if exercise is None:
-            known = ", ".join(e.id for e in catalog.EXERCISES)
-            raise UsageError(f"unknown exercise {name!r} (known: {known})")
+            raise UsageError(catalog.unknown(name))
         if exercise not in chosen:
             chosen.append(exercise)
     return chosen or list(catalog.EXERCISES)
@@ -187,7 +188,8 @@ def grade(args, staged):
 
         missing = sandbox.missing()
         if missing:
-            raise UsageError("--require-sandbox: missing " + "; ".join(f"{l.name} ({l.detail})" for l in missing))
+            raise UsageError("--require-sandbox: missing " + "; ".join(f"{layer.name} ({layer.detail})"
+                                                                       for layer in missing))
     from grader import devices
 
     parallel = args.jobs > 1 and len(targets) > 1
@@ -215,7 +217,7 @@ def grade(args, staged):
     else:
         from grader.grading import runner
 
-        progress = None if args.quiet else Progress()
+        progress = None if args.quiet else Progress([target.label for target in targets], exercises)
         results = runner.run(options, exercises, progress and progress.record)
         if progress:
             progress.done()
@@ -231,7 +233,8 @@ def grade(args, staged):
         print(report.sandbox_footer(results[0].sandbox))
     seed, profile = options.seed, options.profile
     replay = " ".join(sys.argv[1:]) if argv_is_ours() else ""
-    print(f"seed {seed}, profile {profile}: replay with python -m grader {strip_seed(replay)} --seed {seed}".replace("  ", " "))
+    replay = f"python -m grader {strip_seed(replay)} --seed {seed}".replace("  ", " ")
+    print(f"seed {seed}, profile {profile}: replay with {replay}")
     if args.json:
         report.write_json(args.json, report.as_json(results))
     if args.gradescope:
@@ -278,24 +281,59 @@ def strip_seed(text):
 
 
 class Progress:
-    """One line per exercise, a mark per check as it finishes."""
+    """One line per exercise, a mark per check as it finishes, in the order of the table below.
+
+    The runner grades first the exercises whose workers are ready soonest (their fork servers
+    import less), not in the catalog's order; so a line is written once every line above it is
+    complete, and on a terminal the exercise being graded meanwhile shows on a line rewritten
+    in place.
+    """
 
     MARKS = {Status.PASSED: ".", Status.NOT_STARTED: "-", Status.MISSING: "m", Status.NOT_GRADED: "?"}
+    LEGEND = "(a mark per check: . passed, F failed, - not started, m missing, ? not graded)"
 
-    def __init__(self):
+    def __init__(self, targets, exercises, stream=None):
+        self.stream = stream or sys.stderr
+        self.live = self.stream.isatty()
+        self.order = [(target, exercise.id) for target in targets for exercise in exercises]
+        self.several = len(targets) > 1
+        self.marks = {}
+        self.finished = set()
+        self.written = 0
         self.current = None
-        self.live = sys.stderr.isatty()
 
     def record(self, record):
         key = (record.target, record.exercise)
+        if not self.marks:
+            self._write(self.LEGEND + "\n")
+        if key not in self.order:
+            self.order.append(key)
         if key != self.current:
-            if self.current:
-                sys.stderr.write("\n")
+            self.finished.add(self.current)
             self.current = key
-            sys.stderr.write(f"{record.exercise} ")
-        sys.stderr.write(self.MARKS.get(record.status, "F"))
-        sys.stderr.flush()
+        self.marks[key] = self.marks.get(key, "") + self.MARKS.get(record.status, "F")
+        self._flush()
+        if self.live:
+            self._write("\r\x1b[K" + self._line(key))
 
     def done(self):
-        if self.current:
-            sys.stderr.write("\n\n")
+        if self.marks:
+            self.finished.update(self.marks)
+            self._flush(final=True)
+            self._write("\n")
+
+    def _flush(self, final=False):
+        """Write the complete lines that are next in the table's order."""
+        while self.written < len(self.order) and (final or self.order[self.written] in self.finished):
+            key = self.order[self.written]
+            self.written += 1
+            if key in self.marks:
+                self._write(("\r\x1b[K" if self.live else "") + self._line(key) + "\n")
+
+    def _line(self, key):
+        target, exercise = key
+        return f"{target}: {exercise} {self.marks[key]}" if self.several else f"{exercise} {self.marks[key]}"
+
+    def _write(self, text):
+        self.stream.write(text)
+        self.stream.flush()

@@ -14,27 +14,22 @@ import time
 import pytest
 from hypothesis import HealthCheck, Phase, settings
 
-PHASES = [Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink]
-
 from grader import KIT_ROOT, catalog
-from grader.homework.recordings import Recordings
 from grader.checks import Grade
 from grader.devices import NoSuchDevice, select as select_devices
 from grader.grading.options import Options
-from grader.grading.status import Status
 from grader.grading.outcomes import CheckFailed, Verdict
+from grader.grading.session import Session, exercise_of, resolve_target
+from grader.grading.status import Status
+from grader.homework.recordings import Recordings
 from grader.sandbox import missing as missing_layers
 from grader.sandbox.forkservers import depth
-from grader.grading.session import Session, exercise_of, resolve_target
 
-settings.register_profile(
-    "fast", max_examples=8, deadline=None, database=None, print_blob=False, report_multiple_bugs=False, phases=PHASES,
-    suppress_health_check=list(HealthCheck),
-)
-settings.register_profile(
-    "thorough", max_examples=40, deadline=None, database=None, print_blob=False, report_multiple_bugs=False, phases=PHASES,
-    suppress_health_check=list(HealthCheck),
-)
+PHASES = [Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink]
+PROFILE = dict(deadline=None, database=None, print_blob=False, report_multiple_bugs=False, phases=PHASES,
+               suppress_health_check=list(HealthCheck))
+settings.register_profile("fast", max_examples=8, **PROFILE)
+settings.register_profile("thorough", max_examples=40, **PROFILE)
 for _name in ("fast", "thorough"):
     # A student release replays the inputs its reference was recorded on: no shrinking towards
     # inputs that were never recorded.
@@ -202,13 +197,21 @@ def pytest_runtest_makereport(item, call):
     report.grader_status = getattr(error, "status", Status.FAILED)
     session = getattr(item.config, "_grader_session", None)
     details = (session is not None and session.options.details) or getattr(item.config.option, "verbose", 0) >= 2
-    report.grader_message = failure_message(error, details)
+    printed = getattr(getattr(item, "funcargs", {}).get("grade"), "printed", "")
+    report.grader_message = failure_message(error, details, printed)
     if isinstance(error, (CheckFailed, Verdict)) and getattr(item.config.option, "verbose", 0) < 2:
-        report.longrepr = report.grader_message
+        # pytest shows no status column: name the status (once) unless it is a plain failure
+        label = report.grader_status.label
+        report.longrepr = report.grader_message if label == "failed" else f"{label}: {report.grader_message}"
 
 
-def failure_message(error, details=False):
-    """The lines a learner reads: what went wrong, the hint, the input Hypothesis found."""
+def failure_message(error, details=False, printed=""):
+    """The lines a learner reads: what went wrong, the hint, the input Hypothesis found.
+
+    With `details`, the learner's traceback and what their code printed: a worker's own failure
+    carries both; a wrong value has no traceback, but what the code printed while computing it
+    (`printed`, its latest call's output) is often the clue.
+    """
     lines = [str(error).strip() or type(error).__name__]
     if not isinstance(error, (CheckFailed, Verdict)):
         lines[0] = f"{type(error).__name__}: {lines[0]}"
@@ -218,8 +221,10 @@ def failure_message(error, details=False):
     example = smallest_input(getattr(error, "__notes__", []))
     if example:
         lines.append(f"smallest failing input: {example}")
-    if details and getattr(error, "details", ""):
-        lines.append(error.details.rstrip())
+    if details:
+        extra = getattr(error, "details", "") or (f"your code printed:\n{printed}" if printed else "")
+        if extra:
+            lines.append(extra.rstrip())
     return "\n".join(lines)
 
 

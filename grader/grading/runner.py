@@ -14,7 +14,7 @@ import pytest
 from grader.grading.pytest_plugin import OptionsCarrier
 from grader.sandbox import scan
 from grader import KIT_ROOT
-from grader.grading.status import CheckResult, ExerciseResult, Status, TargetResult, most_telling
+from grader.grading.status import CheckResult, ExerciseResult, Status, TargetResult
 
 
 class Collector:
@@ -70,7 +70,8 @@ def run(options, exercises, progress=None):
         raise KeyboardInterrupt
     if code in (pytest.ExitCode.INTERNAL_ERROR, pytest.ExitCode.USAGE_ERROR):
         raise RuntimeError(f"the checks could not run (pytest exit status {int(code)}); rerun with --verbose")
-    results = [score(target.label, exercises, collector.records, review=scan.folder(target.path, [e.id for e in exercises]))
+    ids = [e.id for e in exercises]
+    results = [score(target.label, exercises, collector.records, review=scan.folder(target.path, ids))
                for target in options.targets]
     for result in results:
         result.sandbox, result.seed, result.profile = collector.layers, options.seed, options.profile

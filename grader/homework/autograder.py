@@ -47,7 +47,8 @@ HF_HUB_OFFLINE=1 "$python" -m grader --target "$root/submission" --gradescope "$
 status=$?
 if [ ! -s "$results" ]; then
     cat > "$results" <<JSON
-{{"score": 0, "output": "The autograder itself failed (exit status $status), not your submission; your instructor has been told and it will be regraded.", "tests": [], "extra_data": {{"autograder_failed": true}}}}
+{{"score": 0, "tests": [], "extra_data": {{"autograder_failed": true}},
+ "output": "The autograder itself failed (exit status $status), not your submission; it will be regraded."}}
 JSON
 fi
 exit 0

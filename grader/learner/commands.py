@@ -12,7 +12,7 @@ from grader import KIT_ROOT
 
 
 def list_exercises(argv):
-    parser = _parser("list", "Each exercise: status of the last grade, points, devices.")
+    parser = command_parser("list", "Each exercise: status of the last grade, points, devices.")
     parser.parse_args(argv)
     last = state.load().get("last", {})
     print(f"{'#':>2}  {'exercise':<26} {'points':>9}  {'status':<13} {'devices':<9} topic")
@@ -32,7 +32,7 @@ def list_exercises(argv):
 
 
 def hint(argv):
-    parser = _parser("hint", "Show the next hint for an exercise, one at a time.")
+    parser = command_parser("hint", "Show the next hint for an exercise, one at a time.")
     parser.add_argument("exercise")
     parser.add_argument("--all", action="store_true", help="show every hint at once")
     args = parser.parse_args(argv)
@@ -50,7 +50,7 @@ def hint(argv):
 
 
 def watch(argv):
-    parser = _parser("watch", "Re-grade an exercise each time its file is saved (Ctrl-C to stop).")
+    parser = command_parser("watch", "Grade an exercise now, then again each time its file is saved (Ctrl-C to stop).")
     parser.add_argument("exercise", nargs="?", help="one exercise; every exercise file when omitted")
     parser.add_argument("--target", default="exercises", help="the folder to watch (default: exercises)")
     parser.add_argument("--interval", type=float, default=0.5, help=argparse.SUPPRESS)
@@ -63,7 +63,14 @@ def watch(argv):
     seen = {name: _mtime(path) for name, path in files.items()}
     print(f"watching {', '.join(os.path.relpath(p) for p in files.values())}; save a file to grade it, Ctrl-C to stop",
           flush=True)
+
+    def grade(names):
+        subprocess.run([sys.executable, "-m", "grader", *names, "--target", folder, *grader_args], cwd=KIT_ROOT)
+        print("watching...", flush=True)
+
     try:
+        print("\n== grading now", flush=True)  # where the learner stands before the first save
+        grade(list(files))
         while True:
             time.sleep(args.interval)
             for name, path in files.items():
@@ -71,9 +78,7 @@ def watch(argv):
                 if stamp != seen[name]:
                     seen[name] = stamp
                     print(f"\n== {name} changed, grading", flush=True)
-                    subprocess.run([sys.executable, "-m", "grader", name, "--target", folder, *grader_args],
-                                   cwd=KIT_ROOT)
-                    print("watching...", flush=True)
+                    grade([name])
     except KeyboardInterrupt:
         return 0
 
@@ -88,7 +93,7 @@ def _mtime(path):
 def find(name):
     exercise = catalog.find(name)
     if exercise is None:
-        raise SystemExit(_usage(f"unknown exercise {name!r} (known: {', '.join(e.id for e in catalog.EXERCISES)})"))
+        raise SystemExit(_usage(catalog.unknown(name)))
     return exercise
 
 
@@ -102,7 +107,8 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(_usage(message))
 
 
-def _parser(name, description):
+def command_parser(name, description):
+    """A parser for `python -m grader NAME` whose errors are one line and exit 2."""
     return _Parser(prog=f"python -m grader {name}", description=description)
 
 

@@ -165,8 +165,11 @@ class Sandbox:
         return ("target", request.target.path, request.exercise, request.world_size)
 
     def _spec(self, request, prepared, limit):
+        # A collective gives up at half the check's time (never under 5 s unless the time left is): a rank
+        # stuck in one that other ranks never made then reports itself (its error, its collective
+        # counts) before the check's deadline.
         common = dict(preload=request.preload, trusted=request.trusted, rank=0, world_size=request.world_size,
-                      store="", log="", collective_timeout=max(1.0, limit))
+                      store="", log="", collective_timeout=max(1.0, min(limit, 5.0), limit / 2))
         if request.trusted:
             return WorkerSpec(scratch=self.shared, stores=self.stores, **common)
         blocked = (self.reference.path, self.reference_copy, os.path.join(self.rundir, "targets"))
@@ -252,7 +255,8 @@ def missing(required=REQUIRED):
 def _interpreter_paths():
     """The interpreter, its standard library and every installed package, for reading."""
     paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable))}
-    paths |= {path for name, path in sysconfig.get_paths().items() if name in ("stdlib", "platstdlib", "purelib", "platlib")}
+    wanted = ("stdlib", "platstdlib", "purelib", "platlib")
+    paths |= {path for name, path in sysconfig.get_paths().items() if name in wanted}
     paths |= {path for path in sys.path if path and ("site-packages" in path or "dist-packages" in path)}
     return tuple(sorted(path for path in paths if path and os.path.exists(path)))
 
@@ -276,7 +280,7 @@ def _copy_tree(source, destination, limit):
 
 def _seal(folder, uid):
     """Read-only to its submission's user alone."""
-    for root, folders, files in os.walk(folder):
+    for root, _, files in os.walk(folder):
         for name in files:
             os.chmod(os.path.join(root, name), 0o400)
             if uid is not None:

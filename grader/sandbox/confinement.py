@@ -71,7 +71,8 @@ def _audit_hook(blocked, own, scratch):
                 if isinstance(path, (str, bytes, os.PathLike)) and not _real(path).startswith(writable):
                     raise PermissionError(f"a submission may change files only in its scratch folder, not {path}")
             return
-        if event not in ("open", "os.listdir", "os.scandir") or not args or not isinstance(args[0], (str, bytes, os.PathLike)):
+        path = args[0] if args else None
+        if event not in ("open", "os.listdir", "os.scandir") or not isinstance(path, (str, bytes, os.PathLike)):
             return
         real = _real(args[0])
         if real.startswith(blocked) and not real.startswith(own):

@@ -106,7 +106,8 @@ class UidContainer(Container):
 
 def available_kind(can_switch_user):
     """The strongest kind of container this machine allows."""
-    if os.geteuid() == 0 and os.access(CGROUP_PIDS, os.W_OK) and os.path.exists(os.path.join(CGROUP_PIDS, "cgroup.procs")):
+    procs = os.path.join(CGROUP_PIDS, "cgroup.procs")
+    if os.geteuid() == 0 and os.access(CGROUP_PIDS, os.W_OK) and os.path.exists(procs):
         return "cgroup"
     return "uid" if can_switch_user else "none"
 

@@ -109,11 +109,12 @@ class Ranks:
                 if replies[rank].status not in (Status.OK, Status.READY):
                     deadline = min(deadline, time.monotonic() + GRACE_AFTER_FAILURE)
         failed_early = any(r is not None and r.status not in (Status.OK, Status.READY) for r in replies)
-        for connection, rank in pending.items():
+        for rank in pending.values():
             if starting:
                 replies[rank] = Reply(Status.NOT_GRADED, message="did not start in time")
             elif failed_early:
-                replies[rank] = Reply(Status.STUCK, message="was still waiting (in a collective?) after another rank failed")
+                replies[rank] = Reply(Status.STUCK,
+                                      message="was still waiting (in a collective?) after another rank failed")
             else:
                 replies[rank] = Reply(Status.TIMED_OUT, message="did not finish in time")
         if pending or any(r.status is Status.INVALID and "forged" in r.message for r in replies):

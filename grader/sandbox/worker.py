@@ -225,7 +225,8 @@ def _serve(module, request, spec):
     try:
         probe = _probe(request["probe_file"], request["probe_name"])
     except Exception as error:  # noqa: BLE001 - the kit's fault; the reference then fails too
-        return {"status": "invalid", "message": f"the check's probe could not be loaded: {type(error).__name__}: {error}"}
+        return {"status": "invalid",
+                "message": f"the check's probe could not be loaded: {type(error).__name__}: {error}"}
     try:
         value = probe(context, *request["args"])
         validate(value)

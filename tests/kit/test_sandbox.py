@@ -8,7 +8,6 @@ kernel must refuse every route. Those that need Landlock skip where the kernel l
 import hashlib
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -294,35 +293,35 @@ def test_a_patched_encoder_does_not_hide_an_in_place_bug(tmp_path):
 
 # --- the grader's own processes ----------------------------------------------------------------
 
-SIGNALS = hostile(f'''
+SIGNALS = hostile('''
 import signal
 mark = os.environ["KIT_TEST_MARK"]
-stats = {{}}
+stats = {}
 for pid in os.listdir("/proc"):
     try:
-        with open(f"/proc/{{pid}}/stat") as handle:
+        with open(f"/proc/{pid}/stat") as handle:
             stats[int(pid)] = int(handle.read().rsplit(")", 1)[1].split()[1])
     except (OSError, ValueError):
         pass
 def cmdline(pid):
     try:
-        return open(f"/proc/{{pid}}/cmdline", "rb").read()
+        return open(f"/proc/{pid}/cmdline", "rb").read()
     except OSError:
         return b""
 roots = [pid for pid in stats if mark.encode() in cmdline(pid)]
 tree, grew = set(roots), True
 while grew:
-    grown = {{pid for pid, parent in stats.items() if parent in tree}} | tree
+    grown = {pid for pid, parent in stats.items() if parent in tree} | tree
     grew, tree = grown != tree, grown
 refused = reached = 0
-for pid in sorted(tree - {{os.getpid()}}):
+for pid in sorted(tree - {os.getpid()}):
     for number in (signal.SIGSTOP, signal.SIGINT, signal.SIGKILL):
         try:
             os.kill(pid, number)
             reached += 1
         except OSError:
             refused += 1
-raise PermissionError(f"signalled {{reached}}, refused {{refused}} of {{len(tree)}} processes")''')
+raise PermissionError(f"signalled {reached}, refused {refused} of {len(tree)} processes")''')
 
 BLOCKS_FORK_SERVERS = hostile('''
 import socket, subprocess
@@ -366,8 +365,8 @@ def _rows(data):
 
 @needs_landlock
 def test_signals_to_the_grader_its_fork_servers_and_reference_workers_are_refused(tmp_path):
-    done, data, _, seconds = _grade_marked(tmp_path, {EX: SIGNALS, "ex06_parameter_sync": mutate("ex06_parameter_sync")},
-                                           "ex04", "ex06")
+    files = {EX: SIGNALS, "ex06_parameter_sync": mutate("ex06_parameter_sync")}
+    done, data, _, seconds = _grade_marked(tmp_path, files, "ex04", "ex06")
     assert done.returncode == 0, done.stderr[-2000:]
     rows = _rows(data)
     message = {c["name"]: c["message"] for c in rows[EX]["checks"]}[INDICES]

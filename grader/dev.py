@@ -197,13 +197,15 @@ def grade(args):
     """Grade solutions/ and exercises/ in one run: every reference passes, every stub is 'not started'."""
     from grader.grading import runner
     from grader.grading.options import Options
+    from grader.grading.session import resolve_target
     from grader.grading.status import Status
 
     chosen = args.devices
     seed = args.seed if args.seed is not None else random.randrange(2**31)
     print(f"grading solutions/ and exercises/ (profile {args.profile}, devices {', '.join(chosen)}, seed {seed})",
           flush=True)
-    options = Options(targets=("solutions", "exercises"), devices=tuple(chosen), profile=args.profile, seed=seed)
+    targets = tuple(resolve_target(name) for name in ("solutions", "exercises"))
+    options = Options(targets=targets, devices=tuple(chosen), profile=args.profile, seed=seed)
     references, stubs = runner.run(options, args.exercises)
     problems = 0
     for result, wanted, name in ((references, Status.PASSED, "references pass every check"),

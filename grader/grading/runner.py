@@ -24,6 +24,15 @@ class Collector:
         self.records = []
         self.progress = progress
         self.layers = []
+        self.interrupted = False  # by Ctrl-C (pytest says "interrupted" for a broken collection too)
+        self.broken = []  # why a check file could not be collected
+
+    def pytest_keyboard_interrupt(self, excinfo):
+        self.interrupted = True
+
+    def pytest_collectreport(self, report):
+        if report.failed:
+            self.broken.append((report.longreprtext.strip().splitlines() or ["?"])[-1])
 
     def pytest_sessionstart(self, session):
         grading = getattr(session.config, "_grader_session", None)
@@ -66,9 +75,11 @@ def run(options, exercises, progress=None):
     ]
     with _quiet_stdout(options.details), _only_hypothesis_plugin():
         code = pytest.main(args, plugins=[collector, OptionsCarrier(options)])
-    if code == pytest.ExitCode.INTERRUPTED:
+    if code == pytest.ExitCode.INTERRUPTED and collector.interrupted:
         raise KeyboardInterrupt
-    if code in (pytest.ExitCode.INTERNAL_ERROR, pytest.ExitCode.USAGE_ERROR):
+    if collector.broken:
+        raise RuntimeError("a check file could not be loaded: " + collector.broken[0])
+    if code in (pytest.ExitCode.INTERNAL_ERROR, pytest.ExitCode.USAGE_ERROR, pytest.ExitCode.INTERRUPTED):
         raise RuntimeError(f"the checks could not run (pytest exit status {int(code)}); rerun with --verbose")
     ids = [e.id for e in exercises]
     results = [score(target.label, exercises, collector.records, review=scan.folder(target.path, ids))

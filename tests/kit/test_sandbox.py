@@ -553,3 +553,16 @@ def test_checks_that_rest_on_the_workers_own_account_say_so(attacked):
     evidence = {c["name"]: c["evidence"] for c in attacked[0]["control"]["exercises"][0]["checks"]}
     assert evidence[INDICES] == "compared in the grader"
     assert evidence["test_shard_indices_leave_the_global_random_stream_alone"].startswith("measured inside the worker")
+
+
+def test_control_characters_in_learner_text_never_reach_the_terminal_raw(tmp_path):
+    folder = tmp_path / "submission"
+    folder.mkdir()
+    body = 'print("\\x1b[2J\\x1b[31mred")\nraise ValueError("\\x1b]0;pwned\\x07\\rgone")'
+    (folder / f"{EX}.py").write_text(hostile(body, prelude=""))
+    done = subprocess.run([sys.executable, "-m", "grader", "ex04", "--target", str(folder), "-v", "--device", "cpu",
+                           "--seed", SEED], cwd=KIT_ROOT, capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, GRADER_STATE=os.devnull))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "ValueError" in done.stdout and "\\x1b" in done.stdout
+    assert "\x1b" not in done.stdout + done.stderr and "\x07" not in done.stdout

@@ -1,0 +1,137 @@
+"""Memory of a grade: one submission in Gradescope's default box, and a class's batch.
+
+    python benchmarks/grade_memory.py [--limit-mb 768] [--runs 3] [--batch 1 8 32]
+
+One submission: a full grade of the references (thorough profile) inside a memory cgroup (v1)
+limited to --limit-mb, as Gradescope's box is; it prints the score, the exit status and the peak
+memory in use by all processes together (the sum of their PSS, sampled every 0.2 s: the
+cgroup's own counter also counts page cache, which the kernel drops at the limit anyway).
+Batch: N copies of the references graded with --submissions; the peak PSS and the seconds each
+extra submission costs, as a ratio to the import floor measured in the same run.
+Needs root for the cgroup; without it the grade runs unlimited and says so.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CGROUP = "/sys/fs/cgroup/memory"
+ENV = dict(os.environ, HF_HUB_OFFLINE="1", GRADER_STATE=os.devnull)
+
+
+def tree_pss(root):
+    """The PSS of `root` and all its descendants, in MB."""
+    children = {}
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                with open(f"/proc/{pid}/stat") as handle:
+                    children.setdefault(int(handle.read().rsplit(")", 1)[1].split()[1]), []).append(int(pid))
+            except (OSError, ValueError, IndexError):
+                pass
+    total, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        todo += children.get(pid, [])
+        try:
+            with open(f"/proc/{pid}/smaps_rollup") as handle:
+                total += next(int(line.split()[1]) for line in handle if line.startswith("Pss:"))
+        except (OSError, StopIteration):
+            pass
+    return total / 1024
+
+
+def measured(command, limit_mb=None):
+    """(seconds, exit status, peak PSS MB) of `command`, in a memory cgroup of `limit_mb` if given."""
+    group = None
+    if limit_mb and os.geteuid() == 0 and os.path.isdir(CGROUP):
+        group = os.path.join(CGROUP, f"grade-memory-{os.getpid()}")
+        os.mkdir(group)
+        for name in ("memory.limit_in_bytes", "memory.memsw.limit_in_bytes"):
+            try:
+                with open(os.path.join(group, name), "w") as handle:
+                    handle.write(str(limit_mb * 2**20))
+            except OSError:
+                pass
+    started = time.perf_counter()
+    process = subprocess.Popen(command, cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               preexec_fn=(lambda: _join(group)) if group else None)
+    peak = [0.0]
+
+    def sample():
+        while process.poll() is None:
+            peak[0] = max(peak[0], tree_pss(process.pid))
+            time.sleep(0.2)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    code = process.wait()
+    sampler.join()
+    seconds = time.perf_counter() - started
+    if group:
+        time.sleep(0.5)
+        try:
+            os.rmdir(group)
+        except OSError:
+            pass
+    return seconds, code, peak[0]
+
+
+def _join(group):
+    with open(os.path.join(group, "cgroup.procs"), "w") as handle:
+        handle.write(str(os.getpid()))
+
+
+def one_submission(limit_mb, runs):
+    limited = limit_mb if os.geteuid() == 0 and os.path.isdir(CGROUP) else None
+    print(f"one submission: the references, thorough profile, "
+          f"{'in a ' + str(limit_mb) + ' MB memory cgroup' if limited else 'no memory limit (not root)'}")
+    for run in range(runs):
+        report = os.path.join(tempfile.mkdtemp(), "report.json")
+        seconds, code, peak = measured([sys.executable, "-m", "grader", "--target", "solutions", "--device", "cpu",
+                                        "--profile", "thorough", "--seed", str(run + 1), "-q", "--json", report],
+                                       limited)
+        score = json.load(open(report))["score"] if os.path.exists(report) else "no report"
+        print(f"  run {run + 1}: score {score}, exit {code}, peak {peak:.0f} MB (PSS of all processes), {seconds:.1f} s")
+
+
+def batch(sizes):
+    floor, _, _ = measured([sys.executable, "-c", "import torch, transformers, accelerate"])
+    print(f"batches of the references (fast profile); import floor {floor:.2f} s")
+    times = {}
+    for size in sizes:
+        folder = tempfile.mkdtemp()
+        for number in range(size):
+            shutil.copytree(os.path.join(ROOT, "solutions"), os.path.join(folder, f"student{number:03d}"))
+        seconds, code, peak = measured([sys.executable, "-m", "grader", "--submissions", folder, "--device", "cpu",
+                                        "--profile", "fast", "--seed", "1", "-q"])
+        times[size] = seconds
+        shutil.rmtree(folder)
+        print(f"  {size:3d} submissions: exit {code}, {seconds:6.1f} s, peak {peak:.0f} MB (PSS of all processes)")
+    if len(sizes) > 1:
+        small, large = min(sizes), max(sizes)
+        extra = (times[large] - times[small]) / (large - small)
+        print(f"  each extra submission: {extra:.2f} s = {extra / floor:.2f} x the import floor")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--limit-mb", type=int, default=768)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--batch", type=int, nargs="*", default=[1, 8, 32])
+    args = parser.parse_args()
+    if args.runs:
+        one_submission(args.limit_mb, args.runs)
+    if args.batch:
+        batch(sorted(args.batch))
+
+
+if __name__ == "__main__":
+    main()

@@ -99,7 +99,8 @@ def one_submission(limit_mb, runs):
                                         "--profile", "thorough", "--seed", str(run + 1), "-q", "--json", report],
                                        limited)
         score = json.load(open(report))["score"] if os.path.exists(report) else "no report"
-        print(f"  run {run + 1}: score {score}, exit {code}, peak {peak:.0f} MB (PSS of all processes), {seconds:.1f} s")
+        print(f"  run {run + 1}: score {score}, exit {code}, peak {peak:.0f} MB (PSS of all processes), "
+              f"{seconds:.1f} s")
 
 
 def batch(sizes):

@@ -50,6 +50,8 @@ def become(uid, keep_read_search=False):
         bit = 1 << CAP_DAC_READ_SEARCH
         data = (_Data * 2)(_Data(bit, bit, 0), _Data(0, 0, 0))
         header = _Header(_CAP_VERSION_3, 0)
-        if _libc.syscall(_CAPSET, ctypes.byref(header), ctypes.byref(data)) != 0:
-            raise OSError(ctypes.get_errno(), "capset failed")
+        # Refused where the capability was never ours to keep (Docker's default set lacks it): the
+        # worker then reads what any user may, which suffices when the interpreter is not under
+        # a private home (Gradescope's venv is not).
+        _libc.syscall(_CAPSET, ctypes.byref(header), ctypes.byref(data))
         _libc.prctl(_PR_SET_KEEPCAPS, 0, 0, 0, 0)

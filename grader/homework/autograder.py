@@ -15,7 +15,7 @@ import zipfile
 
 from grader import KIT_ROOT
 from grader.grading.report import VISIBILITIES
-from grader.learner.commands import _parser
+from grader.learner.commands import command_parser
 
 KIT_FILES = ("pyproject.toml", "conftest.py", "README.md")
 KIT_FOLDERS = ("grader", "solutions", "exercises")
@@ -56,7 +56,7 @@ exit 0
 
 
 def main(argv):
-    parser = _parser("autograder", "Build a Gradescope autograder zip of the kit.")
+    parser = command_parser("autograder", "Build a Gradescope autograder zip of the kit.")
     parser.add_argument("out", metavar="OUT.zip")
     parser.add_argument("--visibility", choices=VISIBILITIES, default="visible",
                         help="when students see each check's result (Gradescope's test visibility)")

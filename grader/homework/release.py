@@ -13,7 +13,7 @@ import shutil
 
 from grader import KIT_ROOT, catalog
 from grader.homework.recordings import FOLDER, Recordings
-from grader.learner.commands import _parser
+from grader.learner.commands import command_parser
 
 STUDENT_README = """# Efficient AI model training with PyTorch: exercises
 
@@ -38,7 +38,7 @@ shrunk one. Your instructor's grader draws other inputs too.
 
 
 def main(argv):
-    parser = _parser("release", "Make the student copy of the kit: no solutions, recorded reference observations.")
+    parser = command_parser("release", "Make the student copy of the kit: no solutions, recorded reference observations.")
     parser.add_argument("out", metavar="OUT", help="a folder that does not exist yet")
     parser.add_argument("--profile", choices=["fast", "thorough"], default="fast",
                         help="how many drawn inputs to record per check (default fast)")

@@ -96,7 +96,7 @@ def gradescope(result, visibility="visible"):
                 output = "passed" if passed else f"{check.status.label}: {check.message}"
             tests.append({
                 "name": f"{row.id[:4]} · {title}{device}", "number": f"{row.id[2:4]}.{len(tests) + 1}",
-                "score": round(share, 4) if passed and row.graded else 0.0, "max_score": round(share, 4),
+                "score": share if passed and row.graded else 0.0, "max_score": share,
                 "status": "passed" if passed else "failed", "output": output, "output_format": "text",
                 "visibility": visibility,
             })

@@ -38,7 +38,8 @@ shrunk one. Your instructor's grader draws other inputs too.
 
 
 def main(argv):
-    parser = command_parser("release", "Make the student copy of the kit: no solutions, recorded reference observations.")
+    parser = command_parser("release", "Make the student copy of the kit: no solutions, "
+                                       "recorded reference observations.")
     parser.add_argument("out", metavar="OUT", help="a folder that does not exist yet")
     parser.add_argument("--profile", choices=["fast", "thorough"], default="fast",
                         help="how many drawn inputs to record per check (default fast)")

@@ -120,6 +120,7 @@ class Containers:
         self.kind = available_kind(can_switch_user)
         self.made = []
         if self.kind == "cgroup":
+            _sweep_dead_graders()
             try:
                 self.root = os.path.join(CGROUP_PIDS, f"grader-{os.getpid()}-{uuid.uuid4().hex[:8]}")
                 os.mkdir(self.root)
@@ -154,6 +155,24 @@ def describe(kind):
     return {"cgroup": f"a pids cgroup per submission (at most {PROCESS_LIMIT} tasks), killed as one",
                 "uid": f"a uid per submission (RLIMIT_NPROC {PROCESS_LIMIT}), all its processes killed",
                 "none": "no cgroup and no spare uid (not root): descendants reaped as the subreaper"}[kind]
+
+
+def _sweep_dead_graders():
+    """Remove the cgroups of graders that were killed before they could (their tasks are gone)."""
+    for name in os.listdir(CGROUP_PIDS):
+        parts = name.split("-")
+        if len(parts) == 3 and parts[0] == "grader" and parts[1].isdigit() and not os.path.exists(f"/proc/{parts[1]}"):
+            root = os.path.join(CGROUP_PIDS, name)
+            for child in os.listdir(root):
+                if os.path.isdir(os.path.join(root, child)):
+                    try:
+                        os.rmdir(os.path.join(root, child))  # refused while anything still runs in it
+                    except OSError:
+                        pass
+            try:
+                os.rmdir(root)
+            except OSError:
+                pass
 
 
 def _write(path, text):

@@ -37,7 +37,6 @@ MEMORY_LIMIT = 12 * 2**30  # address space of one untrusted CPU worker
 COPY_LIMIT = 64 * 2**20  # bytes of a submission folder copied for grading
 REFERENCE_ALLOWANCE = 300.0  # seconds; the reference is trusted, its limit only guards the kit
 START_ALLOWANCE = 60.0  # seconds a worker (or a group) may take to start
-MAX_WORKERS = 8  # live workers at once: with the grader and its fork servers, within 768 MB
 REQUIRED = ("landlock", "container")  # what --require-sandbox insists on
 
 __all__ = ["Request", "Sandbox", "Target", "WorkerFailure", "Status"]
@@ -85,7 +84,7 @@ class Call:
 
 
 class Sandbox:
-    def __init__(self, reference, readable, memory_limit=MEMORY_LIMIT, max_workers=MAX_WORKERS):
+    def __init__(self, reference, readable, memory_limit=MEMORY_LIMIT, budget_mb=None):
         """`reference`: the folder of reference solutions; `readable`: what every worker must read
         besides the interpreter (the grader package, the check files)."""
         adopt_orphans()
@@ -108,7 +107,7 @@ class Sandbox:
         os.chmod(self.reference_copy, 0o700)
         self.readable = tuple(readable) + _interpreter_paths()
         self.prepared = {}
-        self.pools = Pools(self.logs, max_workers)
+        self.pools = Pools(self.logs, memory.worker_budget() if budget_mb is None else budget_mb)
 
     def _folder(self, name, mode):
         path = os.path.join(self.rundir, name)

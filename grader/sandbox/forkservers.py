@@ -18,7 +18,7 @@ import threading
 import types
 from multiprocessing import connection, context as mp_context, forkserver, popen_forkserver
 
-from grader.sandbox import landlock
+from grader.sandbox import landlock, memory
 
 # What each kind of worker starts with: exercises name theirs in the catalog (`preload`).
 PRELOADS = {
@@ -193,9 +193,13 @@ def server(kind):
 def warm_up(kinds):
     """Start the fork servers now, so their imports overlap with the grader's own.
 
-    A chained server starts from a thread: its base must finish importing first."""
+    A chained server starts from a thread: its base must finish importing first. In a small
+    box (see memory.worker_cap) only the lightest starts now; each other starts when its first
+    worker is asked for, so the servers of later exercises take no memory meanwhile."""
     _closing.clear()
     kinds = set(kinds)
+    if kinds and memory.worker_budget() is not None:
+        kinds = {min(kinds, key=depth)}
     while not {BASES[kind] for kind in kinds if kind in BASES} <= kinds:
         kinds |= {BASES[kind] for kind in kinds if kind in BASES}
     for kind in sorted(kinds, key=depth):

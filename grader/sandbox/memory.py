@@ -9,6 +9,63 @@ grader's resource failure, never the submission's. Workers volunteer to be kille
 import os
 
 
+GRADER_MB = 450  # the grading process and its three fork servers, measured here (PSS)
+# What one warm worker costs beyond the pages it shares with its fork server (PSS, measured here)
+WORKER_MB = {"torch": 30, "optim": 35, "transformers": 70}
+ROOMY = 2 * 2**30  # with this much memory or more, workers are not counted
+
+
+def worker_budget():
+    """MB the live workers may use together: unlimited (None) on a roomy machine; in a small box
+    (Gradescope's default is 768 MB) what the grader and its fork servers leave, but never less
+    than one comparison of 4 ranks of the lightest kind needs."""
+    limit = memory_limit()
+    if limit is None or limit >= ROOMY:
+        return None
+    return max(8 * WORKER_MB["torch"], limit / 2**20 - GRADER_MB)
+
+
+def worker_cost(preload, count=1):
+    return WORKER_MB.get(preload, max(WORKER_MB.values())) * count
+
+
+def memory_limit():
+    """The memory this process's cgroup may use (v1 or v2), or the machine's, in bytes."""
+    limits = []
+    try:
+        with open("/proc/meminfo") as handle:
+            limits.append(int(next(line for line in handle if line.startswith("MemTotal:")).split()[1]) * 1024)
+    except (OSError, StopIteration, ValueError):
+        pass
+    try:
+        with open("/proc/self/cgroup") as handle:
+            entries = [line.strip().split(":", 2) for line in handle]
+    except OSError:
+        entries = []
+    for _, controllers, path in entries:
+        if "memory" in controllers.split(","):  # v1: the effective limit, ancestors included
+            limits += _numbers(f"/sys/fs/cgroup/memory{path}/memory.stat", "hierarchical_memory_limit")
+        elif controllers == "":  # v2: the smallest memory.max from here up
+            while True:
+                limits += _numbers(f"/sys/fs/cgroup{path}/memory.max")
+                if path in ("/", ""):
+                    break
+                path = path.rsplit("/", 1)[0] or "/"
+    return min(limits) if limits else None
+
+
+def _numbers(path, key=None):
+    try:
+        with open(path) as handle:
+            for line in handle:
+                words = line.split()
+                if words and (key is None or words[0] == key) and words[-1].isdigit():
+                    return [int(words[-1])]
+    except OSError:
+        pass
+    return []
+
+
 def oom_kills():
     """How many processes the kernel has killed for memory since boot (None where unknown)."""
     try:

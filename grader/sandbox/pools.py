@@ -211,14 +211,14 @@ class WorkerFailure(Exception):
 class Pools:
     """The live workers of one grading session, by key (see Sandbox.pool_key).
 
-    At most `max_workers` workers live at once (each costs 25-50 MB that fork cannot share):
-    starting a pool beyond that stops the pools used least recently, among those not in the
-    middle of a call.
+    In a small box the live workers may use `budget_mb` together (each costs 30-70 MB that fork
+    cannot share, see memory.WORKER_MB): starting a pool beyond that stops the pools used least
+    recently, among those not in the middle of a call.
     """
 
-    def __init__(self, logdir, max_workers=None):
+    def __init__(self, logdir, budget_mb=None):
         self.logdir = logdir
-        self.max_workers = max_workers
+        self.budget_mb = budget_mb
         self.ranks = {}  # in order of last use
         self.stopped = []
 
@@ -230,7 +230,7 @@ class Pools:
         if ranks is not None:
             self.ranks[key] = ranks  # now the most recently used
         else:
-            self._make_room(world_size)
+            self._make_room(memory.worker_cost(spec.preload, world_size))
             ranks = Ranks(spec, world_size, self.logdir)
             self.ranks[key] = ranks
             try:
@@ -241,10 +241,11 @@ class Pools:
         return ranks
 
     def _make_room(self, needed):
-        if self.max_workers is None:
+        if self.budget_mb is None:
             return
         for key in list(self.ranks):
-            if sum(r.world_size for r in self.ranks.values()) + needed <= self.max_workers:
+            used = sum(memory.worker_cost(r.spec.preload, r.world_size) for r in self.ranks.values())
+            if used + needed <= self.budget_mb:
                 break
             if not self.ranks[key].busy:
                 ranks = self.ranks.pop(key)

@@ -49,7 +49,9 @@ def tree_pss(root):
 
 
 def measured(command, limit_mb=None):
-    """(seconds, exit status, peak PSS MB) of `command`, in a memory cgroup of `limit_mb` if given."""
+    """(seconds, exit status, peak PSS MB, the cgroup's peak MB or None) of `command`, in a memory
+    cgroup of `limit_mb` if given. The cgroup's peak is what the box charged: every page of every
+    process of the grade, its page cache included; PSS leaves out pages charged elsewhere."""
     group = None
     if limit_mb and os.geteuid() == 0 and os.path.isdir(CGROUP):
         group = os.path.join(CGROUP, f"grade-memory-{os.getpid()}")
@@ -75,13 +77,16 @@ def measured(command, limit_mb=None):
     code = process.wait()
     sampler.join()
     seconds = time.perf_counter() - started
+    charged = None
     if group:
+        with open(os.path.join(group, "memory.max_usage_in_bytes")) as handle:
+            charged = int(handle.read()) / 2**20
         time.sleep(0.5)
         try:
             os.rmdir(group)
         except OSError:
             pass
-    return seconds, code, peak[0]
+    return seconds, code, peak[0], charged
 
 
 def _join(group):
@@ -95,23 +100,24 @@ def one_submission(limit_mb, runs):
           f"{'in a ' + str(limit_mb) + ' MB memory cgroup' if limited else 'no memory limit (not root)'}")
     for run in range(runs):
         report = os.path.join(tempfile.mkdtemp(), "report.json")
-        seconds, code, peak = measured([sys.executable, "-m", "grader", "--target", "solutions", "--device", "cpu",
-                                        "--profile", "thorough", "--seed", str(run + 1), "-q", "--json", report],
-                                       limited)
+        seconds, code, peak, charged = measured([sys.executable, "-m", "grader", "--target", "solutions", "--device",
+                                                 "cpu", "--profile", "thorough", "--seed", str(run + 1), "-q",
+                                                 "--json", report], limited)
         score = json.load(open(report))["score"] if os.path.exists(report) else "no report"
-        print(f"  run {run + 1}: score {score}, exit {code}, peak {peak:.0f} MB (PSS of all processes), "
+        box = f"{charged:.0f} MB charged to the cgroup at its peak, " if charged else ""
+        print(f"  run {run + 1}: score {score}, exit {code}, {box}{peak:.0f} MB PSS of all processes at its peak, "
               f"{seconds:.1f} s")
 
 
 def batch(sizes):
-    floor, _, _ = measured([sys.executable, "-c", "import torch, transformers, accelerate"])
+    floor, _, _, _ = measured([sys.executable, "-c", "import torch, transformers, accelerate"])
     print(f"batches of the references (fast profile); import floor {floor:.2f} s")
     times = {}
     for size in sizes:
         folder = tempfile.mkdtemp()
         for number in range(size):
             shutil.copytree(os.path.join(ROOT, "solutions"), os.path.join(folder, f"student{number:03d}"))
-        seconds, code, peak = measured([sys.executable, "-m", "grader", "--submissions", folder, "--device", "cpu",
+        seconds, code, peak, _ = measured([sys.executable, "-m", "grader", "--submissions", folder, "--device", "cpu",
                                         "--profile", "fast", "--seed", "1", "-q"])
         times[size] = seconds
         shutil.rmtree(folder)

@@ -147,8 +147,6 @@ class Containers:
             except OSError:
                 pass
 
-    def describe(self):
-        return describe(self.kind)
 
 
 def describe(kind):

@@ -148,7 +148,6 @@ class Containers:
                 pass
 
 
-
 def describe(kind):
     return {"cgroup": f"a pids cgroup per submission (at most {PROCESS_LIMIT} tasks), killed as one",
                 "uid": f"a uid per submission (RLIMIT_NPROC {PROCESS_LIMIT}), all its processes killed",

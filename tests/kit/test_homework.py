@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 import zipfile
 
 import pytest
@@ -201,3 +202,39 @@ def test_pip_install_not_editable_grades_from_the_kit_folder(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     assert "15 / 15" in done.stdout
     shutil.rmtree(os.path.join(KIT_ROOT, "build"), ignore_errors=True)
+
+
+MEMORY_CGROUP = "/sys/fs/cgroup/memory"
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not os.path.isdir(MEMORY_CGROUP), reason="needs root and a v1 memory cgroup")
+def test_running_out_of_memory_is_the_graders_failure_not_the_students(tmp_path):
+    hungry = tmp_path / "hungry"
+    hungry.mkdir()
+    (hungry / "ex04_sharding.py").write_text(
+        reference_source("ex04_sharding") + "\n\n_original = shard_indices\n\n\ndef shard_indices(*args, **kwargs):\n"
+        "    import torch\n    hog = torch.ones(3 * 2**30 // 4)  # 3 GB, in a 1.2 GB box\n"
+        "    return _original(*args, **kwargs)\n")
+    group = os.path.join(MEMORY_CGROUP, f"kit-test-{os.getpid()}")
+    os.mkdir(group)
+    try:
+        for name in ("memory.limit_in_bytes", "memory.memsw.limit_in_bytes"):
+            with open(os.path.join(group, name), "w") as handle:
+                handle.write(str(1200 * 2**20))
+        report = tmp_path / "report.json"
+
+        def enter():
+            with open(os.path.join(group, "cgroup.procs"), "w") as handle:
+                handle.write(str(os.getpid()))
+
+        done = subprocess.run([sys.executable, "-m", "grader", "ex04", "--target", str(hungry), "--json", str(report),
+                               "--seed", SEED, "--device", "cpu", "-q"], cwd=KIT_ROOT, capture_output=True, text=True,
+                              timeout=600, env=ENV, preexec_fn=enter)
+    finally:
+        time.sleep(0.5)
+        os.rmdir(group)
+    assert done.returncode == 3, done.stderr[-2000:]
+    checks = json.loads(report.read_text())["exercises"][0]["checks"]
+    hit = [c for c in checks if c["name"] == "test_shard_indices_match_distributed_sampler"][0]
+    assert hit["status"] == "not graded" and "ran out of memory" in hit["message"], hit
+    assert "failed" not in {c["status"] for c in checks}

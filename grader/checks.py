@@ -15,6 +15,7 @@ from grader import catalog
 from grader.grading.outcomes import CheckFailed, Verdict
 from grader.homework.recordings import RECORDED_ONLY, RUN
 from grader.sandbox import Request, WorkerFailure
+from grader.sandbox.confinement import REFERENCE_BLOCKED
 from grader.sandbox.wire import describe
 from grader.grading.status import Status, most_telling
 
@@ -157,7 +158,7 @@ def _failure(replies, args):
     several = len(replies) > 1
     rank = f"rank {replies.index(reply)}: " if several else ""
     message = reply.message
-    if "the reference solutions are not available to a submission" in message:
+    if REFERENCE_BLOCKED in message:
         status = Status.USES_REFERENCE
     printed = _printed(replies)
     details = reply.traceback + (f"\nyour code printed:\n{printed}" if printed else "")

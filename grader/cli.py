@@ -137,7 +137,7 @@ def parse_exercises(names):
     return chosen or list(catalog.EXERCISES)
 
 
-def parse_targets(args, exercises, staged):
+def parse_targets(args, staged):
     """Stage every target named; a batch's malformed folders are graded as rows with their reason."""
     ids = [e.id for e in catalog.EXERCISES]
     names = list(args.target or [])
@@ -175,7 +175,7 @@ def run(args):
 
 def grade(args, staged):
     exercises = parse_exercises(args.exercises)
-    targets = parse_targets(args, exercises, staged)
+    targets = parse_targets(args, staged)
     for option in ("json", "gradescope", "csv"):
         path = getattr(args, option)
         problem = path and report.check_writable(path)

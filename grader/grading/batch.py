@@ -15,6 +15,7 @@ import tempfile
 
 from grader import KIT_ROOT
 from grader.grading import submissions
+from grader.grading.session import resolve_target
 from grader.grading.status import TargetResult
 from grader.sandbox import Target
 
@@ -31,10 +32,10 @@ class Staged:
 
     def add(self, name, exercise_ids, label=None):
         """Stage `name` (exercises, solutions or a folder); returns its Submission."""
-        if name in KIT_FOLDERS:
-            path = os.path.join(KIT_ROOT, name)
-            submission = submissions.normalize(path, exercise_ids)
-            self.targets.append(Target(name, path))
+        if name in KIT_FOLDERS:  # the kit's own folders are graded where they are
+            target = resolve_target(name)
+            submission = submissions.normalize(target.path, exercise_ids)
+            self.targets.append(target)
             self.submissions[name] = submission
             return submission
         submission = submissions.normalize(name, exercise_ids)

@@ -118,13 +118,6 @@ def gradescope(result, visibility="visible"):
     }
 
 
-def gradescope_failure(reason):
-    """results.json when the autograder itself could not grade: it says so, and blames no one else."""
-    return {"score": 0.0, "output": "The autograder itself failed, not your submission; your instructor has "
-                                    f"been told and it will be regraded.\n{reason}", "output_format": "text",
-            "tests": [], "extra_data": {"autograder_failed": True}}
-
-
 def summary_csv(results):
     buffer = io.StringIO()
     writer = csv.writer(buffer)

@@ -25,6 +25,7 @@ PRELOADS = {
     "torch": ["grader.sandbox.preload"],  # torch, torch.distributed, accelerate: about 1.5 s to import here
     "optim": ["grader.sandbox.preload_optim"],  # and what building an optimizer imports: 0.7 s more
     "transformers": ["grader.sandbox.preload_transformers"],  # and transformers' models: 1.5 s more
+    "data": ["grader.sandbox.preload_data"],  # and datasets, Pillow, the processors and the Trainer
 }
 ABSTRACT_ADDRESSES = sys.platform == "linux" and landlock.abi_version() >= 6
 
@@ -39,7 +40,7 @@ def _address():
 # the module for nothing else: the base server gets the same addresses as the chained ones.
 forkserver.connection = types.SimpleNamespace(arbitrary_address=lambda family: _address())
 # A server forked from another's imports only what that one lacks.
-BASES = {"optim": "torch", "transformers": "optim"}
+BASES = {"optim": "torch", "transformers": "optim", "data": "transformers"}
 
 _servers = {}
 _chosen = threading.local()  # the server a launch in this thread goes to

@@ -11,7 +11,7 @@ import os
 
 GRADER_MB = 450  # the grading process and its three fork servers, measured here (PSS)
 # What one warm worker costs beyond the pages it shares with its fork server (PSS, measured here)
-WORKER_MB = {"torch": 30, "optim": 35, "transformers": 70}
+WORKER_MB = {"torch": 30, "optim": 35, "transformers": 70, "data": 90}
 ROOMY = 2 * 2**30  # with this much memory or more, workers are not counted
 
 

@@ -35,7 +35,9 @@ def build_parser():
                     epilog="Other commands: list, hint EXERCISE, watch [EXERCISE], demo ex07 --nproc N, "
                            "dev check (python -m grader COMMAND --help).")
     parser.add_argument("exercises", nargs="*", metavar="EXERCISE",
-                        help="exercise ids or numbers (ex04, 4, ex04_sharding); all when none")
+                        help="exercise ids or numbers (ex04, 4, ex04_sharding) or chapters (chapter1); all when none")
+    parser.add_argument("--chapter", type=int, action="append", metavar="N",
+                        help="grade chapter N's exercises (one homework assignment of 100 points); repeatable")
     parser.add_argument("--target", action="append", metavar="PATH",
                         help="exercises (default), solutions, or a folder of exNN_*.py files; repeatable")
     parser.add_argument("--submissions", metavar="DIR",
@@ -126,15 +128,18 @@ def dispatch(name, argv):
         return 130
 
 
-def parse_exercises(names):
-    chosen = []
-    for name in names:
-        exercise = catalog.find(name)
-        if exercise is None:
-            raise UsageError(catalog.unknown(name))
-        if exercise not in chosen:
-            chosen.append(exercise)
-    return chosen or list(catalog.EXERCISES)
+def parse_exercises(names, chapters=()):
+    """The exercises named (ids, numbers, chapter names, --chapter numbers), in the catalog's order."""
+    chosen = set()
+    for name in list(names) + list(chapters or ()):
+        chapter = catalog.find_chapter(name)
+        exercise = None if chapter or isinstance(name, int) else catalog.find(name)
+        if chapter is None and exercise is None:
+            raise UsageError(catalog.unknown(f"chapter{name}" if isinstance(name, int) else name))
+        if chapter is not None and not chapter.exercises:
+            raise UsageError(f"chapter {chapter.number} ({chapter.topic}) has no exercises yet")
+        chosen.update(chapter.exercises if chapter else [exercise])
+    return [e for e in catalog.EXERCISES if e in chosen] or list(catalog.EXERCISES)
 
 
 def parse_targets(args, staged):
@@ -174,7 +179,7 @@ def run(args):
 
 
 def grade(args, staged):
-    exercises = parse_exercises(args.exercises)
+    exercises = parse_exercises(args.exercises, args.chapter)
     targets = parse_targets(args, staged)
     for option in ("json", "gradescope", "csv"):
         path = getattr(args, option)

@@ -22,14 +22,20 @@ def printable(text):
 
 
 def terminal(result, verbose=False):
+    """The table: each chapter's line with its score, then its exercises, then the total."""
     lines = []
-    width = max((len(row.id) for row in result.exercises), default=10)
+    chapters = {chapter.number: chapter for chapter in result.chapters}
+    width = max([len(row.id) for row in result.exercises] + [len(c.label) for c in chapters.values()], default=10)
     lines.append(f"{'exercise':<{width}}  {'points':>13}  {'checks':>7}  {'devices':<9}  status")
+    shown = None
     for row in result.exercises:
+        if row.chapter != shown and row.chapter in chapters:
+            shown, chapter = row.chapter, chapters[row.chapter]
+            lines.append(f"{chapter.label:<{width}}  {f'{chapter.score:g} / {chapter.max_score:g}':>13}")
         points = f"{row.score:g} / {row.max_score:g}" if row.graded else f"- / {row.max_score:g}"
         lines.append(f"{row.id:<{width}}  {points:>13}  {row.passed:>3}/{row.total:<3}  "
                      f"{','.join(row.devices) or '-':<9}  {row.status.label}")
-    lines.append(f"{'total':<{width}}  {result.score:g} / {result.max_score:g}".rstrip())
+    lines.append(f"{'total':<{width}}  {f'{result.score:g} / {result.max_score:g}':>13}".rstrip())
     if result.not_graded:
         lines.append(f"not graded (the grader's own failure, not yours): {', '.join(result.not_graded)}")
     if result.problem:
@@ -107,6 +113,8 @@ def gradescope(result, visibility="visible"):
     tests.append({"name": "grading details (instructors only)", "number": "99", "score": 0.0, "max_score": 0.0,
                   "status": "passed", "output": "\n".join(details), "output_format": "text", "visibility": "hidden"})
     lines = [f"{result.score:g} / {result.max_score:g} points; devices: {', '.join(result.devices)}"]
+    if len(result.chapters) > 1:
+        lines += [f"{chapter.label}: {chapter.score:g} / {chapter.max_score:g}" for chapter in result.chapters]
     lines += list(result.notes) + ([result.problem] if result.problem else [])
     if result.not_graded:
         lines.append(f"the autograder itself failed on {', '.join(result.not_graded)}: not graded, to be regraded")
@@ -114,6 +122,7 @@ def gradescope(result, visibility="visible"):
         "score": result.score, "execution_time": result.execution_time, "output": "\n".join(lines),
         "output_format": "text", "visibility": "visible", "stdout_visibility": "hidden", "tests": tests,
         "extra_data": {"seed": result.seed, "profile": result.profile, "not_graded": result.not_graded,
+                       "chapters": [chapter.as_dict() for chapter in result.chapters],
                        "review": [str(flag) for flag in result.review]},
     }
 
@@ -122,10 +131,13 @@ def summary_csv(results):
     buffer = io.StringIO()
     writer = csv.writer(buffer)
     ids = [row.id for row in results[0].exercises] if results else []
-    writer.writerow(["target", "score", "max_score", "seconds", "not_graded", "review", "problem"] + ids)
+    chapters = [chapter.number for chapter in results[0].chapters] if results else []
+    writer.writerow(["target", "score", "max_score"] + [f"chapter{number}" for number in chapters]
+                    + ["seconds", "not_graded", "review", "problem"] + ids)
     for result in results:
-        writer.writerow([result.target, result.score, result.max_score, result.execution_time,
-                         " ".join(result.not_graded), len(result.review), result.problem]
+        own = {chapter.number: chapter.score for chapter in result.chapters}
+        writer.writerow([result.target, result.score, result.max_score] + [own.get(number, "") for number in chapters]
+                        + [result.execution_time, " ".join(result.not_graded), len(result.review), result.problem]
                         + [row.score if row.graded else "" for row in result.exercises])
     return buffer.getvalue()
 

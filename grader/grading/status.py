@@ -174,6 +174,23 @@ class ExerciseResult:
                    Status.from_label(data["status"]), checks)
 
 
+@dataclass(frozen=True)
+class ChapterScore:
+    """A chapter's part of a target's score: the homework assignment's own total."""
+
+    number: int
+    topic: str
+    score: float
+    max_score: float
+
+    @property
+    def label(self):
+        return f"chapter {self.number} ({self.topic})"
+
+    def as_dict(self):
+        return {"chapter": self.number, "topic": self.topic, "score": self.score, "max_score": self.max_score}
+
+
 @dataclass
 class TargetResult:
     target: str
@@ -199,11 +216,25 @@ class TargetResult:
         return sorted({device for e in self.exercises for device in e.devices})
 
     @property
+    def chapters(self):
+        """One ChapterScore per chapter graded, in the catalog's order (out of its graded exercises)."""
+        from grader import catalog
+
+        scores = []
+        for chapter in catalog.CHAPTERS:
+            rows = [e for e in self.exercises if e.chapter == chapter.number and e.graded]
+            if any(e.chapter == chapter.number for e in self.exercises):
+                scores.append(ChapterScore(chapter.number, chapter.topic, round(sum(e.score for e in rows), 2),
+                                           sum(e.max_score for e in rows)))
+        return scores
+
+    @property
     def not_graded(self):
         return [e.id for e in self.exercises if not e.graded]
 
     def as_dict(self):
         return {"target": self.target, "score": self.score, "max_score": self.max_score, "devices": self.devices,
+                "chapters": [chapter.as_dict() for chapter in self.chapters],
                 "execution_time": self.execution_time, "seed": self.seed, "profile": self.profile,
                 "not_graded": self.not_graded, "sandbox": [layer.as_dict() for layer in self.sandbox],
                 "review": [str(flag) for flag in self.review], "notes": list(self.notes), "problem": self.problem,

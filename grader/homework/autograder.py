@@ -13,7 +13,7 @@ import random
 import stat
 import zipfile
 
-from grader import KIT_ROOT
+from grader import KIT_ROOT, catalog
 from grader.grading.report import VISIBILITIES
 from grader.learner.commands import command_parser
 
@@ -64,16 +64,23 @@ def main(argv):
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds one check may run")
     parser.add_argument("--require-sandbox", action="store_true",
                         help="refuse to grade where Gradescope's kernel lacks a sandbox layer")
+    parser.add_argument("--chapter", type=int, default=None, metavar="N",
+                        help="grade chapter N's exercises only: one homework assignment of 100 points")
     args = parser.parse_args(argv)
+    chapter = None if args.chapter is None else catalog.find_chapter(args.chapter)
+    if args.chapter is not None and (chapter is None or not chapter.exercises):
+        parser.error(f"--chapter {args.chapter}: " + ("has no exercises" if chapter else
+                     catalog.unknown(f"chapter{args.chapter}")))
     if not args.out.endswith(".zip"):
         parser.error("OUT must end in .zip")
     folder = os.path.dirname(os.path.abspath(args.out))
     if not os.path.isdir(folder):
         parser.error(f"the folder {folder} does not exist")
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
-    extra = "--require-sandbox" if args.require_sandbox else ""
+    extra = " ".join(([chapter.name] if chapter else []) + (["--require-sandbox"] if args.require_sandbox else []))
     build(args.out, RUN.format(seed=seed, timeout=args.timeout, visibility=args.visibility, extra=extra))
-    print(f"wrote {args.out}: upload it as the autograder (Ubuntu base image); grading seed {seed}")
+    graded = f"chapter {chapter.number} ({chapter.topic})" if chapter else "every chapter"
+    print(f"wrote {args.out}: upload it as the autograder (Ubuntu base image); grades {graded}; grading seed {seed}")
     return 0
 
 

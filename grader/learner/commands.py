@@ -12,16 +12,21 @@ from grader import KIT_ROOT
 
 
 def list_exercises(argv):
-    parser = command_parser("list", "Each exercise: status of the last grade, points, devices.")
+    parser = command_parser("list", "Each chapter and its exercises: status of the last grade, points, devices.")
     parser.parse_args(argv)
     last = state.load().get("last", {})
-    print(f"{'#':>2}  {'exercise':<26} {'points':>9}  {'status':<13} {'devices':<9} topic")
-    for exercise in catalog.EXERCISES:
-        seen = last.get(exercise.id)
-        points = f"{seen['score']:g}/{exercise.points:g}" if seen else f"-/{exercise.points:g}"
-        status = seen["status"] if seen else "not graded"
-        devices = ",".join(seen["devices"]) if seen and seen["devices"] else "-"
-        print(f"{exercise.number:>2}  {exercise.id:<26} {points:>9}  {status:<13} {devices:<9} {exercise.topic}")
+    print(f"{'#':>2}  {'exercise':<30} {'points':>9}  {'status':<13} devices")
+    for chapter in catalog.CHAPTERS:
+        seen_points = [last[e.id]["score"] for e in chapter.exercises if e.id in last]
+        score = f"{sum(seen_points):g}" if seen_points else "-"
+        print(f"{'':>2}  {f'chapter {chapter.number}: {chapter.topic}':<30} {f'{score}/{chapter.points:g}':>9}"
+              f"  (python -m grader {chapter.name})")
+        for exercise in chapter.exercises:
+            seen = last.get(exercise.id)
+            points = f"{seen['score']:g}/{exercise.points:g}" if seen else f"-/{exercise.points:g}"
+            status = seen["status"] if seen else "not graded"
+            devices = ",".join(seen["devices"]) if seen and seen["devices"] else "-"
+            print(f"{exercise.number:>2}  {exercise.id:<30} {points:>9}  {status:<13} {devices}")
     pending = [e for e in catalog.EXERCISES if last.get(e.id, {}).get("status") != "passed"]
     if pending:
         print(f"\nnext: edit exercises/{pending[0].id}.py, then python -m grader {pending[0].id[:4]}"

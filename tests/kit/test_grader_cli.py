@@ -13,9 +13,11 @@ import sys
 
 import pytest
 
+from grader import catalog
 from tests.kit.harness import KIT_ROOT, SEED, grader
 
 ALL_EXERCISES = sorted(f[:-3] for f in os.listdir(os.path.join(KIT_ROOT, "solutions")) if f.startswith("ex"))
+FULL = 100 * len(catalog.CHAPTERS)  # each chapter is a homework assignment of 100 points
 
 
 @pytest.fixture(scope="module")
@@ -35,11 +37,14 @@ def graded(tmp_path_factory, stubs):
 
 def test_references_score_full_marks_on_every_check(graded):
     solutions = graded[0]["solutions"]
-    assert [e["id"] for e in solutions["exercises"]] == ALL_EXERCISES
+    assert [e["id"] for e in solutions["exercises"]] == [e.id for e in catalog.EXERCISES]
+    assert sorted(e["id"] for e in solutions["exercises"]) == ALL_EXERCISES
     failing = [(e["id"], c["name"], c["message"]) for e in solutions["exercises"] for c in e["checks"]
                if c["status"] != "passed"]
     assert failing == []
-    assert solutions["score"] == solutions["max_score"] == 100
+    assert solutions["score"] == solutions["max_score"] == FULL
+    assert [(c["chapter"], c["score"], c["max_score"]) for c in solutions["chapters"]] == [
+        (chapter.number, 100, 100) for chapter in catalog.CHAPTERS]
     assert all(e["total"] >= 2 for e in solutions["exercises"])
 
 
@@ -72,15 +77,32 @@ def test_json_report_has_the_documented_keys(graded):
 def test_csv_summary_has_one_row_per_target(graded):
     rows = list(csv.DictReader(open(graded[2])))
     assert [os.path.basename(r["target"]) for r in rows] == ["solutions", "stubs", "partial"]
-    assert [float(r["score"]) for r in rows] == [100, 0, 15]
+    assert [float(r["score"]) for r in rows] == [FULL, 0, 15]
+    assert [float(r["chapter1"]) for r in rows] == [100, 0, 15]
+    assert all(float(rows[0][f"chapter{c.number}"]) == 100 for c in catalog.CHAPTERS)
 
 
 def test_terminal_report_has_a_row_per_exercise_and_the_total(graded):
     out = graded[1].stdout
     for exercise in ALL_EXERCISES:
         assert exercise in out
-    assert "total" in out and "100 / 100" in out
+    for chapter in catalog.CHAPTERS:
+        assert re.search(rf"^chapter {chapter.number} \({chapter.topic}\) +100 / 100$", out, re.MULTILINE), out
+    assert re.search(rf"^total +{FULL} / {FULL}$", out, re.MULTILINE)
     assert f"--seed {SEED}" in out
+
+
+def test_a_chapter_is_graded_as_one_assignment_of_100_points(stubs, tmp_path):
+    """`python -m grader chapter2` (or --chapter 2) grades that chapter's exercises, out of 100."""
+    chapter = catalog.find_chapter(2)
+    for how in (["chapter2"], ["--chapter", "2"]):
+        report = tmp_path / "chapter.json"
+        done = grader(*how, "--target", stubs, "--json", str(report), "--seed", SEED, "-q", "--device", "cpu")
+        assert done.returncode == 0, done.stderr[-2000:]
+        result = json.loads(report.read_text())
+        assert [e["id"] for e in result["exercises"]] == [e.id for e in chapter.exercises]
+        assert result["max_score"] == 100 and result["score"] == 0
+        assert result["chapters"] == [{"chapter": 2, "topic": chapter.topic, "score": 0, "max_score": 100}]
 
 
 def test_gradescope_results_follow_the_schema(tmp_path):
@@ -111,6 +133,9 @@ def _usage_error(*args):
 
 def test_unknown_exercise_is_a_usage_error():
     assert "unknown exercise 'ex99'" in _usage_error("ex99")
+    assert "unknown chapter 'chapter9' (known: chapter1," in _usage_error("chapter9")
+    assert "unknown chapter 'chapter7'" in _usage_error("--chapter", "7")  # not ex07
+    assert "invalid int value: 'one'" in _usage_error("--chapter", "one")
 
 
 def test_unknown_option_is_a_usage_error():

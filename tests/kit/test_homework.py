@@ -12,7 +12,9 @@ import zipfile
 
 import pytest
 
+from grader import catalog
 from tests.kit.harness import KIT_ROOT, SEED, grader, mutate, reference_source
+from tests.kit.stubs import stub_source
 
 ENV = dict(os.environ, HF_HUB_OFFLINE="1", GRADER_STATE=os.devnull)
 ALL = sorted(f[:-3] for f in os.listdir(os.path.join(KIT_ROOT, "solutions")) if f.startswith("ex"))
@@ -100,8 +102,9 @@ def autograder_root(tmp_path):
 
 def test_the_gradescope_bundle_grades_end_to_end(tmp_path, autograder_root):
     bundle = tmp_path / "autograder.zip"
-    done = grader("autograder", str(bundle), "--seed", SEED, "--visibility", "after_due_date")
+    done = grader("autograder", str(bundle), "--seed", SEED, "--visibility", "after_due_date", "--chapter", "1")
     assert done.returncode == 0, done.stderr[-2000:]
+    assert "grades chapter 1 (data preparation)" in done.stdout
     with zipfile.ZipFile(bundle) as archive:
         names = archive.namelist()
         assert {"setup.sh", "run_autograder"} <= set(names)
@@ -115,7 +118,8 @@ def test_the_gradescope_bundle_grades_end_to_end(tmp_path, autograder_root):
     os.makedirs(upload)
     with open(os.path.join(upload, "Ex04_Sharding (1).py"), "w") as handle:
         handle.write(reference_source("ex04_sharding"))
-    shutil.copy(os.path.join(KIT_ROOT, "exercises", "ex06_parameter_sync.py"), upload)
+    with open(os.path.join(upload, "ex03_prepare_model.py"), "w") as handle:
+        handle.write(stub_source("ex03_prepare_model"))
     env = dict(ENV, AUTOGRADER_ROOT=autograder_root, GRADER_PYTHON=sys.executable)
     done = subprocess.run(["bash", os.path.join(source, "run_autograder")], capture_output=True, text=True,
                           timeout=900, env=env)
@@ -126,11 +130,12 @@ def test_the_gradescope_bundle_grades_end_to_end(tmp_path, autograder_root):
     checks = [t for t in results["tests"] if t["visibility"] != "hidden"]
     assert all(t["visibility"] == "after_due_date" for t in checks)
     assert sum(t["score"] for t in checks) == pytest.approx(15)
-    assert sum(t["max_score"] for t in checks) == pytest.approx(100)
+    assert sum(t["max_score"] for t in checks) == pytest.approx(100)  # chapter 1: one assignment of 100 points
+    assert {t["name"][:4] for t in checks} == {e.id[:4] for e in catalog.find_chapter(1).exercises}
     ex04 = [t for t in checks if t["name"].startswith("ex04 · ")]
     assert len(ex04) >= 3 and all(t["status"] == "passed" for t in ex04)
     assert sum(t["score"] for t in ex04) == pytest.approx(15)
-    assert any("not started" in t["output"] for t in checks if t["name"].startswith("ex06"))
+    assert any("not started" in t["output"] for t in checks if t["name"].startswith("ex03"))
     details = [t for t in results["tests"] if t["visibility"] == "hidden"]
     assert details and f"seed {SEED}, profile thorough" in details[0]["output"]
 

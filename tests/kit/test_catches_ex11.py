@@ -126,6 +126,14 @@ RIGHT = {
                                 "        true_positives = matrix[label, label]\n"
                                 "        false_positives = matrix[:, label].sum() - true_positives\n"
                                 "        false_negatives = matrix[label, :].sum() - true_positives\n")),
+    # logging settings are free; the enum instead of the string
+    "logging_settings": mutate(EX, (EVAL_STRATEGY, "        eval_strategy=IntervalStrategy.EPOCH,\n"
+                                                   '        logging_strategy="epoch",\n'
+                                                   "        logging_first_step=True,\n"
+                                                   '        log_level="error",\n'),
+                               ("from transformers import EvalPrediction",
+                                "from transformers.trainer_utils import IntervalStrategy\n"
+                                "from transformers import EvalPrediction")),
 }
 
 

@@ -86,6 +86,9 @@ RIGHT = {
                                      "        model.activation_checkpointing_enable(activation_checkpointing_kwargs="
                                      "{\"use_reentrant\": False})\n    else:\n        model.gradient_checkpointing_enable("
                                      "gradient_checkpointing_kwargs={\"use_reentrant\": False})\n")),
+    # checkpointing switched on through the body (base_model), which holds every layer
+    "through_base_model": mutate(EX, ("getattr(model, ", "getattr(model.base_model, "),
+                                 ("or model.gradient_checkpointing_enable", "or model.base_model.gradient_checkpointing_enable")),
     # a functools.reduce over the blocks
     "reduce": mutate(EX, (LOOP + "        # non-reentrant", "    import functools\n    return functools.reduce("
                           "lambda h, b: torch.utils.checkpoint.checkpoint(b, h, use_reentrant=False), blocks, x)\n"

@@ -25,6 +25,8 @@ WRONG = {
     "autocast_default_dtype": (mutate(EX, (FORWARD, FORWARD.replace(", dtype=dtype", ""))), MATCHES),
     # the model cast to the low precision instead of autocast
     "model_cast_to_dtype": (mutate(EX, (FORWARD, "    model.to(dtype)\n    return model(inputs.to(dtype))\n")), WEIGHTS),
+    # autocast hard-coded for CUDA: nothing is autocast for tensors on the CPU
+    "autocast_hard_coded_cuda": (mutate(EX, (FORWARD, FORWARD.replace("device_type, dtype", '"cuda", dtype'))), MATCHES),
     # the output cast back to float32
     "output_cast_to_float32": (mutate(EX, ("        return model(inputs)\n", "        return model(inputs).float()\n")),
                                MATCHES),
@@ -59,6 +61,7 @@ WRONG = {
 DIAGNOSED = {
     "forward_outside_autocast": (MATCHES, "ran outside autocast"),
     "autocast_default_dtype": (MATCHES, "pass dtype=dtype"),
+    "autocast_hard_coded_cuda": (MATCHES, "ran outside autocast"),
     "model_cast_to_dtype": (WEIGHTS, "do not call model.half()"),
     "output_cast_to_float32": (MATCHES, "no .float()"),
     "forward_without_grad": (MATCHES, "no torch.no_grad()"),

@@ -1,0 +1,105 @@
+"""ex14's checks catch the gradient-checkpointing mistakes learners really make, and let right variants pass."""
+
+from tests.kit.harness import assert_caught, assert_diagnosed, assert_full_marks, grade_submissions, mutate
+
+EX = "ex14_gradient_checkpointing"
+
+CALL = "x = torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False)"
+ENABLE = "    enable()\n"
+TRAIN = "    model.train()  # the layers checkpoint only in training mode\n"
+RETURN_MODEL = "    return model\n"
+LOOP = "    for block in blocks:\n"
+
+WHOLE_STACK = '''
+    def run_all(h):
+        for block in blocks:
+            h = block(h)
+        return h
+
+    return torch.utils.checkpoint.checkpoint(run_all, x, use_reentrant=False)
+'''
+
+FORWARD, SAVED, RECOMPUTED = ("test_checkpointed_forward_matches_the_plain_forward",
+                              "test_checkpointed_forward_keeps_one_input_per_block",
+                              "test_each_block_is_recomputed_once_in_backward")
+SAME_MODEL, FLAGS, FEWER, SAME_RESULTS = ("test_enable_returns_the_same_model_in_train_mode",
+                                          "test_enable_turns_checkpointing_on_in_every_layer",
+                                          "test_enabled_model_keeps_fewer_activations",
+                                          "test_enabled_model_computes_the_same_outputs_and_gradients")
+
+WRONG = {
+    # the re-entrant checkpoint: on raw data (x without grad) no gradient reaches the parameters
+    "reentrant": (mutate(EX, (CALL, CALL.replace("False", "True"))), FORWARD),
+    # one checkpoint around the whole stack: one input kept, everything recomputed at once
+    "whole_stack_one_call": (mutate(EX, (LOOP + "        # non-reentrant", "    for block in []:\n        # non"),
+                                    ("    return x\n\n\ndef enable", WHOLE_STACK + "\n\ndef enable")), SAVED),
+    # the RNG state not preserved: the recomputed dropout masks differ, so do the gradients
+    "rng_not_preserved": (mutate(EX, (CALL, CALL.replace("use_reentrant=False", "use_reentrant=False, "
+                                                         "preserve_rng_state=False"))), FORWARD),
+    # no checkpointing at all: right values, every activation kept
+    "no_checkpoint": (mutate(EX, (CALL, "x = block(x)")), SAVED),
+    # checkpoint_sequential runs its last segment without a checkpoint
+    "checkpoint_sequential": (mutate(EX, (LOOP, "    return torch.utils.checkpoint.checkpoint_sequential("
+                                          "blocks, len(blocks), x, use_reentrant=False)\n" + LOOP)), SAVED),
+    # x detached on the way in: the caller's x gets no gradient
+    "detached_input": (mutate(EX, (LOOP, "    x = x.detach()\n" + LOOP)), FORWARD),
+    # reseeding for "reproducible" dropout: masks differ from the caller's stream
+    "reseeds": (mutate(EX, (LOOP, "    torch.manual_seed(0)\n" + LOOP)), FORWARD),
+    # enable not called: only train mode
+    "enable_not_called": (mutate(EX, (ENABLE, "")), FLAGS),
+    # the model left in the mode it came in (eval, as from_pretrained gives it)
+    "left_in_eval_mode": (mutate(EX, (TRAIN, "")), SAME_MODEL),
+    # eval mode set afterwards "to be safe"
+    "eval_afterwards": (mutate(EX, (TRAIN, "    model.eval()\n")), FEWER),
+    # a copy returned: the caller's model unchanged
+    "returns_a_copy": (mutate(EX, ("    enable = getattr(model,", "    import copy\n    model = copy.deepcopy(model)\n"
+                                   "    enable = getattr(model,")), SAME_MODEL),
+    # the config flag of transformers 3: does nothing now
+    "config_flag_only": (mutate(EX, (ENABLE, "    model.config.gradient_checkpointing = True\n")), FLAGS),
+    # every second layer only
+    "every_other_layer": (mutate(EX, (ENABLE, "    enable(every_n_layers=2)\n")), FLAGS),
+}
+
+DIAGNOSED = {
+    "reentrant": (FORWARD, "use_reentrant=True"),
+    "rng_not_preserved": (FORWARD, "preserve_rng_state=True"),
+    "whole_stack_one_call": (SAVED, "one checkpoint around the whole stack"),
+    "no_checkpoint": (SAVED, "nothing was checkpointed"),
+    "checkpoint_sequential": (SAVED, "some blocks run without a checkpoint"),
+    "detached_input": (FORWARD, "no .detach()"),
+    "enable_not_called": (FLAGS, "activation_checkpointing_enable()"),
+    "left_in_eval_mode": (SAME_MODEL, "call model.train()"),
+    "eval_afterwards": (FEWER, "left in eval mode"),
+    "returns_a_copy": (SAME_MODEL, "not the model passed in"),
+    "config_flag_only": (FLAGS, "model.config.gradient_checkpointing"),
+    "every_other_layer": (FLAGS, "not every n-th one"),
+}
+
+RIGHT = {
+    # the function imported by name, the block's forward passed, the old method name
+    "imported_checkpoint": mutate(EX, ("import torch.utils.checkpoint\n", "from torch.utils.checkpoint import checkpoint\n"),
+                                  (CALL, "x = checkpoint(block.__call__, x, use_reentrant=False, preserve_rng_state=True)"),
+                                  ("    enable = getattr(model, \"activation_checkpointing_enable\", None) or "
+                                   "model.gradient_checkpointing_enable\n", "    enable = model.gradient_checkpointing_enable\n")),
+    # explicit non-reentrant keyword arguments, train mode first, enabling on the body alone
+    "explicit_keywords": mutate(EX, (ENABLE + TRAIN, TRAIN + "    if hasattr(model, \"activation_checkpointing_enable\"):\n"
+                                     "        model.activation_checkpointing_enable(activation_checkpointing_kwargs="
+                                     "{\"use_reentrant\": False})\n    else:\n        model.gradient_checkpointing_enable("
+                                     "gradient_checkpointing_kwargs={\"use_reentrant\": False})\n")),
+    # checkpointing switched on through the body (base_model), which holds every layer
+    "through_base_model": mutate(EX, ("getattr(model, ", "getattr(model.base_model, "),
+                                 ("or model.gradient_checkpointing_enable", "or model.base_model.gradient_checkpointing_enable")),
+    # a functools.reduce over the blocks
+    "reduce": mutate(EX, (LOOP + "        # non-reentrant", "    import functools\n    return functools.reduce("
+                          "lambda h, b: torch.utils.checkpoint.checkpoint(b, h, use_reentrant=False), blocks, x)\n"
+                          "    for block in blocks:\n        # non")),
+}
+
+
+def test_wrong_checkpointing_is_caught_and_right_variants_pass(tmp_path):
+    sources = {name: source for name, (source, _) in WRONG.items()}
+    sources.update(RIGHT)
+    results = grade_submissions(tmp_path, EX, sources)
+    assert_caught(results, {name: check for name, (_, check) in WRONG.items()})
+    assert_diagnosed(results, DIAGNOSED)
+    assert_full_marks(results, RIGHT)

@@ -1,12 +1,12 @@
 """Tiny tokenizers, image processors and feature extractors, built offline, for the data-preparation checks.
 
-Nothing here downloads. `build_tokenizer` makes a `tokenizers` WordPiece model over a small
-fixed vocabulary (a fraction of a millisecond) and wraps it in a fast tokenizer of the BERT kind (which also gives
-`token_type_ids`) or the DistilBERT kind (which does not); `build_image_processor` and
+Nothing here downloads. `build_tokenizer` makes a `tokenizers` WordPiece model over a small fixed
+vocabulary (a fraction of a millisecond) and wraps it in a fast tokenizer of the BERT kind (which
+also gives `token_type_ids`) or the DistilBERT kind (which does not); `build_image_processor` and
 `build_feature_extractor` make a `ViTImageProcessor` and a `Wav2Vec2FeatureExtractor` with the
 settings a check draws. All three are cheap enough to build inside every probe, in memory.
 
-`record_calls(obj)` makes an object's `__call__` log how it was called (a list of strings or one
+`record_calls(obj)` makes an object's `__call__` (or another method) log how it was called (a list of strings or one
 string, how many images, which keywords), without changing what it returns: the checks that a
 dataset is mapped in batches and that a processor sees the whole list at once read that log.
 
@@ -14,27 +14,25 @@ transformers and tokenizers are imported lazily, so a check file can import this
 grading process for its word lists alone.
 """
 
-# The tokenizer's training words: no j, k, q, x or z in any of them, so a word holding one of those
+# The tokenizer's words: no j, k, q, x or z in any of them, so a word holding one of those
 # letters is a single [UNK] token; a made-up word of known letters splits into known word pieces.
 WORDS = ("the", "a", "an", "this", "that", "film", "movie", "plot", "actor", "story", "was", "is", "not", "very",
          "good", "bad", "great", "boring", "long", "short", "fun", "sad", "and", "but", "of", "to", "it", "i",
-         "loved", "hated", "liked", "the", "end", "music", "scene", "cast", "director", "slow", "fast", "best",
+         "loved", "hated", "liked", "end", "music", "scene", "cast", "director", "slow", "fast", "best",
          "worst", "ever", "seen", "watch", "again", "never", "once", "more", "less", "well", "made")
 UNKNOWN_WORDS = ("jazz", "quiz", "zebra", "xray", "kayak", "jumbo", "qi", "ox")
 MADE_UP_WORDS = ("filmactor", "plotted", "moviegoer", "storyline", "unwatched", "remade")
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 TOKENIZER_KINDS = ("bert", "distilbert")
-
-
 SUFFIXES = ("##s", "##ed", "##ing", "##er", "##ly", "##line", "##goer", "##actor")
 
 
 def _vocabulary():
     """{token: id}, the same in every process: the special tokens, the letters (alone and as word
-    pieces), some suffixes, then the words, each once."""
+    pieces), some suffixes, then the words."""
     letters = sorted({letter for word in WORDS for letter in word})
     tokens = list(SPECIAL_TOKENS) + letters + ["##" + letter for letter in letters] + list(SUFFIXES)
-    tokens += [word for word in dict.fromkeys(WORDS) if word not in tokens]
+    tokens += [word for word in WORDS if word not in tokens]
     return {token: i for i, token in enumerate(tokens)}
 
 
@@ -53,7 +51,7 @@ def _wordpiece(lowercase=True):
 
 
 def build_tokenizer(kind="bert", model_max_length=16, padding_side="right"):
-    """A fast WordPiece tokenizer, trained here: "bert" gives token_type_ids, "distilbert" does not.
+    """A fast WordPiece tokenizer, built here: "bert" gives token_type_ids, "distilbert" does not.
 
     `model_max_length` is what `truncation=True` without `max_length` truncates to (and what
     `padding="max_length"` without `max_length` pads to).
@@ -99,23 +97,25 @@ def _kind(value):
     return type(value).__name__
 
 
-def record_calls(obj):
-    """Log every call of obj (its class becomes a same-named subclass); returns the log, a list of dicts.
+def record_calls(obj, method="__call__"):
+    """Log every call of obj's `method` (its class becomes a same-named subclass); returns the log.
 
-    Each entry: `first`, the kind of the first argument ("str", "list of 3", "Image", "ndarray"),
-    `keywords`, the sorted keyword names, and `sampling_rate`, as passed (None when not).
+    Each entry, a dict: `first`, the kind of the first argument ("str", "list of 3", "Image",
+    "ndarray"), `keywords`, the sorted keyword names, and `sampling_rate` as passed (None when not).
+    An image processor's `__call__` calls its `preprocess`: log "preprocess" to see either.
     """
     calls = []
     base = type(obj)
+    original = getattr(base, method)
 
-    def __call__(self, *args, **kwargs):
+    def recorded(self, *args, **kwargs):
         named = [kwargs[key] for key in INPUT_KEYWORDS if key in kwargs]
         first = args[0] if args else named[0] if named else next(iter(kwargs.values()), None)
         rate = kwargs.get("sampling_rate")
         calls.append({"first": _kind(first), "keywords": sorted(kwargs),
                       "sampling_rate": rate if type(rate) in (int, float) else None if rate is None else repr(rate)})
-        return base.__call__(self, *args, **kwargs)
+        return original(self, *args, **kwargs)
 
-    obj.__class__ = type(base.__name__, (base,), {"__call__": __call__, "__module__": base.__module__,
+    obj.__class__ = type(base.__name__, (base,), {method: recorded, "__module__": base.__module__,
                                                    "__qualname__": base.__qualname__})
     return calls

@@ -140,7 +140,7 @@ def probe_images(ctx, case):
                                             case["resample"], case["do_rescale"], case["do_normalize"])
     oracle = processor(_images(case), return_tensors="pt")["pixel_values"]
     given_images = _images(case)
-    calls = media.record_calls(processor)
+    calls = media.record_calls(processor, "preprocess")  # image_processor(...) and .preprocess(...) alike
     result = _tensor(ctx.module.preprocess_images(given_images, processor), "preprocess_images's result")
     return {"result": result, "oracle": oracle.float(), "oracle_dtype": str(oracle.dtype).replace("torch.", ""),
             "calls": calls}

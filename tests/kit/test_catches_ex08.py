@@ -85,7 +85,24 @@ def tokenize_dataset(dataset, tokenizer, max_length=32):
     return tokenized
 '''
 
-RIGHT = {"labels_in_map": LABELS_IN_MAP, "select_columns": SELECT_COLUMNS}
+# the texts passed by keyword, every input column but label removed in map, token_type_ids dropped when present
+KEYWORD_TEXT = '''
+import datasets
+
+
+def tokenize_dataset(dataset: datasets.Dataset, tokenizer, max_length: int = 32) -> datasets.Dataset:
+    drop = [name for name in dataset.column_names if name != "label"]
+    out = dataset.map(lambda batch: tokenizer(text=batch["text"], max_length=max_length, truncation=True,
+                                              padding="max_length"),
+                      batched=True, remove_columns=drop)
+    if "token_type_ids" in out.column_names:
+        out = out.remove_columns("token_type_ids")
+    out = out.rename_column("label", "labels")
+    out.set_format(type="torch", columns=out.column_names)
+    return out
+'''
+
+RIGHT = {"labels_in_map": LABELS_IN_MAP, "select_columns": SELECT_COLUMNS, "keyword_text": KEYWORD_TEXT}
 
 
 def test_wrong_tokenizing_is_caught_and_right_variants_pass(tmp_path):

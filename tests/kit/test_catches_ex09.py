@@ -139,7 +139,23 @@ def preprocess_audio(waveforms, feature_extractor, max_length):
     return dict(input_values=batch.input_values.to(torch.float32), attention_mask=batch.attention_mask)
 '''
 
-RIGHT = {"through_numpy": THROUGH_NUMPY, "attributes": ATTRIBUTES}
+# the processor's preprocess method called directly; the extractor's output converted with BatchFeature.convert_to_tensors
+PREPROCESS_METHOD = '''
+import torch
+
+
+def preprocess_images(images, image_processor):
+    return image_processor.preprocess(images, return_tensors="pt")["pixel_values"].type(torch.float32)
+
+
+def preprocess_audio(waveforms, feature_extractor, max_length):
+    features = feature_extractor(waveforms, padding="max_length", max_length=max_length, truncation=True,
+                                 sampling_rate=feature_extractor.sampling_rate, return_attention_mask=True)
+    features = features.convert_to_tensors("pt")
+    return {"attention_mask": features["attention_mask"], "input_values": features["input_values"].float()}
+'''
+
+RIGHT = {"through_numpy": THROUGH_NUMPY, "attributes": ATTRIBUTES, "preprocess_method": PREPROCESS_METHOD}
 
 
 def test_wrong_preprocessing_is_caught_and_right_variants_pass(tmp_path):

@@ -1,0 +1,489 @@
+"""ex12: a training loop with Accelerate, in real process groups of 1-4 ranks.
+
+Each rank builds the same float64 MLP, optimizer (SGD, SGD with momentum or AdamW), learning
+rate scheduler (StepLR, LinearLR or LambdaLR) and DataLoader (shuffle off, batch_size 1-3)
+and calls train with an Accelerator(cpu=True), which accelerate turns into MULTI_CPU over the
+group the worker already joined (one process on the cuda device: Accelerator()). The dataset
+sizes often do not divide into batch_size * world_size: the prepared loader then repeats
+samples from the start to even out the last batches.
+
+The baseline is plain torch in one process, not the module: it deals the samples to the ranks
+with accelerate's own BatchSamplerShard (what a prepared loader iterates), and at each global
+step averages the ranks' mean-loss gradients (what DistributedDataParallel does), steps the
+optimizer, steps the scheduler world_size times (what a prepared scheduler does) and clears
+the gradients. Every rank's parameters after training are compared with it and with the
+reference (float64: within 1e-12), on any dataset size.
+
+Hooks on the optimizer and the model observe each step from inside the worker: the learning
+rate each optimizer step used and the gradients it stepped on (each compared with the
+baseline's: a forgotten zero_grad shows at the second step, an unprepared model's local
+gradient at the first), the samples each rank's forward passes got (its own batches, as
+accelerate deals them), and how often accelerator.backward was called (the probe wraps it on
+the accelerator it passes: on the CPU loss.backward() gives bit-identical gradients, so only
+the calls tell them apart). The returned losses, one Python float per epoch and the same on
+every rank, are compared with the baseline's mean of every rank's batch losses on the sizes
+that divide evenly (accelerate repeats no sample there).
+"""
+
+import math
+
+import pytest
+import torch
+from hypothesis import example, given, strategies as st
+
+from grader import probing
+from grader.checks import close, expect_close, expect_equal, fail
+
+LOSSES = ["mse_loss", "cross_entropy"]
+LOSS_MODULES = {"mse_loss": "MSELoss", "cross_entropy": "CrossEntropyLoss"}
+OPTIMIZERS = {"sgd": "SGD(lr=0.1)", "sgd_momentum": "SGD(lr=0.1, momentum=0.9)",
+              "adamw": "AdamW(lr=0.05, weight_decay=0.01)"}
+SCHEDULERS = {"step": "StepLR(step_size=3, gamma=0.5)", "linear": "LinearLR(start_factor=0.25, total_iters=6)",
+              "lambda": "LambdaLR(lambda step: 1 / (1 + 0.5 * step))"}
+
+
+WORLD_SIZES = st.integers(1, 4)
+
+
+@st.composite
+def train_case(draw, world_sizes=WORLD_SIZES):
+    world_size = draw(world_sizes, label="world_size")
+    batch_size = draw(st.integers(1, 3), label="batch_size")
+    global_batch = batch_size * world_size
+    if draw(st.booleans(), label="even"):
+        size = global_batch * draw(st.integers(1, 3), label="global_batches")
+    else:
+        size = draw(st.integers(1, 2 * global_batch + 2), label="size")
+    loss = draw(st.sampled_from(LOSSES), label="loss_fn")
+    return dict(
+        world_size=world_size, size=size, batch_size=batch_size,
+        in_features=draw(st.integers(1, 3), label="in_features"), hidden=draw(st.integers(1, 4), label="hidden"),
+        out_features=draw(st.integers(2, 3), label="out_features"),
+        loss=loss, loss_kind=draw(st.sampled_from(["function", "module"]), label="loss_kind"),
+        optimizer=draw(st.sampled_from(sorted(OPTIMIZERS)), label="optimizer"),
+        scheduler=draw(st.sampled_from(sorted(SCHEDULERS)), label="scheduler"),
+        epochs=draw(st.integers(1, 3), label="num_epochs"),
+        seed=draw(st.integers(0, 2**16), label="seed"),
+    )
+
+
+def case(world_size, size, batch_size, epochs, loss="cross_entropy", optimizer="sgd", scheduler="step", seed=7,
+         in_features=3, hidden=4, out_features=3, loss_kind="function"):
+    return dict(world_size=world_size, size=size, batch_size=batch_size, in_features=in_features, hidden=hidden,
+                out_features=out_features, loss=loss, loss_kind=loss_kind, optimizer=optimizer, scheduler=scheduler,
+                epochs=epochs, seed=seed)
+
+
+# Even sizes (losses compared) and uneven ones (samples repeated), every world size, two or more steps.
+EXAMPLES = [
+    case(2, 8, 2, 2, scheduler="linear"),
+    case(3, 7, 2, 2, loss="mse_loss", optimizer="sgd_momentum", loss_kind="module", seed=3),
+    case(4, 16, 2, 1, optimizer="adamw", scheduler="lambda", seed=11),
+    case(1, 5, 2, 2, loss="mse_loss", scheduler="step", seed=5),
+    case(4, 5, 2, 3, scheduler="step", seed=2),
+]
+
+
+def with_examples(check):
+    for item in reversed(EXAMPLES):
+        check = example(case=item)(check)
+    return check
+
+
+def describe(case, processes=None):
+    processes = case["world_size"] if processes is None else processes
+    loss = (f"torch.nn.{LOSS_MODULES[case['loss']]}()" if case["loss_kind"] == "module"
+            else f"torch.nn.functional.{case['loss']}")
+    where = f"on each of {processes} processes" if processes > 1 else "in one process"
+    return (f"train(...) {where}: {case['size']} samples, batch_size={case['batch_size']}, "
+            f"{case['epochs']} epoch(s), a float64 Linear({case['in_features']}, {case['hidden']})-Tanh-"
+            f"Linear({case['hidden']}, {case['out_features']}), loss_fn={loss}, {OPTIMIZERS[case['optimizer']]}, "
+            f"{SCHEDULERS[case['scheduler']]}")
+
+
+def is_even(case):
+    return case["size"] % (case["batch_size"] * case["world_size"]) == 0
+
+
+# --- probes: these run in the workers -----------------------------------------------------
+
+
+def _model(case, device):
+    model = torch.nn.Sequential(
+        torch.nn.Linear(case["in_features"], case["hidden"]),
+        torch.nn.Tanh(),
+        torch.nn.Linear(case["hidden"], case["out_features"]),
+    ).to(device=device, dtype=torch.float64)
+    with torch.no_grad():
+        for i, param in enumerate(model.parameters()):
+            param.copy_(probing.seeded(case["seed"] * 8 + i, param.shape, torch.float64, device))
+    return model
+
+
+def _optimizer(case, model):
+    kind = case["optimizer"]
+    if kind == "adamw":
+        return torch.optim.AdamW(model.parameters(), lr=0.05, weight_decay=0.01)
+    return torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9 if kind == "sgd_momentum" else 0.0)
+
+
+def _scheduler(case, optimizer):
+    kind = case["scheduler"]
+    if kind == "step":
+        return torch.optim.lr_scheduler.StepLR(optimizer, step_size=3, gamma=0.5)
+    if kind == "linear":
+        return torch.optim.lr_scheduler.LinearLR(optimizer, start_factor=0.25, total_iters=6)
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1 / (1 + 0.5 * step))
+
+
+def _dataset(case):
+    from torch.utils.data import TensorDataset
+
+    seed = case["seed"] * 8 + 100
+    inputs = probing.seeded(seed, (case["size"], case["in_features"]), torch.float64, "cpu")
+    if case["loss"] == "cross_entropy":
+        targets = torch.randint(0, case["out_features"], (case["size"],), generator=torch.Generator().manual_seed(seed))
+    else:
+        targets = probing.seeded(seed + 1, (case["size"], case["out_features"]), torch.float64, "cpu")
+    return TensorDataset(inputs, targets)
+
+
+def _loss_fn(case):
+    if case["loss_kind"] == "module":
+        return getattr(torch.nn, LOSS_MODULES[case["loss"]])()
+    return getattr(torch.nn.functional, case["loss"])
+
+
+def _parameters(model):
+    return {name: p.detach().cpu().clone() for name, p in model.named_parameters()}
+
+
+def _rows_of(seen, inputs):
+    """The dataset rows each forward call got (-1: an input that is no row of the dataset)."""
+    rows = []
+    for batch in seen:
+        if batch.dim() != 2 or batch.shape[1] != inputs.shape[1]:
+            rows.append(-1)
+            continue
+        matches = (batch.to(device="cpu", dtype=inputs.dtype).unsqueeze(1) == inputs.unsqueeze(0)).all(-1)
+        found = matches.any(1)
+        index = matches.to(torch.float64).argmax(1)
+        rows.extend(int(i) if ok else -1 for i, ok in zip(index.tolist(), found.tolist()))
+    return rows
+
+
+def _train(ctx, case):
+    from accelerate import Accelerator
+    from torch.utils.data import DataLoader
+
+    accelerator = Accelerator(cpu=ctx.device == "cpu")
+    model = _model(case, torch.device("cpu"))
+    optimizer = _optimizer(case, model)
+    scheduler = _scheduler(case, optimizer)
+    dataset = _dataset(case)
+    record = {"lrs": [], "grads": [], "backward_calls": 0}
+    seen = []
+
+    def before_step(opt, args, kwargs):
+        record["lrs"].append(float(opt.param_groups[0]["lr"]))
+        record["grads"].append({name: p.grad.detach().cpu().clone() for name, p in model.named_parameters()
+                                if p.grad is not None})
+
+    def before_forward(module, args, kwargs):
+        given = list(args) + list(kwargs.values())
+        if given and isinstance(given[0], torch.Tensor):
+            seen.append(given[0].detach().cpu().clone())
+
+    backward = accelerator.backward
+
+    def counting_backward(*args, **kwargs):
+        record["backward_calls"] += 1
+        return backward(*args, **kwargs)
+
+    accelerator.backward = counting_backward
+    hooks = [optimizer.register_step_pre_hook(before_step),
+             model.register_forward_pre_hook(before_forward, with_kwargs=True)]
+    losses = ctx.module.train(accelerator, model, optimizer, DataLoader(dataset, batch_size=case["batch_size"]),
+                              scheduler, _loss_fn(case), case["epochs"])
+    for hook in hooks:
+        hook.remove()
+    record["losses_type"] = f"{type(losses).__module__}.{type(losses).__qualname__}"
+    if type(losses) is list:
+        record["loss_types"] = [f"{type(x).__module__}.{type(x).__qualname__}" for x in losses]
+        record["losses"] = [x if type(x) is float else None for x in losses]
+    record["parameters"] = _parameters(model)
+    record["rows"] = _rows_of(seen, dataset.tensors[0])
+    return record
+
+
+def probe_train(ctx, case):
+    return _train(ctx, case)
+
+
+def probe_baseline(ctx, case):
+    """Trusted plain torch in one process, not the module: what world_size ranks of an accelerate loop do."""
+    from accelerate.data_loader import BatchSamplerShard
+    from torch.utils.data import BatchSampler, SequentialSampler
+
+    device = ctx.torch_device()
+    world = case["world_size"]
+    inputs, targets = (t.to(device) for t in _dataset(case).tensors)
+    batches = BatchSampler(SequentialSampler(range(case["size"])), case["batch_size"], drop_last=False)
+    # one process: accelerate leaves the batches as they are (no shard, nothing repeated)
+    shards = [list(BatchSamplerShard(batches, num_processes=world, process_index=rank, even_batches=True))
+              for rank in range(world)] if world > 1 else [list(batches)]
+    model = _model(case, device)
+    optimizer = _optimizer(case, model)
+    scheduler = _scheduler(case, optimizer)
+    loss_fn = _loss_fn(case)
+    record = {"lrs": [], "grads": [], "local_grads": [], "losses": [], "local_losses": [], "lrs_per_epoch": [],
+              "shards": shards}
+    for _ in range(case["epochs"]):
+        epoch_losses = []
+        for step in range(len(shards[0])):
+            rank_grads, rank_losses = [], []
+            for rank in range(world):
+                model.zero_grad(set_to_none=True)
+                index = torch.tensor(shards[rank][step], device=device)
+                loss = loss_fn(model(inputs[index]), targets[index])
+                loss.backward()
+                rank_grads.append({name: p.grad.clone() for name, p in model.named_parameters()})
+                rank_losses.append(loss.item())
+            record["local_grads"].append({name: [g[name].cpu() for g in rank_grads] for name in rank_grads[0]})
+            for name, param in model.named_parameters():
+                param.grad = sum(g[name] for g in rank_grads) / world
+            record["grads"].append({name: p.grad.detach().cpu().clone() for name, p in model.named_parameters()})
+            record["lrs"].append(float(optimizer.param_groups[0]["lr"]))
+            optimizer.step()
+            for _ in range(world):
+                scheduler.step()
+            optimizer.zero_grad(set_to_none=True)
+            epoch_losses.append(rank_losses)
+        record["losses"].append(sum(sum(losses) for losses in epoch_losses) / (world * len(epoch_losses)))
+        record["local_losses"].append([sum(losses[rank] for losses in epoch_losses) / len(epoch_losses)
+                                       for rank in range(world)])
+    record["parameters"] = _parameters(model)
+    # the same schedule stepped once per optimizer step (an unprepared scheduler) and world_size times per epoch
+    for per_epoch in (False, True):
+        dummy = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=optimizer.defaults["lr"])
+        dummy_scheduler, lrs = _scheduler(case, dummy), []
+        for _ in range(case["epochs"]):
+            for _ in range(len(shards[0])):
+                lrs.append(float(dummy.param_groups[0]["lr"]))
+                dummy.step()
+                if not per_epoch:
+                    dummy_scheduler.step()
+            for _ in range(world if per_epoch else 0):
+                dummy_scheduler.step()
+        record["lrs_per_epoch" if per_epoch else "lrs_once_per_step"] = lrs
+    return record
+
+
+# --- checks -----------------------------------------------------------------------------
+
+
+def _same(got, want):
+    return sorted(got) == sorted(want) and all(close(got[name], value) for name, value in want.items())
+
+
+def _first_step_hint(case, baseline, observed, rank):
+    """The hint for wrong gradients at the first step, from the baseline's per-rank gradients."""
+    first = observed["grads"][0] if observed["grads"] else {}
+    local = {name: grads[rank] for name, grads in baseline["local_grads"][0].items()}
+    if case["world_size"] > 1 and _same(first, local) and not _same(first, baseline["grads"][0]):
+        return ("each rank stepped on its own batch's gradient: prepare the model too (accelerator.prepare("
+                "model, optimizer, dataloader, lr_scheduler)); its DistributedDataParallel wrapper averages the "
+                "gradients over the ranks in the backward pass")
+    return None
+
+
+def _rows_hint(case, observed):
+    if case["world_size"] > 1 and sorted(set(observed["rows"])) == list(range(case["size"])) and \
+            len(observed["rows"]) == case["size"] * case["epochs"]:
+        return ("every rank trained on every sample: prepare the dataloader with the rest "
+                "(accelerator.prepare(model, optimizer, dataloader, lr_scheduler)) so that each rank gets its own "
+                "batches")
+    return None
+
+
+def _diagnosis(case, baseline, observed, rank):
+    """The likely cause of a rank's wrong training, from what its steps showed."""
+    hint = _rows_hint(case, observed) or _first_step_hint(case, baseline, observed, rank)
+    if hint:
+        return hint
+    grads = observed["grads"]
+    if len(grads) >= 2 and _same(grads[0], baseline["grads"][0]) and len(baseline["grads"]) >= 2:
+        summed = {name: baseline["grads"][1][name] + grads[0][name] for name in grads[0]}
+        if not _same(grads[1], baseline["grads"][1]) and _same(grads[1], summed):
+            return ("the second step's gradient holds the first one's too: clear the gradients after every step "
+                    "(optimizer.zero_grad()), or every batch adds to all the earlier ones")
+    lrs = _lr_hint(case, baseline, observed["lrs"])
+    if lrs:
+        return lrs
+    return ("per batch: loss_fn(model(inputs), targets), accelerator.backward(loss), optimizer.step(), "
+            "lr_scheduler.step(), optimizer.zero_grad(), with all four objects prepared")
+
+
+def _lr_hint(case, baseline, lrs):
+    want = baseline["lrs"]
+    if _close_list(lrs, want):
+        return None
+    if _close_list(lrs, baseline["lrs_per_epoch"]) or (_close_list(lrs[:1], want[:1]) and len(lrs) == len(want) and
+                                                      _constant_within_epochs(lrs, len(want) // case["epochs"])):
+        return ("the scheduler stepped once per epoch: call lr_scheduler.step() after every optimizer.step(), "
+                "inside the batch loop")
+    if case["world_size"] > 1 and _close_list(lrs, baseline["lrs_once_per_step"]):
+        return ("the scheduler took one step per batch instead of one per process: prepare it with the rest "
+                "(accelerator.prepare(..., lr_scheduler)); a prepared scheduler steps num_processes times, as each "
+                "step consumes a batch on every process")
+    return ("step the prepared scheduler once after every optimizer step: lr_scheduler.step() right after "
+            "optimizer.step()")
+
+
+def _close_list(got, want):
+    return len(got) == len(want) and all(math.isclose(a, b, rel_tol=1e-12, abs_tol=1e-15) for a, b in zip(got, want))
+
+
+def _constant_within_epochs(lrs, per_epoch):
+    return per_epoch > 1 and all(len(set(lrs[i:i + per_epoch])) == 1 for i in range(0, len(lrs), per_epoch))
+
+
+def _runs(result, world_size):
+    return [result] if world_size == 1 else result
+
+
+def _expect_parameters(actual, expected, what, hint):
+    expect_equal(sorted(actual), sorted(expected), f"{what}: the parameter names")
+    for name in expected:
+        expect_close(actual[name], expected[name], f"{what}, parameter {name!r}", hint=hint)
+
+
+def _check_parameters(grade, case, processes, expected, actual):
+    baseline = grade.reference(probe_baseline, case)
+    for rank, observed in enumerate(actual):
+        what = f"{describe(case, processes)}: rank {rank}'s model after training" if processes > 1 else \
+            f"{describe(case, processes)}: the model after training"
+        hint = None if _same(observed["parameters"], baseline["parameters"]) else \
+            _diagnosis(case, baseline, observed, rank)
+        _expect_parameters(observed["parameters"], baseline["parameters"],
+                           what + " (compared with plain torch in one process, averaging the ranks' gradients)", hint)
+        _expect_parameters(observed["parameters"], expected[rank]["parameters"],
+                           what + " (compared with the reference solution)", hint)
+
+
+@pytest.mark.device_free
+@given(case=train_case())
+@with_examples
+def test_train_ends_equal_to_the_single_process_baseline(grade, case):
+    expected, actual = grade.compare(probe_train, case, world_size=case["world_size"])
+    world = case["world_size"]
+    _check_parameters(grade, case, world, _runs(expected, world), _runs(actual, world))
+
+
+@given(case=train_case(world_sizes=st.just(1)))
+@example(case=case(1, 5, 2, 2, optimizer="adamw", scheduler="linear"))
+def test_train_on_the_accelerators_device(grade, case):
+    expected, actual = grade.compare(probe_train, case)
+    _check_parameters(grade, case, 1, [expected], [actual])
+
+
+@pytest.mark.device_free
+@pytest.mark.measured_in_worker("the learning rate at each optimizer step (an optimizer step pre-hook)")
+@given(case=train_case())
+@with_examples
+def test_train_steps_the_scheduler_after_every_batch(grade, case):
+    actual = _runs(grade.run(probe_train, case, world_size=case["world_size"]), case["world_size"])
+    baseline = grade.reference(probe_baseline, case)
+    for rank, observed in enumerate(actual):
+        expect_equal(len(observed["lrs"]), len(baseline["lrs"]),
+                     f"{describe(case)}: the number of optimizer steps on rank {rank}",
+                     hint=_rows_hint(case, observed) or "one optimizer.step() per batch of the prepared dataloader")
+        if not _close_list(observed["lrs"], baseline["lrs"]):
+            fail(f"{describe(case)}: the learning rates of rank {rank}'s optimizer steps were {observed['lrs']}, "
+                 f"expected {baseline['lrs']}", hint=_lr_hint(case, baseline, observed["lrs"]))
+
+
+@pytest.mark.device_free
+@pytest.mark.measured_in_worker("the gradients each optimizer step used (an optimizer step pre-hook)")
+@given(case=train_case())
+@with_examples
+def test_train_steps_on_each_global_batchs_gradient(grade, case):
+    actual = _runs(grade.run(probe_train, case, world_size=case["world_size"]), case["world_size"])
+    baseline = grade.reference(probe_baseline, case)
+    for rank, observed in enumerate(actual):
+        steps = min(len(observed["grads"]), len(baseline["grads"]))
+        for step in range(steps):
+            got, want = observed["grads"][step], baseline["grads"][step]
+            if _same(got, want):
+                continue
+            hint = (_rows_hint(case, observed) or _first_step_hint(case, baseline, observed, rank)) if step == 0 else \
+                _diagnosis(case, baseline, observed, rank)
+            _expect_parameters(got, want, f"{describe(case)}: the gradients rank {rank}'s optimizer step {step + 1} "
+                               "used (compared with the mean over the ranks of each rank's batch gradient)", hint)
+        expect_equal(len(observed["grads"]), len(baseline["grads"]),
+                     f"{describe(case)}: the number of optimizer steps on rank {rank}",
+                     hint=_rows_hint(case, observed) or "one optimizer.step() per batch of the prepared dataloader")
+
+
+@pytest.mark.device_free
+@pytest.mark.measured_in_worker("the samples each rank's forward passes got (a forward pre-hook)")
+@given(case=train_case())
+@with_examples
+def test_train_each_rank_trains_on_its_own_batches(grade, case):
+    if case["world_size"] == 1:
+        return  # one process keeps every batch (the cases are the other checks', their runs reused)
+    actual = _runs(grade.run(probe_train, case, world_size=case["world_size"]), case["world_size"])
+    baseline = grade.reference(probe_baseline, case)
+    for rank, observed in enumerate(actual):
+        want = [i for batch in baseline["shards"][rank] for i in batch] * case["epochs"]
+        expect_equal(observed["rows"], want,
+                     f"{describe(case)}: the samples rank {rank}'s forward passes got, in order, over all epochs "
+                     "(-1: an input that is no sample of the dataset)",
+                     hint=_rows_hint(case, observed) or "iterate the prepared dataloader once per epoch and call the "
+                                                        "model on each batch's inputs as they come")
+
+
+@pytest.mark.device_free
+@pytest.mark.measured_in_worker("the calls of accelerator.backward (wrapped on the accelerator passed in)")
+@given(case=train_case())
+@with_examples
+def test_train_backpropagates_with_accelerator_backward(grade, case):
+    actual = _runs(grade.run(probe_train, case, world_size=case["world_size"]), case["world_size"])
+    baseline = grade.reference(probe_baseline, case)
+    batches = len(baseline["shards"][0]) * case["epochs"]
+    for rank, observed in enumerate(actual):
+        if observed["backward_calls"] != batches:
+            fail(f"{describe(case)}: rank {rank} called accelerator.backward {observed['backward_calls']} times "
+                 f"for {batches} batches",
+                 hint="back-propagate each batch's loss with accelerator.backward(loss), not loss.backward(): "
+                      "accelerate scales the loss there for gradient accumulation and fp16 loss scaling")
+
+
+@pytest.mark.device_free
+@given(case=train_case())
+@with_examples
+def test_train_returns_the_gathered_epoch_losses(grade, case):
+    actual = _runs(grade.run(probe_train, case, world_size=case["world_size"]), case["world_size"])
+    what = describe(case)
+    for rank, observed in enumerate(actual):
+        if observed["losses_type"] != "builtins.list" or any(t != "builtins.float" for t in observed["loss_types"]):
+            kinds = observed.get("loss_types", observed["losses_type"])
+            fail(f"{what}: rank {rank} returned {kinds}, expected a list of Python floats",
+                 hint="return a list with one float per epoch (float(...) or .item()), not tensors", status="invalid")
+        expect_equal(len(observed["losses"]), case["epochs"], f"{what}: the number of losses rank {rank} returned",
+                     hint="one loss per epoch")
+    if not is_even(case):
+        return  # accelerate repeats samples to even out the last batches: the losses are compared on even sizes
+    baseline = grade.reference(probe_baseline, case)
+    for epoch in range(case["epochs"]):
+        losses = [observed["losses"][epoch] for observed in actual]
+        local = [baseline["local_losses"][epoch][rank] for rank in range(case["world_size"])]
+        hint = "each epoch's loss is the mean of the batch losses of every rank, gathered: the same on every rank"
+        if case["world_size"] > 1 and _close_list(losses, local) and len(set(local)) > 1:
+            hint = ("gather every batch's loss from every rank (accelerator.gather(loss.detach().reshape(1))) and "
+                    "average them all: each rank returned the mean of its own batches' losses")
+        for rank, loss in enumerate(losses):
+            if not math.isclose(loss, baseline["losses"][epoch], rel_tol=1e-9, abs_tol=1e-12):
+                fail(f"{what}: rank {rank} returned {loss!r} for epoch {epoch + 1}, expected "
+                     f"{baseline['losses'][epoch]!r} (the mean over every rank's batch losses, {len(losses)} ranks; "
+                     "plain torch in one process)", hint=hint)

@@ -28,7 +28,8 @@ def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
 
 
 def _adafactor_values(shape):
-    if len(shape) >= 2:  # row statistics over every dim but the last, column statistics over every dim but the second-to-last
+    # row statistics over every dim but the last, column statistics over every dim but the second-to-last
+    if len(shape) >= 2:
         return math.prod(shape[:-1]) + math.prod(shape[:-2]) * shape[-1]
     return math.prod(shape)
 

@@ -224,6 +224,10 @@ def test_quantize_gives_int8_codes_and_one_absmax_per_block(grade, case):
         fail(f"{what}: code {worst} (block {worst // size}) is {int(codes[worst])}, expected {int(want[worst])} "
              f"(within 1), for the value {x[worst].item():.6g}", hint=_codes_hint(codes, x, size))
     zero = want_absmax == 0
+    zero_codes = zero.repeat_interleave(size)[:n]
+    if zero_codes.any() and (codes[zero_codes] != 0).any():
+        fail(f"{what}: an all-zero block has codes {codes[zero_codes].tolist()[:8]}, expected 0",
+             hint="an all-zero block's codes are 0: divide by torch.where(absmax > 0, absmax, 1), not by absmax + eps")
     if zero.any() and (absmax[zero] != 0).any():
         fail(f"{what}: an all-zero block's absmax is {absmax[zero].tolist()}, expected 0",
              hint="an all-zero block has absmax 0 (and codes 0): do not replace it by 1 or eps in what you return")

@@ -36,13 +36,13 @@ def release(tmp_path_factory):
 
 
 def _solution_lines(exercise):
-    """Lines of the reference that neither its stub nor the check files and grader (shipped on
-    purpose) already show: its actual solution."""
+    """Lines of the reference that neither its stub nor the check files, grader and catalog's hints
+    (shipped on purpose) already show: its actual solution."""
     shown = [os.path.join(KIT_ROOT, "exercises", exercise + ".py")]
     shown += [os.path.join(KIT_ROOT, "tests", name) for name in os.listdir(os.path.join(KIT_ROOT, "tests"))
               if name.endswith(".py")]
     shown += [os.path.join(root, name) for root, _, names in os.walk(os.path.join(KIT_ROOT, "grader"))
-              for name in names if name.endswith(".py")]
+              for name in names if name.endswith((".py", ".toml"))]
     public = "\n".join(open(path).read() for path in shown)
     return [line.strip() for line in reference_source(exercise).splitlines()
             if len(line.strip()) > 25 and line.strip() not in public and not line.strip().startswith(("#", '"'))]

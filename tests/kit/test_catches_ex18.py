@@ -1,0 +1,90 @@
+"""ex18's checks catch the AdamW mistakes learners really make, and let right variants pass."""
+
+from tests.kit.harness import assert_caught, assert_diagnosed, assert_full_marks, grade_submissions, mutate
+
+EX = "ex18_adamw_step"
+
+VALUES = "test_adamw_step_matches_torch_adamw"
+GRAD = "test_adamw_step_leaves_grad_unchanged"
+IN_PLACE = "test_adamw_step_updates_in_place"
+
+DECAY = "    param.mul_(1 - lr * weight_decay)  # decoupled weight decay, before the Adam update\n"
+UPDATE = "    param.addcdiv_(exp_avg, denom, value=-lr / bias_correction1)\n"
+DENOM = "denom = (exp_avg_sq.sqrt() / math.sqrt(bias_correction2)).add_(eps)"
+FIRST = "exp_avg.lerp_(grad, 1 - beta1)"
+SECOND = "exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)"
+
+# the textbook formula with new tensors for m_hat and v_hat, copied back in place
+TEXTBOOK = '''
+import torch
+
+
+def adamw_step(param, grad, exp_avg, exp_avg_sq, step, lr, betas, eps, weight_decay):
+    beta1, beta2 = betas
+    with torch.no_grad():
+        param.sub_(lr * weight_decay * param)
+        exp_avg.copy_(beta1 * exp_avg + (1 - beta1) * grad)
+        exp_avg_sq.copy_(beta2 * exp_avg_sq + (1 - beta2) * grad ** 2)
+        m_hat = exp_avg / (1 - beta1 ** step)
+        v_hat = exp_avg_sq / (1 - beta2 ** step)
+        param.sub_(lr * m_hat / (v_hat.sqrt() + eps))
+'''
+
+WRONG = {
+    # Adam's L2 penalty (on a new tensor, so grad itself is unchanged)
+    "l2_penalty": (mutate(EX, (DECAY, "    grad = grad + weight_decay * param\n")), VALUES),
+    # the L2 penalty added to grad in place: the caller's gradient changes too
+    "l2_penalty_in_place_on_grad": (mutate(EX, (DECAY, "    grad.add_(param, alpha=weight_decay)\n")), GRAD),
+    # no bias correction
+    "no_bias_correction": (mutate(EX, ("bias_correction1 = 1 - beta1 ** step", "bias_correction1 = 1.0"),
+                                  ("bias_correction2 = 1 - beta2 ** step", "bias_correction2 = 1.0")), VALUES),
+    # weight decay after the Adam update
+    "decay_after_update": (mutate(EX, (DECAY, ""), (UPDATE, UPDATE + DECAY)), VALUES),
+    # eps inside the square root
+    "eps_inside_sqrt": (mutate(EX, (DENOM, "denom = (exp_avg_sq / bias_correction2 + eps).sqrt()")), VALUES),
+    # eps added before the bias correction of the second moment
+    "eps_before_correction": (mutate(EX, (DENOM, "denom = (exp_avg_sq.sqrt() + eps) / math.sqrt(bias_correction2)")),
+                              VALUES),
+    # the squared gradient computed in place in grad
+    "squares_grad_in_place": (mutate(EX, (SECOND, "exp_avg_sq.mul_(beta2).add_(grad.mul_(grad), alpha=1 - beta2)")),
+                              GRAD),
+    # the moments rebound to new tensors: the caller's state never changes
+    "moments_rebound": (mutate(EX, (FIRST, "exp_avg = exp_avg * beta1 + (1 - beta1) * grad"),
+                               (SECOND, "exp_avg_sq = exp_avg_sq * beta2 + (1 - beta2) * grad * grad")), IN_PLACE),
+    # param.data replaced by a new tensor
+    "param_data_assigned": (mutate(EX, (UPDATE, "    param.data = param - lr / bias_correction1 * exp_avg / denom\n")),
+                            IN_PLACE),
+    # bias-corrected moments stored back into the state
+    "corrected_state_stored": (mutate(EX, (DENOM, "exp_avg.div_(bias_correction1)\n    " + DENOM),
+                                      ("value=-lr / bias_correction1", "value=-lr")), VALUES),
+}
+
+DIAGNOSED = {
+    "l2_penalty": (VALUES, "Adam's L2 penalty"),
+    "l2_penalty_in_place_on_grad": (GRAD, "leave grad unchanged"),
+    "no_bias_correction": (VALUES, "bias-correct the moments"),
+    "decay_after_update": (VALUES, "apply the weight decay before the Adam update"),
+    "eps_inside_sqrt": (VALUES, "eps goes after the square root"),
+    "eps_before_correction": (VALUES, "add eps after the bias correction"),
+    "squares_grad_in_place": (GRAD, "leave grad unchanged"),
+    "moments_rebound": (IN_PLACE, "only rebinds a local name"),
+    "param_data_assigned": (IN_PLACE, "new memory"),
+    "corrected_state_stored": (VALUES, "bias-correct a copy, not the state"),
+}
+
+RIGHT = {
+    "textbook_formula": TEXTBOOK,
+    # mul_ and add_ instead of lerp_; the denominator spelt out
+    "mul_add": mutate(EX, (FIRST, "exp_avg.mul_(beta1).add_(grad, alpha=1 - beta1)"),
+                      (DENOM, "denom = exp_avg_sq.div(bias_correction2).sqrt().add_(eps)")),
+    # the decay just before the update (the moments never read param)
+    "decay_between": mutate(EX, (DECAY, ""), (UPDATE, DECAY + UPDATE)),
+}
+
+
+def test_wrong_adamw_is_caught_and_right_variants_pass(tmp_path):
+    submissions = {name: source for name, (source, _) in WRONG.items()} | RIGHT
+    results = grade_submissions(tmp_path, EX, submissions, profile="fast")
+    assert_caught({name: results[name] for name in WRONG}, {name: check for name, (_, check) in WRONG.items()})
+    assert_diagnosed(results, DIAGNOSED)
+    assert_full_marks(results, RIGHT)

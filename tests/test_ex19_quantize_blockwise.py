@@ -1,0 +1,283 @@
+"""ex19: 8-bit block-wise quantization. On float32, float16 and bfloat16 inputs of 1-3 dims (some
+blocks all zero, magnitudes from 1e-30 to 1e3, blocks whose maximum is negative, block sizes from 1
+to 256, a last block shorter than the others), quantize_blockwise must return flat int8 codes, one
+per value, each within 1 of the reference's (rounding order may move a tie), and float32 absmax
+values, one per block; dequantize_blockwise must turn codes back into float32 values in the shape
+asked; and the round trip through the learner's own two functions must stay within half a code
+(absmax / 254) of every input value. Wrong codes are compared with what each usual mistake gives
+(truncation, one global absmax, 255 or 128 steps, floor blocks) for a hint."""
+
+import math
+
+import torch
+from hypothesis import example, given, strategies as st
+
+from grader import probing
+from grader.checks import expect_close, expect_equal, fail
+from grader.probing import InvalidResult
+
+DTYPES = ["float32", "float16", "bfloat16"]
+BLOCK_SIZES = [1, 2, 3, 7, 16, 64, 100, 256]
+# a magnitude each dtype holds with room to spare (float16: 6e-8 to 65504)
+SCALES = {"float32": [1e-30, 1e-6, 1.0, 1e3], "bfloat16": [1e-30, 1e-3, 1.0, 1e3], "float16": [1e-3, 1.0, 1e3]}
+
+
+@st.composite
+def quant_case(draw):
+    dtype = draw(st.sampled_from(DTYPES), label="dtype")
+    return dict(
+        shape=draw(st.lists(st.integers(1, 12), min_size=1, max_size=3), label="shape"),
+        block_size=draw(st.sampled_from(BLOCK_SIZES + [None]), label="block_size"),
+        dtype=dtype,
+        scale=draw(st.sampled_from(SCALES[dtype]), label="scale"),
+        sign=draw(st.sampled_from(["mixed", "mixed", "negative"]), label="sign"),
+        zero_blocks=draw(st.booleans(), label="zero_blocks"),
+        seed=draw(st.integers(0, 2**16), label="seed"),
+    )
+
+
+def case(shape, block_size, dtype="float32", scale=1.0, sign="mixed", zero_blocks=False, seed=5):
+    return dict(shape=list(shape), block_size=block_size, dtype=dtype, scale=scale, sign=sign,
+                zero_blocks=zero_blocks, seed=seed)
+
+
+EXAMPLES = [
+    case([6, 20], 16, zero_blocks=True),  # all-zero blocks between others
+    case([1], None),  # a single value
+    case([256], None, dtype="bfloat16"),  # n == block_size
+    case([257], None),  # n = block_size + 1: a last block of one value
+    case([3, 5], 1, dtype="float16"),  # block_size 1: every code is +-127 or 0
+    case([4, 9], 7, scale=1e-30),  # tiny magnitudes
+    case([2, 3, 11], 16, sign="negative", dtype="float16"),  # every block's maximum negative
+    case([9, 11, 7], 100, zero_blocks=True, dtype="bfloat16"),
+]
+
+
+def with_examples(check):
+    for item in reversed(EXAMPLES):
+        check = example(case=item)(check)
+    return check
+
+
+def block_size(case):
+    return 256 if case["block_size"] is None else case["block_size"]
+
+
+def describe(case):
+    call = "quantize_blockwise(x)" if case["block_size"] is None else f"quantize_blockwise(x, block_size={case['block_size']})"
+    extra = ", some blocks all zero" if case["zero_blocks"] else ""
+    sign = ", every value negative" if case["sign"] == "negative" else ""
+    return (f"{call} with x a {case['dtype']} tensor of shape {tuple(case['shape'])}, magnitudes about "
+            f"{case['scale']:g}{sign}{extra}")
+
+
+# --- probes: these run in the workers -----------------------------------------------------
+
+
+def _input(case, device):
+    """Magnitudes of at least `scale` (1e-30 at the least, as the contract allows) in the input's dtype."""
+    n = math.prod(case["shape"])
+    raw = probing.seeded(case["seed"], (n,), torch.float64, torch.device("cpu"))
+    values = (raw.abs() + 1.0) * case["scale"] * (raw.sign() if case["sign"] == "mixed" else -1.0)
+    if case["zero_blocks"]:
+        size = block_size(case)
+        for start in range(0, n, size):
+            if (start // size) % 3 == 1 or (start // size) == (n - 1) // size:  # every third block and the last
+                values[start:start + size] = 0.0
+    return values.to(getattr(torch, case["dtype"])).reshape(case["shape"]).to(device)
+
+
+def _quantize(ctx, x, case):
+    original = x.clone()
+    if case["block_size"] is None:
+        result = ctx.module.quantize_blockwise(x)
+    else:
+        result = ctx.module.quantize_blockwise(x, case["block_size"])
+    if type(result) is not tuple or len(result) != 2:
+        raise InvalidResult(f"quantize_blockwise returned a {type(result).__module__}.{type(result).__qualname__}, "
+                            "expected a tuple (codes, absmax)")
+    if not torch.equal(x, original):
+        raise InvalidResult("quantize_blockwise changed its input x in place")
+    codes = probing.tensor(result[0], "the codes")
+    absmax = probing.tensor(result[1], "the absmax")
+    return result, codes, absmax
+
+
+def probe_quantize(ctx, case):
+    """The codes and absmax of quantize_blockwise, and the input (as float32) they came from."""
+    x = _input(case, ctx.torch_device())
+    _, codes, absmax = _quantize(ctx, x, case)
+    return {"codes": codes, "absmax": absmax, "x": x.detach().cpu().float().reshape(-1)}
+
+
+def probe_round_trip(ctx, case):
+    """dequantize_blockwise(*quantize_blockwise(x)): the learner's own two functions together."""
+    x = _input(case, ctx.torch_device())
+    (codes, absmax), _, _ = _quantize(ctx, x, case)
+    values = ctx.module.dequantize_blockwise(codes, absmax, block_size(case), x.shape)
+    return {"values": probing.tensor(values, "dequantize_blockwise's result"), "x": x.detach().cpu().float(),
+            "absmax": probing.tensor(absmax, "the absmax")}
+
+
+def _stored(case, device):
+    """Codes and absmax made by the check (not by quantize_blockwise): random codes, some blocks zero."""
+    n = math.prod(case["shape"])
+    size = block_size(case)
+    blocks = math.ceil(n / size)
+    generator = torch.Generator().manual_seed(case["seed"] + 1)
+    codes = torch.randint(-127, 128, (n,), generator=generator, dtype=torch.int64).to(torch.int8)
+    absmax = (torch.rand(blocks, generator=generator, dtype=torch.float64) * 2 + 0.1) * case["scale"]
+    absmax = absmax.float()
+    if case["zero_blocks"]:
+        for block in range(1, blocks, 3):
+            absmax[block] = 0.0
+            codes[block * size:(block + 1) * size] = 0
+    return codes.to(device), absmax.to(device)
+
+
+def probe_dequantize(ctx, case):
+    codes, absmax = _stored(case, ctx.torch_device())
+    kept = codes.clone(), absmax.clone()
+    values = ctx.module.dequantize_blockwise(codes, absmax, block_size(case), tuple(case["shape"]))
+    if not (torch.equal(codes, kept[0]) and torch.equal(absmax, kept[1])):
+        raise InvalidResult("dequantize_blockwise changed its inputs codes or absmax in place")
+    return {"values": probing.tensor(values, "dequantize_blockwise's result")}
+
+
+# --- checks -----------------------------------------------------------------------------
+
+
+def _blocks(x, size):
+    n = x.numel()
+    padded = torch.zeros(math.ceil(n / size) * size, dtype=torch.float64)
+    padded[:n] = x.double()
+    return padded.view(-1, size)
+
+
+def _codes_like(x, size, steps=127, rounding=torch.round, whole=False):
+    """What a variant of the method gives: (codes as int64, flat, one per value)."""
+    blocks = _blocks(x, size)
+    absmax = blocks.abs().amax(dim=1, keepdim=True)
+    if whole:
+        absmax = absmax.max().expand_as(absmax)
+    scaled = blocks / torch.where(absmax > 0, absmax, torch.ones_like(absmax)) * steps
+    return rounding(scaled).long().reshape(-1)[: x.numel()]
+
+
+def _codes_hint(got, x, size):
+    """The likely cause of wrong codes, from what each usual mistake gives on this input."""
+    got = got.long()
+    if torch.equal(got, _codes_like(x, size, rounding=torch.trunc)):
+        return "round to nearest (torch.round) before .to(torch.int8): the cast alone truncates toward zero"
+    if torch.equal(got, _codes_like(x, size, whole=True)):
+        return "one absmax per block of block_size values, not one for the whole tensor"
+    for steps in (255, 128, 256):
+        wrapped = ((_codes_like(x, size, steps=steps) + 128) % 256) - 128  # what int8 makes of it
+        if torch.equal(got, wrapped) or torch.equal(got, _codes_like(x, size, steps=steps)):
+            return (f"scale to [-127, 127]: divide by the block's absmax and multiply by 127, not {steps} "
+                    "(int8 holds -128..127; 128 wraps around to -128)")
+    if torch.equal(got, _codes_like(x, size).neg()):
+        return "keep the sign: divide by the absolute maximum (a positive number), not by a signed value"
+    return None
+
+
+@with_examples
+@given(case=quant_case())
+def test_quantize_gives_int8_codes_and_one_absmax_per_block(grade, case):
+    """Flat int8 codes, one per value, within 1 of the reference's; float32 absmax, one per block."""
+    expected, actual = grade.compare(probe_quantize, case)
+    what = describe(case)
+    size = block_size(case)
+    x = expected["x"]
+    n = x.numel()
+    codes, want = actual["codes"]["values"], expected["codes"]["values"]
+    if codes.dtype != torch.int8:
+        fail(f"{what}: the codes are {codes.dtype}, expected torch.int8",
+             hint="codes are int8, one byte a value (that is the whole saving): .to(torch.int8) after rounding")
+    if codes.dim() != 1:
+        fail(f"{what}: the codes have shape {tuple(codes.shape)}, expected a flat tensor of {n} codes",
+             hint="return the codes flat (reshape(-1)), one per value of x in order")
+    if codes.numel() != n:
+        hint = "exactly one code per value of x"
+        if codes.numel() == math.ceil(n / size) * size:
+            hint = "drop the padding of the last block: one code per value, codes[:x.numel()]"
+        elif codes.numel() == n // size * size:
+            hint = ("ceil(n / block_size) blocks, not n // block_size: the values of the last, shorter block "
+                    "need codes (and an absmax) too")
+        fail(f"{what}: {codes.numel()} codes for {n} values", hint=hint)
+    absmax, want_absmax = actual["absmax"]["values"], expected["absmax"]["values"]
+    blocks = math.ceil(n / size)
+    if tuple(absmax.shape) != (blocks,):
+        hint = "one absmax per block: ceil(n / block_size) blocks, the last one shorter"
+        if absmax.numel() == n // size:
+            hint = "ceil(n / block_size) blocks, not n // block_size: the last, shorter block needs its own absmax"
+        elif absmax.numel() == 1:
+            hint = "one absmax per block of block_size values, not one for the whole tensor"
+        fail(f"{what}: absmax has shape {tuple(absmax.shape)}, expected ({blocks},) (one per block)", hint=hint)
+    expect_equal(actual["absmax"]["device"], expected["absmax"]["device"], f"{what}: absmax's device",
+                 hint="keep the results on x's device")
+    expect_equal(actual["codes"]["device"], expected["codes"]["device"], f"{what}: the codes' device",
+                 hint="keep the results on x's device")
+    off = (codes.long() - want.long()).abs()
+    if off.max() > 1:
+        worst = int(off.argmax())
+        fail(f"{what}: code {worst} (block {worst // size}) is {int(codes[worst])}, expected {int(want[worst])} "
+             f"(within 1), for the value {x[worst].item():.6g}", hint=_codes_hint(codes, x, size))
+    zero = want_absmax == 0
+    zero_codes = zero.repeat_interleave(size)[:n]
+    if zero_codes.any() and (codes[zero_codes] != 0).any():
+        fail(f"{what}: an all-zero block has codes {codes[zero_codes].tolist()[:8]}, expected 0",
+             hint="an all-zero block's codes are 0: divide by torch.where(absmax > 0, absmax, 1), not by absmax + eps")
+    if zero.any() and (absmax[zero] != 0).any():
+        fail(f"{what}: an all-zero block's absmax is {absmax[zero].tolist()}, expected 0",
+             hint="an all-zero block has absmax 0 (and codes 0): do not replace it by 1 or eps in what you return")
+    expect_close(absmax, want_absmax, f"{what}: absmax (each block's largest absolute value, float32)",
+                 hint="absmax is the largest absolute value of each block, float32: x.abs() first, then amax over "
+                      "each block")
+
+
+@with_examples
+@given(case=quant_case())
+def test_dequantize_turns_codes_back_into_float32_values(grade, case):
+    """codes / 127 * absmax in float32, in the shape asked."""
+    expected, actual = grade.compare(probe_dequantize, case)
+    n = math.prod(case["shape"])
+    what = (f"dequantize_blockwise(codes, absmax, {block_size(case)}, {tuple(case['shape'])}) on {n} random codes "
+            f"with absmax about {case['scale']:g}" + (", some blocks all zero" if case["zero_blocks"] else ""))
+    got, want = actual["values"]["values"], expected["values"]["values"]
+    if got.dtype != torch.float32:
+        fail(f"{what}: the values are {got.dtype}, expected torch.float32",
+             hint="return float32 values: codes.float() / 127 * absmax")
+    if tuple(got.shape) != tuple(want.shape):
+        fail(f"{what}: shape {tuple(got.shape)}, expected {tuple(want.shape)}",
+             hint="drop the padding of the last block (the first codes.numel() values), then reshape to shape")
+    expect_close(got, want, f"{what}: the values", hint="each code times its own block's absmax, divided by 127: "
+                                                         "absmax.repeat_interleave(block_size)[:n]")
+
+
+@with_examples
+@given(case=quant_case())
+def test_round_trip_stays_within_half_a_code(grade, case):
+    """dequantize(quantize(x)) is within absmax / 254 of every value of x."""
+    observed = grade.run(probe_round_trip, case)
+    what = describe(case) + ", then dequantize_blockwise"
+    size = block_size(case)
+    x = observed["x"]
+    got = observed["values"]["values"]
+    if got.dtype != torch.float32 or tuple(got.shape) != tuple(x.shape):
+        fail(f"{what}: got {got.dtype} of shape {tuple(got.shape)}, expected float32 of shape {tuple(x.shape)}",
+             hint="dequantize_blockwise returns float32 values reshaped to the shape it is given")
+    blocks = _blocks(x.reshape(-1), size)
+    absmax = blocks.abs().amax(dim=1).repeat_interleave(size)[: x.numel()]
+    # half a code, and float32's rounding of the few operations on the way (relative 1e-6 of the block's scale)
+    bound = absmax / 254 * (1 + 1e-5) + absmax * 1e-6
+    error = (got.double().reshape(-1) - x.double().reshape(-1)).abs()
+    if (error > bound).any():
+        worst = int((error - bound).argmax())
+        hint = None
+        if (error <= absmax / 127 * (1 + 1e-5) + absmax * 1e-6).all():
+            hint = ("an error of up to a whole code: round to nearest (torch.round) before .to(torch.int8), "
+                    "the cast alone truncates toward zero")
+        fail(f"{what}: value {worst} came back as {got.reshape(-1)[worst].item():.6g}, the input was "
+             f"{x.reshape(-1)[worst].item():.6g}: off by {error[worst].item():.3g}, more than half a code "
+             f"(its block's absmax / 254 = {absmax[worst].item() / 254:.3g})", hint=hint)

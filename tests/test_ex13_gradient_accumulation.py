@@ -446,6 +446,8 @@ def probe_loop_mistake(ctx, case, mistake):
             optimizer.zero_grad()
             continue
         with accelerator.accumulate(model):
+            if mistake == "zero_grad_first":
+                optimizer.zero_grad()
             loss = loss_fn(model(inputs), targets)
             if mistake == "not_divided":
                 loss.backward()
@@ -454,7 +456,7 @@ def probe_loop_mistake(ctx, case, mistake):
             else:
                 accelerator.backward(loss)
             optimizer.step()
-            if mistake != "no_zero_grad":
+            if mistake not in ("no_zero_grad", "zero_grad_first"):
                 optimizer.zero_grad()
     return _parameters(accelerator.unwrap_model(model))
 
@@ -466,6 +468,9 @@ LOOP_MISTAKE_HINTS = {
                       "divides by gradient_accumulation_steps, so pass the plain loss"),
     "every_batch": ("the optimizer stepped on every batch: run each batch under `with accelerator.accumulate(model):`"
                     ", which lets the prepared optimizer step only at the end of each window"),
+    "zero_grad_first": ("optimizer.zero_grad() at the start of a batch: on the window's last batch (where the "
+                        "prepared optimizer really zeroes) it wipes the gradients the window accumulated; call it "
+                        "after optimizer.step()"),
     "no_zero_grad": ("gradients leaked from one window into the next: call optimizer.zero_grad() after "
                      "optimizer.step() inside the accumulate block"),
 }

@@ -214,7 +214,6 @@ def probe_local_sgd(ctx, case):
     return record
 
 
-MODES = ("right", "average_gradients", "every_step", "no_final_round", "sum", "buffers_too", "optimizer_state_too")
 
 
 def probe_simulation(ctx, case, mode="right"):
@@ -251,7 +250,12 @@ def probe_simulation(ctx, case, mode="right"):
         boundary = step % every == 0 or (step == n and mode != "no_final_round")
         if mode == "every_step" or (boundary and mode != "average_gradients"):
             for params in zip(*(m.parameters() for m in models)):
-                average(list(params), total=mode == "sum")
+                if mode == "broadcast":
+                    with torch.no_grad():
+                        for param in params[1:]:
+                            param.copy_(params[0])
+                else:
+                    average(list(params), total=mode == "sum")
             if mode == "buffers_too":
                 for buffers in zip(*(m.buffers() for m in models)):
                     average(list(buffers))
@@ -276,6 +280,8 @@ MODE_HINTS = {
                        "last, shorter round must end with an average too, or the ranks end with different models"),
     "sum": ("the parameters were summed, not averaged: after the SUM all-reduce divide by the world size "
             "(or use ReduceOp.AVG)"),
+    "broadcast": ("every rank took rank 0's parameters (a broadcast): average them over ALL ranks, "
+                  "all_reduce (SUM) then divide by the world size"),
     "optimizer_state_too": ("the optimizer's state was averaged too: only the parameters are averaged; momentum "
                             "and Adam's moments stay each rank's own"),
 }

@@ -79,6 +79,10 @@ WRONG = {
     "no_accumulate": (mutate(EX, ("        with accelerator.accumulate(model):\n", "        if True:\n")), LOOP_CHECK),
     # no zero_grad in the loop: gradients leak from one window into the next
     "no_zero_grad_in_loop": (mutate(EX, ("            optimizer.zero_grad()\n", "")), LOOP_CHECK),
+    # zero_grad at the top of the block: on a window's last batch it wipes the accumulated gradients
+    "zero_grad_first": (mutate(EX, ("            loss = loss_fn(model(inputs), targets)\n",
+                                    "            optimizer.zero_grad()\n            loss = loss_fn(model(inputs), targets)\n"),
+                               ("            optimizer.zero_grad()\n    return", "    return")), LOOP_CHECK),
     # every batch counted as a step
     "counts_every_batch": (mutate(EX, ("            if accelerator.sync_gradients:\n                steps += 1",
                                        "            steps += 1")), STEPS_CHECK),
@@ -97,6 +101,7 @@ DIAGNOSED = {
     "divided_twice": (LOOP_CHECK, "divided by the accumulation steps twice"),
     "no_accumulate": (LOOP_CHECK, "the optimizer stepped on every batch"),
     "no_zero_grad_in_loop": (LOOP_CHECK, "gradients leaked from one window into the next"),
+    "zero_grad_first": (LOOP_CHECK, "wipes the gradients the window accumulated"),
     "manual_windows": (SYNC_CHECK, "all-reduced on every backward pass"),
 }
 
@@ -109,7 +114,7 @@ RIGHT = {
     # objects prepared again, the steps counted from the dataloader's length
     "prepare_again": mutate(EX, ("    steps = 0\n", "    model, optimizer, dataloader = accelerator.prepare(model, optimizer, dataloader)\n    steps = 0\n")),
     # the loss kept as a tensor, returned with .item(); zero_grad to zeros
-    "tensor_loss_sum": mutate(EX, ("    loss_sum = 0.0\n", "    loss_sum = torch.zeros((), dtype=torch.float64)\n"),
+    "tensor_loss_sum": "import torch\n" + mutate(EX, ("    loss_sum = 0.0\n", "    loss_sum = torch.zeros((), dtype=torch.float64)\n"),
                               ("loss_sum += loss.item() * inputs.shape[0]", "loss_sum += loss.detach() * inputs.shape[0]"),
                               ("return loss_sum / total_rows", "return (loss_sum / total_rows).item()"),
                               ("optimizer.zero_grad(set_to_none=True)", "optimizer.zero_grad(set_to_none=False)")),

@@ -85,6 +85,10 @@ WRONG = {
     "optimizer_state_averaged": (AVERAGE_STATE, STATE_CHECK),
     # averaged at the start of each round instead of its end
     "average_at_round_start": (AVERAGE_FIRST, PARAMETER_CHECK),
+    # rank 0's parameters broadcast instead of an average
+    "broadcast_from_rank_0": (mutate(EX, (AVERAGE, "            dist.broadcast(param.data, src=0)\n")), PARAMETER_CHECK),
+    # no zero_grad: each step's gradient adds to all the earlier ones
+    "no_zero_grad": (mutate(EX, ("        optimizer.zero_grad(set_to_none=True)\n", "")), PARAMETER_CHECK),
     # the number of rounds as a float
     "returns_float": (mutate(EX, ("    return rounds", "    return float(rounds)")), ROUNDS_CHECK),
 }
@@ -94,6 +98,7 @@ DIAGNOSED = {
     "every_step": (PARAMETER_CHECK, "averaged after every step"),
     "no_final_round": (PARAMETER_CHECK, "no average after the last step"),
     "sum_not_average": (PARAMETER_CHECK, "summed, not averaged"),
+    "broadcast_from_rank_0": (PARAMETER_CHECK, "every rank took rank 0's parameters"),
     "state_dict_average": (STATE_CHECK, "buffers such as BatchNorm's running statistics"),
     "buffers_too": (STATE_CHECK, "buffers such as BatchNorm's running statistics"),
     "optimizer_state_averaged": (STATE_CHECK, "the optimizer's state was averaged too"),

@@ -155,6 +155,39 @@ def probe_steps(ctx, case):
     return record
 
 
+# What a shortcut through torch's own AdamW reaches, whatever name the submission bound it to: the
+# classes' step methods (looked up on the class at call time) and the functions those steps and the
+# functional torch.optim.adamw.adamw call through their module's globals.
+ENGINE = [("torch.optim.adam", "Adam", "step"), ("torch.optim.adamw", "AdamW", "step")] + [
+    ("torch.optim.adam", None, name) for name in ("_single_tensor_adam", "_multi_tensor_adam", "_fused_adam")]
+
+
+def probe_engine_calls(ctx, case):
+    """Run adamw_step with torch's Adam/AdamW machinery watched: the names of what it reached."""
+    import importlib
+
+    reached, saved = [], []
+
+    def watching(name, function):
+        def call(*args, **kwargs):
+            reached.append(name)
+            return function(*args, **kwargs)
+        return call
+
+    for module_name, class_name, attribute in ENGINE:
+        owner = importlib.import_module(module_name)
+        owner = getattr(owner, class_name) if class_name else owner
+        if attribute in vars(owner):
+            saved.append((owner, attribute, vars(owner)[attribute]))
+            setattr(owner, attribute, watching(f"{class_name or module_name}.{attribute}", vars(owner)[attribute]))
+    try:
+        probe_steps(ctx, case)
+    finally:
+        for owner, attribute, original in saved:
+            setattr(owner, attribute, original)
+    return sorted(set(reached))
+
+
 def probe_expected(ctx, case):
     """torch.optim.AdamW's result, and each mistake's (computed in the reference's worker)."""
     device = ctx.torch_device()
@@ -263,3 +296,15 @@ def test_adamw_step_updates_in_place(grade, case):
         fail(f"{what}: {untouched} did not change: the update never reached the caller's tensors",
              hint="exp_avg = beta1 * exp_avg + ... only rebinds a local name; update in place: "
                   "exp_avg.mul_(beta1).add_(grad, alpha=1 - beta1)")
+
+
+@pytest.mark.measured_in_worker("which of torch's optimizer functions the call reached")
+@example(case=EXAMPLES[0])
+@given(case=adamw_case())
+def test_adamw_step_does_the_arithmetic_itself(grade, case):
+    """The update is written out, not handed to torch.optim.AdamW (the exercise is AdamW by hand)."""
+    reached = grade.run(probe_engine_calls, case)
+    if reached:
+        fail(f"{describe(case)}: adamw_step ran torch's own optimizer ({', '.join(reached)})",
+             hint="write the update yourself with tensor operations (mul_, lerp_ or add_, addcmul_, sqrt, "
+                  "addcdiv_): building a torch.optim.AdamW inside adamw_step skips the exercise")

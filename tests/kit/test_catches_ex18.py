@@ -30,7 +30,28 @@ def adamw_step(param, grad, exp_avg, exp_avg_sq, step, lr, betas, eps, weight_de
         param.sub_(lr * m_hat / (v_hat.sqrt() + eps))
 '''
 
+# the update handed to torch's own optimizer: right numbers, no work
+THROUGH_TORCH = '''
+import torch
+from torch.optim import AdamW
+
+
+def adamw_step(param, grad, exp_avg, exp_avg_sq, step, lr, betas, eps, weight_decay):
+    holder = torch.nn.Parameter(param.detach().clone())
+    optimizer = AdamW([holder], lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, foreach=False)
+    optimizer.state[holder] = {"step": torch.tensor(float(step - 1)), "exp_avg": exp_avg.clone(),
+                               "exp_avg_sq": exp_avg_sq.clone()}
+    holder.grad = grad.clone()
+    optimizer.step()
+    with torch.no_grad():
+        param.copy_(holder)
+        exp_avg.copy_(optimizer.state[holder]["exp_avg"])
+        exp_avg_sq.copy_(optimizer.state[holder]["exp_avg_sq"])
+'''
+
 WRONG = {
+    # torch.optim.AdamW does the step: every value right, the exercise skipped
+    "through_torch_adamw": (THROUGH_TORCH, "test_adamw_step_does_the_arithmetic_itself"),
     # Adam's L2 penalty (on a new tensor, so grad itself is unchanged)
     "l2_penalty": (mutate(EX, (DECAY, "    grad = grad + weight_decay * param\n")), VALUES),
     # the L2 penalty added to grad in place: the caller's gradient changes too
@@ -60,6 +81,7 @@ WRONG = {
 }
 
 DIAGNOSED = {
+    "through_torch_adamw": ("test_adamw_step_does_the_arithmetic_itself", "skips the exercise"),
     "l2_penalty": (VALUES, "Adam's L2 penalty"),
     "l2_penalty_in_place_on_grad": (GRAD, "leave grad unchanged"),
     "no_bias_correction": (VALUES, "bias-correct the moments"),

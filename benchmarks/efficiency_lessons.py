@@ -5,14 +5,15 @@
 
 (a) Activations: the bytes of the tensors saved for backward (counted with saved_tensors_hooks,
     the model's own parameters left out) and the seconds of one forward and backward, without
-    gradient checkpointing, with it on every layer, and on every second layer; with CUDA, the
+    gradient checkpointing, with it on every layer (solutions/ex14), and on every second layer; with CUDA, the
     peak memory allocated too.
 (b) Optimizer state: the bytes each optimizer keeps after one step on the same model, as
     solutions/ex17's optimizer_state_bytes measures them and estimate_state_bytes predicts them;
     the 8-bit row quantizes the real AdamW moments with solutions/ex19's quantize_blockwise.
-(c) Communication: all_reduce calls per optimizer step in a 2-rank gloo group, for plain data
-    parallelism (gradients every step), gradient accumulation (every k micro-batches) and local
-    SGD (parameters averaged every k local steps), written out here as loops of their own.
+(c) Communication: all_reduce calls and bytes per optimizer step in a 2-rank gloo group on the same
+    model, for data parallelism and gradient accumulation (solutions/ex13's train_with_accumulation
+    under Accelerate with gradient_accumulation_steps 1 and k, counted by a DDP communication hook)
+    and local SGD (solutions/ex15's local_sgd_train, parameters averaged every k local steps).
 """
 
 import argparse
@@ -78,7 +79,8 @@ def batch(args, device):
 
 
 def enable_checkpointing(model, every_n_layers):
-    """transformers' own switch (renamed in 5.23), non-reentrant checkpoints."""
+    """transformers' own switch (renamed in 5.23), non-reentrant checkpoints: every n-th layer, which the
+    exercise's enable_gradient_checkpointing (every layer) does not offer."""
     if hasattr(model, "activation_checkpointing_enable"):
         model.activation_checkpointing_enable({"use_reentrant": False}, every_n_layers=every_n_layers)
     else:
@@ -130,9 +132,13 @@ def cuda_peak(model, ids, labels):
 
 def activations(args, device):
     rows = []
-    for label, every in (("no checkpointing", None), ("checkpoint every layer", 1), ("checkpoint every 2nd layer", 2)):
+    checkpointing = reference("ex14_gradient_checkpointing")
+    for label, every in (("no checkpointing", None), ("checkpoint every layer (ex14)", 1),
+                         ("checkpoint every 2nd layer", 2)):
         model = build_model(args, device)
-        if every is not None:
+        if every == 1:
+            checkpointing.enable_gradient_checkpointing(model)
+        elif every is not None:
             enable_checkpointing(model, every)
         ids, labels = batch(args, device)
         saved, count = saved_bytes(model, ids, labels)
@@ -201,9 +207,9 @@ def optimizer_state(args, device):
 # --- collectives ------------------------------------------------------------------------------
 
 
-def _rank(rank, world_size, store, k, batches, results):
+def _rank(rank, world_size, store, args, k, batches, results):
     try:
-        _loops(rank, world_size, store, k, batches, results)
+        _loops(rank, world_size, store, args, k, batches, results)
     except BaseException as error:  # noqa: BLE001 - reported to the parent, which would wait otherwise
         results.put((rank, f"{type(error).__name__}: {error}"))
         results.close()
@@ -211,80 +217,91 @@ def _rank(rank, world_size, store, k, batches, results):
         os._exit(1)
 
 
-def _loops(rank, world_size, store, k, batches, results):
+def _loops(rank, world_size, store, args, k, batches, results):
+    """In one rank: the references' loops on the tiny BERT, each collective counted with its bytes.
+
+    Data parallelism and accumulation are ex13's train_with_accumulation under Accelerate (DDP),
+    with gradient_accumulation_steps 1 and k: a DDP communication hook counts each bucket's
+    all-reduce. Local SGD is ex15's local_sgd_train: its dist.all_reduce calls are counted.
+    """
     import datetime
 
     import torch.distributed as dist
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState, GradientState
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
-    os.environ["OMP_NUM_THREADS"] = "1"
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size),
+                      LOCAL_WORLD_SIZE=str(world_size), MASTER_ADDR="127.0.0.1", MASTER_PORT="29400")
     torch.set_num_threads(1)
     dist.init_process_group("gloo", store=dist.FileStore(store, world_size), rank=rank, world_size=world_size,
-                            timeout=datetime.timedelta(seconds=60))
+                            timeout=datetime.timedelta(seconds=120))
+    accumulation, local_sgd = reference("ex13_gradient_accumulation"), reference("ex15_local_sgd")
     calls = {"n": 0, "bytes": 0}
-    real_all_reduce = dist.all_reduce
 
-    def counted(tensor, *a, **kw):
+    def count(tensor):
         calls["n"] += 1
         calls["bytes"] += tensor.numel() * tensor.element_size()
-        return real_all_reduce(tensor, *a, **kw)
+
+    generator = torch.Generator().manual_seed(100 + rank)
+    data = [(torch.randint(0, 1000, (args.batch, args.seq), generator=generator),
+             torch.randint(0, 2, (args.batch,), generator=generator)) for _ in range(batches)]
+
+    def loss_fn(outputs, labels):
+        return torch.nn.functional.cross_entropy(outputs.logits, labels)
 
     out = {}
-    for method in ("data parallel", "accumulation", "local SGD"):
-        torch.manual_seed(0)
-        model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.Tanh(), torch.nn.Linear(64, 1))
+    for method, steps_per_sync in (("data parallel", 1), ("accumulation", k)):
+        AcceleratorState._reset_state(True)
+        GradientState._reset_state()
+        accelerator = Accelerator(cpu=True, gradient_accumulation_steps=steps_per_sync)
+        model = build_model(args, torch.device("cpu"))
         optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-        params = list(model.parameters())
+        dataloader = torch.utils.data.DataLoader(data, batch_size=None)  # this rank's own batches
+        model, optimizer = accelerator.prepare(model, optimizer)
+
+        def hook(state, bucket):
+            count(bucket.buffer())
+            return default_hooks.allreduce_hook(None, bucket)
+
+        model.register_comm_hook(None, hook)
         calls.update(n=0, bytes=0)
-        steps = 0
-        generator = torch.Generator().manual_seed(100 + rank)
-        for i in range(batches):
-            x = torch.randn(16, 32, generator=generator)
-            y = torch.randn(16, 1, generator=generator)
-            loss = torch.nn.functional.mse_loss(model(x), y)
-            if method == "accumulation":
-                (loss / k).backward()
-                if (i + 1) % k == 0 or i + 1 == batches:
-                    flat = torch.cat([p.grad.reshape(-1) for p in params])  # one bucket
-                    counted(flat)
-                    flat /= world_size
-                    torch.nn.utils.vector_to_parameters(flat, [p.grad for p in params])
-                    optimizer.step()
-                    optimizer.zero_grad()
-                    steps += 1
-                continue
-            loss.backward()
-            if method == "data parallel":
-                flat = torch.cat([p.grad.reshape(-1) for p in params])
-                counted(flat)
-                flat /= world_size
-                torch.nn.utils.vector_to_parameters(flat, [p.grad for p in params])
-            optimizer.step()
-            optimizer.zero_grad()
-            steps += 1
-            if method == "local SGD" and ((i + 1) % k == 0 or i + 1 == batches):
-                with torch.no_grad():
-                    flat = torch.nn.utils.parameters_to_vector(params)
-                    counted(flat)
-                    torch.nn.utils.vector_to_parameters(flat / world_size, params)
+        steps = accumulation.train_with_accumulation(accelerator, model, optimizer, dataloader, loss_fn)
         out[method] = (steps, calls["n"], calls["bytes"])
+    model = build_model(args, torch.device("cpu"))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    real_all_reduce = dist.all_reduce
+
+    def counted(tensor, *rest, **keywords):
+        count(tensor)
+        return real_all_reduce(tensor, *rest, **keywords)
+
+    dist.all_reduce = counted
+    calls.update(n=0, bytes=0)
+    local_sgd.local_sgd_train(model, optimizer, data, loss_fn, k)
+    dist.all_reduce = real_all_reduce
+    out["local SGD"] = (batches, calls["n"], calls["bytes"])
     results.put((rank, out))
     results.close()
     results.join_thread()  # flushed before the process ends
     os._exit(0)  # no teardown: the group ends with the process
 
 
-def collectives(k=4, batches=16, world_size=2):
+def collectives(args, k=4, batches=16, world_size=2):
     import multiprocessing
+
+    import accelerate  # noqa: F401 - imported once, before the ranks are forked
+    import transformers  # noqa: F401
 
     context = multiprocessing.get_context("fork")
     results = context.Queue()
     with tempfile.TemporaryDirectory() as folder:
         store = os.path.join(folder, "store")
-        ranks = [context.Process(target=_rank, args=(r, world_size, store, k, batches, results))
+        ranks = [context.Process(target=_rank, args=(r, world_size, store, args, k, batches, results))
                  for r in range(world_size)]
         for process in ranks:
             process.start()
-        got = dict(results.get(timeout=90) for _ in ranks)
+        got = dict(results.get(timeout=300) for _ in ranks)
         for process in ranks:
             process.join(timeout=30)
     failed = {rank: value for rank, value in got.items() if isinstance(value, str)}
@@ -294,13 +311,15 @@ def collectives(k=4, batches=16, world_size=2):
     assert all(got[r] == counts for r in got), got  # every rank made the same calls
     rows = []
     for method, (steps, calls, sent) in counts.items():
-        sync = {"data parallel": "gradients every step", "accumulation": f"gradients every {k} micro-batches",
-                "local SGD": f"parameters every {k} steps"}[method]
+        sync = {"data parallel": "gradients every step (ex13, k = 1)",
+                "accumulation": f"gradients every {k} micro-batches (ex13)",
+                "local SGD": f"parameters every {k} steps (ex15)"}[method]
         rows.append([method, sync, batches, steps, calls, f"{calls / steps:5.2f}", f"{calls / batches:5.2f}",
-                     f"{sent / 1024:7.1f}"])
-    return lambda: table(f"(c) collectives: {world_size} gloo ranks, {batches} batches each, k = {k}",
+                     f"{sent / 2**20:7.2f}"])
+    return lambda: table(f"(c) collectives: {world_size} gloo ranks, {batches} batches of {args.batch} x {args.seq} "
+                         f"each, BERT hidden {args.hidden}, {args.layers} layers",
                          ["method", "all_reduce of", "batches", "optimizer steps", "all_reduce calls", "per step",
-                          "per batch", "KiB sent"], rows)
+                          "per batch", "MiB sent"], rows)
 
 
 def main():
@@ -313,7 +332,7 @@ def main():
     parser.add_argument("--threads", type=int, default=1, help="CPU threads (1: steady timings on a shared box)")
     args = parser.parse_args()
     started = time.perf_counter()
-    show_collectives = collectives()  # first: the ranks are forked before this process runs a threaded matmul
+    show_collectives = collectives(args)  # first: the ranks are forked before this process runs a threaded matmul
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if device.type == "cpu":
         torch.set_num_threads(args.threads)

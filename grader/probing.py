@@ -48,3 +48,28 @@ def seeded(seed, shape, dtype, device):
     """A reproducible random tensor: the same seed gives the same values in every worker."""
     generator = torch.Generator().manual_seed(seed)
     return torch.randn(shape, generator=generator, dtype=torch.float64).to(dtype).to(device)
+
+
+def seeded_parameters(model, seed):
+    """Every parameter drawn afresh (the i-th from seed + i, in its own dtype): the same model in every
+    worker and on every rank, whatever torch's random state."""
+    with torch.no_grad():
+        for i, param in enumerate(model.parameters()):
+            param.copy_(seeded(seed + i, param.shape, param.dtype, param.device))
+    return model
+
+
+def rows_of(seen, inputs):
+    """Which rows of `inputs` (a 2-D tensor) the batches a model's forward calls got hold, in order
+    (-1: a row that is not among them): what a rank computed on, observed with a forward pre-hook."""
+    rows = []
+    for batch in seen:
+        if batch.dim() != 2 or batch.shape[1] != inputs.shape[1]:
+            rows.append(-1)
+            continue
+        batch, every = batch.to(device="cpu", dtype=inputs.dtype), inputs.cpu()
+        matches = (batch.unsqueeze(1) == every.unsqueeze(0)).all(-1)
+        found = matches.any(1)
+        index = matches.to(torch.float64).argmax(1)
+        rows.extend(int(i) if ok else -1 for i, ok in zip(index.tolist(), found.tolist()))
+    return rows

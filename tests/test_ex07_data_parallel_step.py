@@ -86,10 +86,7 @@ def _model(case, device):
         torch.nn.Tanh(),
         torch.nn.Linear(case["hidden"], case["out_features"]),
     ).to(device=device, dtype=torch.float64)
-    with torch.no_grad():
-        for i, param in enumerate(model.parameters()):
-            param.copy_(probing.seeded(case["seed"] + i, param.shape, torch.float64, device))
-    return model
+    return probing.seeded_parameters(model, case["seed"])
 
 
 def _optimizer(case, model):
@@ -150,7 +147,7 @@ def probe_steps(ctx, case):
         record["loss_types"].append(f"{type(loss).__module__}.{type(loss).__qualname__}")
         record["losses"].append(float(loss) if type(loss) is float else None)
         record["parameters"].append(_parameters(model))
-        record["rows_seen"].append(_rows_of(seen, inputs))
+        record["rows_seen"].append(probing.rows_of(seen, inputs))
     hook.remove()
     record["devices"] = sorted({param.device.type for param in model.parameters()})
     return record
@@ -163,19 +160,6 @@ def _record_input(seen, args, kwargs):
         seen.append(given[0].detach().clone())
 
 
-def _rows_of(seen, inputs):
-    """Which rows of the global batch the model's forward calls got (-1: a row not in the batch)."""
-    rows = []
-    for batch in seen:
-        if batch.dim() != 2 or batch.shape[1] != inputs.shape[1]:
-            rows.append(-1)
-            continue
-        batch, every = batch.to(device="cpu", dtype=inputs.dtype), inputs.cpu()
-        matches = (batch.unsqueeze(1) == every.unsqueeze(0)).all(-1)
-        found = matches.any(1)
-        index = matches.to(torch.float64).argmax(1)
-        rows.extend(int(i) if ok else -1 for i, ok in zip(index.tolist(), found.tolist()))
-    return rows
 
 
 def probe_baseline(ctx, case):

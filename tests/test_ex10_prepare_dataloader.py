@@ -182,18 +182,6 @@ def _accelerator(ctx):
     return Accelerator(cpu=ctx.device == "cpu")
 
 
-def _rows_of(seen, inputs):
-    """The dataset rows each forward call got (-1: an input that is no row of the dataset)."""
-    rows = []
-    for batch in seen:
-        if batch.dim() != 2 or batch.shape[1] != inputs.shape[1]:
-            rows.append(-1)
-            continue
-        matches = (batch.to(device="cpu", dtype=inputs.dtype).unsqueeze(1) == inputs.unsqueeze(0)).all(-1)
-        found = matches.any(1)
-        index = matches.to(torch.float64).argmax(1)
-        rows.extend(int(i) if ok else -1 for i, ok in zip(index.tolist(), found.tolist()))
-    return rows
 
 
 def probe_evaluate(ctx, case):
@@ -221,7 +209,7 @@ def probe_evaluate(ctx, case):
         hook.remove()
     record["type"] = f"{type(result).__module__}.{type(result).__qualname__}"
     record["accuracy"] = float(result) if type(result) is float else None
-    record["rows"] = _rows_of(seen, dataset.tensors[0])
+    record["rows"] = probing.rows_of(seen, dataset.tensors[0])
     record["grads"] = sorted(name for name, p in model.named_parameters() if p.grad is not None)
     return record
 

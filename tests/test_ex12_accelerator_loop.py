@@ -114,10 +114,7 @@ def _model(case, device):
         torch.nn.Tanh(),
         torch.nn.Linear(case["hidden"], case["out_features"]),
     ).to(device=device, dtype=torch.float64)
-    with torch.no_grad():
-        for i, param in enumerate(model.parameters()):
-            param.copy_(probing.seeded(case["seed"] * 8 + i, param.shape, torch.float64, device))
-    return model
+    return probing.seeded_parameters(model, case["seed"] * 8)
 
 
 def _optimizer(case, model):
@@ -158,18 +155,6 @@ def _parameters(model):
     return {name: p.detach().cpu().clone() for name, p in model.named_parameters()}
 
 
-def _rows_of(seen, inputs):
-    """The dataset rows each forward call got (-1: an input that is no row of the dataset)."""
-    rows = []
-    for batch in seen:
-        if batch.dim() != 2 or batch.shape[1] != inputs.shape[1]:
-            rows.append(-1)
-            continue
-        matches = (batch.to(device="cpu", dtype=inputs.dtype).unsqueeze(1) == inputs.unsqueeze(0)).all(-1)
-        found = matches.any(1)
-        index = matches.to(torch.float64).argmax(1)
-        rows.extend(int(i) if ok else -1 for i, ok in zip(index.tolist(), found.tolist()))
-    return rows
 
 
 def _train(ctx, case):
@@ -212,7 +197,7 @@ def _train(ctx, case):
         record["loss_types"] = [f"{type(x).__module__}.{type(x).__qualname__}" for x in losses]
         record["losses"] = [x if type(x) is float else None for x in losses]
     record["parameters"] = _parameters(model)
-    record["rows"] = _rows_of(seen, dataset.tensors[0])
+    record["rows"] = probing.rows_of(seen, dataset.tensors[0])
     return record
 
 

@@ -103,10 +103,7 @@ def _model(case, device):
         torch.nn.BatchNorm1d(case["hidden"]),
         torch.nn.Linear(case["hidden"], case["out_features"]),
     ).to(device=device, dtype=torch.float64)
-    with torch.no_grad():
-        for i, param in enumerate(model.parameters()):
-            param.copy_(probing.seeded(case["seed"] + i, param.shape, torch.float64, device))
-    return model
+    return probing.seeded_parameters(model, case["seed"])
 
 
 def _optimizer(case, model):

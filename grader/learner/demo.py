@@ -1,9 +1,11 @@
-"""`python -m grader demo ex07 --nproc 2`: the learner's own code training a model across processes.
+"""`python -m grader demo ex07|ex12 --nproc 2`: the learner's own code training a model across processes.
 
 The launcher checks that the exercises the demo runs on are solved, builds everything
 offline (a tiny DistilBERT-style checkpoint, a WordPiece tokenizer and a small sentiment
-dataset, all generated here), then starts N ranks with torchrun. Each rank runs
-grader.learner.demo_rank with the learner's sharding, parameter sync and data-parallel step.
+dataset, all generated here), then starts N ranks with torchrun. For ex07 each rank runs
+grader.learner.demo_rank with the learner's sharding, parameter sync and data-parallel step;
+for ex12, grader.learner.demo_accelerate with the learner's tokenization, DataLoader,
+Accelerate training loop and gathered accuracy.
 """
 
 import ast
@@ -16,7 +18,9 @@ import tempfile
 from grader.grading.session import resolve_target
 from grader.learner.commands import command_parser
 
-NEEDS = {"ex07": ["ex04_sharding", "ex06_parameter_sync", "ex07_data_parallel_step"]}
+NEEDS = {"ex07": ["ex04_sharding", "ex06_parameter_sync", "ex07_data_parallel_step"],
+         "ex12": ["ex08_preprocess_text", "ex10_prepare_dataloader", "ex12_accelerator_loop"]}
+RANKS = {"ex07": "grader.learner.demo_rank", "ex12": "grader.learner.demo_accelerate"}
 POSITIVE = "good great fine happy nice lovely bright warm calm kind sweet clean".split()
 NEGATIVE = "bad awful poor sad nasty gloomy dark cold loud rude sour dirty".split()
 NEUTRAL = "the a movie film day food room it was is very quite rather so this that".split()
@@ -26,7 +30,8 @@ def main(argv):
     parser = command_parser("demo", __doc__.splitlines()[0])
     parser.add_argument("exercise", choices=sorted(NEEDS), help="the exercise whose code the demo trains with")
     parser.add_argument("--nproc", type=int, default=2, help="number of processes (ranks), 1 to 8")
-    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--steps", type=int, default=40, help="ex07: optimizer steps")
+    parser.add_argument("--epochs", type=int, default=4, help="ex12: epochs")
     parser.add_argument("--target", default="exercises", help="folder with your exNN_*.py files")
     args = parser.parse_args(argv)
     if not 1 <= args.nproc <= 8:
@@ -47,8 +52,8 @@ def main(argv):
         print(f"building a tiny classifier, tokenizer and dataset offline in {assets}", flush=True)
         build_assets(assets)
         command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={args.nproc}",
-                   "--module", "grader.learner.demo_rank", "--assets", assets, "--target", target.path,
-                   "--steps", str(args.steps)]
+                   "--module", RANKS[args.exercise], "--assets", assets, "--target", target.path]
+        command += ["--steps", str(args.steps)] if args.exercise == "ex07" else ["--epochs", str(args.epochs)]
         env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", HF_HUB_DISABLE_PROGRESS_BARS="1",
                    TOKENIZERS_PARALLELISM="false", PYTHONUNBUFFERED="1")
         print(f"launching {args.nproc} processes with torchrun", flush=True)

@@ -54,16 +54,18 @@ def checksum(model):
     return torch.stack([p.detach().double().sum() for p in model.parameters()]).sum()
 
 
-def loss_note(first, last):
+STEP_CAUSES = ("With a right data-parallel step it falls well on this easy task, so a piece of your step is off:\n"
+               "gradients left from the step before (not cleared), gradients not averaged over the ranks,\n"
+               "a rank training on rows that are not its own, or ranks out of sync (see 'ranks in sync' above).\n"
+               "python -m grader ex07 (and ex04, ex06) names the check that fails.")
+
+
+def loss_note(first, last, causes=STEP_CAUSES):
     """What the loss from the first step to the last says, for a learner who may not know what to expect."""
     if last < first:
         return f"the loss fell ({first:.4f} -> {last:.4f}): the model learned to tell the sentences apart"
     what = "rose" if last > first else "did not fall"
-    return (f"the loss {what} ({first:.4f} -> {last:.4f}): the model got no better at the task.\n"
-            "With a right data-parallel step it falls well on this easy task, so a piece of your step is off:\n"
-            "gradients left from the step before (not cleared), gradients not averaged over the ranks,\n"
-            "a rank training on rows that are not its own, or ranks out of sync (see 'ranks in sync' above).\n"
-            "python -m grader ex07 (and ex04, ex06) names the check that fails.")
+    return f"the loss {what} ({first:.4f} -> {last:.4f}): the model got no better at the task.\n" + causes
 
 
 def main():

@@ -107,12 +107,29 @@ def test_demo_trains_across_two_processes_with_the_learners_code():
     assert last < first * 0.8, summary
 
 
+def test_accelerate_demo_trains_with_the_learners_pipeline_loop_and_metric():
+    done = subprocess.run([sys.executable, "-m", "grader", "demo", "ex12", "--nproc", "2", "--epochs", "3",
+                           "--target", "solutions"], cwd=KIT_ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    out = done.stdout
+    assert "2 ranks (DistributedType.MULTI_CPU)" in out
+    losses = [float(line.split()[-1]) for line in out.splitlines() if line.startswith("epoch ")]
+    assert len(losses) == 3 and losses[-1] < losses[0] * 0.8, out
+    accuracy = [int(line.split("%")[0].split()[-1]) for line in out.splitlines() if line.startswith("accuracy ")]
+    assert len(accuracy) == 2 and accuracy[1] > accuracy[0], out
+
+
 def test_demo_says_which_exercises_to_solve_first(stubs):
     done = subprocess.run([sys.executable, "-m", "grader", "demo", "ex07", "--target", stubs], cwd=KIT_ROOT,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 1
     assert "solve these first" in done.stdout
     for name in ("ex04_sharding", "ex06_parameter_sync", "ex07_data_parallel_step"):
+        assert name in done.stdout
+    done = subprocess.run([sys.executable, "-m", "grader", "demo", "ex12", "--target", stubs], cwd=KIT_ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and "solve these first" in done.stdout
+    for name in ("ex08_preprocess_text", "ex10_prepare_dataloader", "ex12_accelerator_loop"):
         assert name in done.stdout
 
 
@@ -146,6 +163,11 @@ def test_demo_explains_a_loss_that_did_not_fall():
     assert rose.startswith("the loss rose (0.7000 -> 0.9300)") and "python -m grader ex07" in rose
     assert "not cleared" in rose and "averaged" in rose and "in sync" in rose
     assert loss_note(0.70, float("nan")).startswith("the loss did not fall")
+    from grader.learner.demo_accelerate import LOOP_CAUSES
+
+    stayed = loss_note(0.70, 0.70, LOOP_CAUSES)
+    assert stayed.startswith("the loss did not fall") and "python -m grader ex12" in stayed
+    assert "accelerator.backward" in stayed and "prepared" in stayed
 
 
 def test_ex02s_example_runs_as_written():

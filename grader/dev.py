@@ -50,7 +50,7 @@ def main(argv):
 def run_check(args):
     problems = 0
     for name, check in (("files", files), ("ids", ids), ("points", points), ("README", readme_table),
-                        ("signatures", signatures)):
+                        ("signatures", signatures), ("wrong implementations", wrong_implementations)):
         found, summary = check()
         problems += len(found)
         _report(name, found, summary)
@@ -158,6 +158,53 @@ def readme_table():
         if exercise is not None and exercise.id == name and exercise.points != value:
             found.append(f"README.md gives {name} {value:g} points; the catalog {exercise.points:g}")
     return found, f"{len(table)} rows, as the catalog"
+
+
+def _named_checks(path):
+    """The checks the WRONG (and ON_A_GPU) dicts of a catches file name: each entry's value is (source, check),
+    the check a string or a module-level name bound to one. Read, never imported."""
+    with open(path) as handle:
+        tree = ast.parse(handle.read(), path)
+    names = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target, value = node.targets[0], node.value
+            pairs = (zip(target.elts, value.elts) if isinstance(target, ast.Tuple) and isinstance(value, ast.Tuple)
+                     else [(target, value)])
+            names.update({t.id: v.value for t, v in pairs if isinstance(t, ast.Name) and isinstance(v, ast.Constant)})
+    named = set()
+    for node in tree.body:
+        if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict)
+                and any(isinstance(t, ast.Name) and t.id in ("WRONG", "ON_A_GPU") for t in node.targets)):
+            for entry in node.value.values:
+                check = entry.elts[-1] if isinstance(entry, ast.Tuple) and entry.elts else None
+                if isinstance(check, ast.Constant):
+                    named.add(check.value)
+                elif isinstance(check, ast.Name):
+                    named.add(names.get(check.id))
+    return named
+
+
+def wrong_implementations():
+    """Every check is named by a wrong implementation in tests/kit/test_catches_exNN.py: a check no known
+    mistake fails is not yet proven able to fail."""
+    found, count = [], 0
+    for exercise in catalog.EXERCISES:
+        checks_file, catches_file = expected_files(exercise)[2:]
+        if not (os.path.isfile(_path(checks_file)) and os.path.isfile(_path(catches_file))):
+            continue  # `files` names it
+        try:
+            with open(_path(checks_file)) as handle:
+                checks = [node.name for node in ast.parse(handle.read()).body
+                          if isinstance(node, ast.FunctionDef) and node.name.startswith("test_")]
+            named = _named_checks(_path(catches_file))
+        except SyntaxError as error:
+            found.append(f"{error.filename}:{error.lineno}: syntax error")
+            continue
+        found += [f"{checks_file}: {check} is named by no wrong implementation in {catches_file}"
+                  for check in checks if check not in named]
+        count += len(checks)
+    return found, f"each of the {count} checks is named by a wrong implementation that must fail it"
 
 
 def _functions(path):

@@ -84,6 +84,9 @@ WRONG = {
     "audio_float64": (mutate(EX, (VALUES, VALUES.replace(".float()", ".double()"))), AUDIO),
     # one call per waveform
     "audio_one_by_one": (AUDIO_ONE_AT_A_TIME, AUDIO_CALLS),
+    # the mask requested (so the values are right) but replaced by ones "for the padded length"
+    "audio_mask_all_ones": (mutate(EX, ('"attention_mask": features["attention_mask"]',
+                                        '"attention_mask": torch.ones_like(features["attention_mask"])')), AUDIO_MASK),
 }
 
 DIAGNOSED = {

@@ -1,5 +1,8 @@
 """ex10's checks catch the DataLoader and gathered-metric mistakes learners really make, and let right variants pass."""
 
+import pytest
+
+from grader.devices import cuda_present
 from tests.kit.harness import assert_caught, assert_diagnosed, assert_full_marks, grade_submissions, mutate
 
 EX = "ex10_prepare_dataloader"
@@ -111,3 +114,17 @@ def test_wrong_dataloaders_and_metrics_are_caught_and_right_variants_pass(tmp_pa
     assert_caught({name: results[name] for name in WRONG}, {name: check for name, (_, check) in WRONG.items()})
     assert_diagnosed(results, DIAGNOSED)
     assert_full_marks(results, RIGHT)
+
+
+# The check on the accelerator's device runs in one process on every device; the multi-rank checks run
+# on the CPU. A batch moved to the CPU by hand fails only where the accelerator's device is a GPU.
+ON_A_GPU = {
+    "batch_moved_to_the_cpu": (mutate(EX, ('predictions = model(inputs).argmax(dim=-1)', 'predictions = model(inputs.cpu()).argmax(dim=-1)')), "test_evaluate_accuracy_on_the_accelerators_device"),
+}
+
+
+@pytest.mark.skipif(not cuda_present(), reason="the device check's wrong implementation fails only on a GPU")
+def test_device_mistakes_are_caught_on_a_gpu(tmp_path):
+    results = grade_submissions(tmp_path, EX, {name: source for name, (source, _) in ON_A_GPU.items()},
+                                device="cuda")
+    assert_caught(results, {name: check for name, (_, check) in ON_A_GPU.items()})

@@ -58,6 +58,11 @@ WRONG = {
     "config_flag_only": (mutate(EX, (ENABLE, "    model.config.gradient_checkpointing = True\n")), FLAGS),
     # every second layer only
     "every_other_layer": (mutate(EX, (ENABLE, "    enable(every_n_layers=2)\n")), FLAGS),
+    # a "dry run" of each block under no_grad first (to see its output): every block runs twice forward
+    "dry_run_first": (mutate(EX, (LOOP, "    with torch.no_grad():\n        y = x\n        for block in blocks:\n"
+                                        "            y = block(y)\n" + LOOP)), RECOMPUTED),
+    # half precision on top "to save even more memory": other outputs and gradients
+    "half_precision_too": (mutate(EX, (TRAIN, TRAIN + "    model.half()\n")), SAME_RESULTS),
 }
 
 DIAGNOSED = {

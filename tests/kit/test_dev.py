@@ -40,15 +40,19 @@ def test_dev_check_names_each_fault_in_the_files_the_catalog_and_the_readme(tmp_
     (kit / "tests" / "kit" / "test_catches_ex03.py").unlink()
     stub = kit / "exercises" / "ex06_parameter_sync.py"
     stub.write_text(stub.read_text().replace("src: int=0", "src: int=1"))
+    catches = kit / "tests" / "kit" / "test_catches_ex06.py"  # no wrong implementation left for the in-place check
+    catches.write_text(catches.read_text().replace('"test_broadcast_parameters_updates_tensors_in_place"',
+                                                   '"test_broadcast_parameters_copies_src_state_to_every_rank"'))
     done = dev_check(kit, "--no-grade")
     assert done.returncode == 1, done.stdout + done.stderr
     assert "Traceback" not in done.stdout + done.stderr
     for problem in ("README.md gives ex04_sharding 10 points; the catalog 15",
                     "solutions/ex08_extra.py: no catalog entry",
                     "ex03_prepare_model: tests/kit/test_catches_ex03.py is missing",
-                    "ex06_parameter_sync.broadcast_parameters: the stub's"):
+                    "ex06_parameter_sync.broadcast_parameters: the stub's",
+                    "test_broadcast_parameters_updates_tensors_in_place is named by no wrong implementation"):
         assert problem in done.stdout, done.stdout
-    assert done.stdout.strip().endswith("dev check: 4 problems")
+    assert done.stdout.strip().endswith("dev check: 5 problems")
 
 
 def test_dev_check_grades_references_and_stubs(tmp_path):

@@ -36,9 +36,10 @@ def release(tmp_path_factory):
 
 
 def _solution_lines(exercise):
-    """Lines of the reference that neither its stub nor the check files, grader and catalog's hints
+    """Lines of the reference that neither the stubs nor the check files, grader and catalog's hints
     (shipped on purpose) already show: its actual solution."""
-    shown = [os.path.join(KIT_ROOT, "exercises", exercise + ".py")]
+    shown = [os.path.join(KIT_ROOT, "exercises", name) for name in os.listdir(os.path.join(KIT_ROOT, "exercises"))
+             if name.endswith(".py")]
     shown += [os.path.join(KIT_ROOT, "tests", name) for name in os.listdir(os.path.join(KIT_ROOT, "tests"))
               if name.endswith(".py")]
     shown += [os.path.join(root, name) for root, _, names in os.walk(os.path.join(KIT_ROOT, "grader"))

@@ -16,6 +16,10 @@ import grader.sandbox.worker  # noqa: F401
 import grader.checks  # noqa: F401  (check files import these)
 import grader.probing  # noqa: F401
 
+# The first operation on a 'meta' tensor loads its kernels, 0.8 s in every worker otherwise (the checks
+# that look for device mistakes run on meta tensors). Meta tensors never touch a device.
+torch.stack([torch.empty(2, device="meta")]).mean(dim=0)
+
 import gc  # noqa: E402
 
 gc.freeze()  # a worker's garbage collections then leave the fork server's objects (and their pages) alone

@@ -1,5 +1,5 @@
-"""Imported once by the data fork server: the transformers preload, 🤗 Datasets, Pillow, the processors
-and the Trainer (chapters 1 and 2's text, images, audio and Trainer exercises).
+"""Imported once by the data fork server: the transformers preload (datasets came with the optim one),
+Pillow, the processors and the Trainer (chapters 1 and 2's text, images, audio and Trainer exercises).
 
 Nothing here may touch CUDA: workers are forked from this process.
 """

@@ -1,8 +1,9 @@
 """Memory of a grade: one submission in Gradescope's default box, and a class's batch.
 
-    python benchmarks/grade_memory.py [--limit-mb 768] [--runs 3] [--batch 1 8 32]
+    python benchmarks/grade_memory.py [--limit-mb 768] [--runs 3] [--batch 1 8 32] [--chapter N]
 
-One submission: a full grade of the references (thorough profile) inside a memory cgroup (v1)
+One submission: a grade of the references (thorough profile; every chapter, or chapter N: one
+Gradescope assignment) inside a memory cgroup (v1)
 limited to --limit-mb, as Gradescope's box is; it prints the score, the exit status and the peak
 memory in use by all processes together (the sum of their PSS, sampled every 0.2 s: the
 cgroup's own counter also counts page cache, which the kernel drops at the limit anyway).
@@ -94,15 +95,16 @@ def _join(group):
         handle.write(str(os.getpid()))
 
 
-def one_submission(limit_mb, runs):
+def one_submission(limit_mb, runs, chapter=None):
     limited = limit_mb if os.geteuid() == 0 and os.path.isdir(CGROUP) else None
-    print(f"one submission: the references, thorough profile, "
+    which = [f"chapter{chapter}"] if chapter else []
+    print(f"one submission: the references ({which[0] if which else 'every chapter'}), thorough profile, "
           f"{'in a ' + str(limit_mb) + ' MB memory cgroup' if limited else 'no memory limit (not root)'}")
     for run in range(runs):
         report = os.path.join(tempfile.mkdtemp(), "report.json")
-        seconds, code, peak, charged = measured([sys.executable, "-m", "grader", "--target", "solutions", "--device",
-                                                 "cpu", "--profile", "thorough", "--seed", str(run + 1), "-q",
-                                                 "--json", report], limited)
+        command = [sys.executable, "-m", "grader", *which, "--target", "solutions", "--device", "cpu",
+                   "--profile", "thorough", "--seed", str(run + 1), "-q", "--json", report]
+        seconds, code, peak, charged = measured(command, limited)
         score = json.load(open(report))["score"] if os.path.exists(report) else "no report"
         box = f"{charged:.0f} MB charged to the cgroup at its peak, " if charged else ""
         print(f"  run {run + 1}: score {score}, exit {code}, {box}{peak:.0f} MB PSS of all processes at its peak, "
@@ -132,10 +134,11 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--limit-mb", type=int, default=768)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--chapter", type=int, default=None, help="grade one chapter (a Gradescope assignment)")
     parser.add_argument("--batch", type=int, nargs="*", default=[1, 8, 32])
     args = parser.parse_args()
     if args.runs:
-        one_submission(args.limit_mb, args.runs)
+        one_submission(args.limit_mb, args.runs, args.chapter)
     if args.batch:
         batch(sorted(args.batch))
 

@@ -119,7 +119,9 @@ def test_wrong_dataloaders_and_metrics_are_caught_and_right_variants_pass(tmp_pa
 # The check on the accelerator's device runs in one process on every device; the multi-rank checks run
 # on the CPU. A batch moved to the CPU by hand fails only where the accelerator's device is a GPU.
 ON_A_GPU = {
-    "batch_moved_to_the_cpu": (mutate(EX, ('predictions = model(inputs).argmax(dim=-1)', 'predictions = model(inputs.cpu()).argmax(dim=-1)')), "test_evaluate_accuracy_on_the_accelerators_device"),
+    "batch_moved_to_the_cpu": (mutate(EX, ('predictions = model(inputs).argmax(dim=-1)',
+                                           'predictions = model(inputs.cpu()).argmax(dim=-1)')),
+                               "test_evaluate_accuracy_on_the_accelerators_device"),
 }
 
 

@@ -99,7 +99,9 @@ def test_wrong_training_loops_are_caught_and_right_variants_pass(tmp_path):
 # The check on the accelerator's device runs in one process on every device; the multi-rank checks run
 # on the CPU. A batch moved to the CPU by hand fails only where the accelerator's device is a GPU.
 ON_A_GPU = {
-    "batch_moved_to_the_cpu": (mutate(EX, ('loss = loss_fn(model(inputs), targets)', 'loss = loss_fn(model(inputs.cpu()), targets.cpu())')), "test_train_on_the_accelerators_device"),
+    "batch_moved_to_the_cpu": (mutate(EX, ("loss = loss_fn(model(inputs), targets)",
+                                           "loss = loss_fn(model(inputs.cpu()), targets.cpu())")),
+                               "test_train_on_the_accelerators_device"),
 }
 
 

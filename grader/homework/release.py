@@ -22,7 +22,8 @@ the `TODO`), then check your work:
 
 ```bash
 pip install -e .                      # once
-python -m grader                      # every exercise, scored
+python -m grader                      # every exercise, scored: each chapter out of 100
+python -m grader chapter1             # one chapter: one homework assignment
 python -m grader ex04                 # one exercise (also: python -m grader 4)
 pytest tests/test_ex04_sharding.py    # the same checks, as plain pytest
 python -m grader hint ex04            # the next hint

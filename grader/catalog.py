@@ -79,10 +79,6 @@ def find_chapter(name):
     return next((chapter for chapter in CHAPTERS if chapter.number == number), None)
 
 
-def chapter_of(exercise):
-    return find_chapter(exercise.chapter)
-
-
 def find(name):
     """An exercise by id ('ex04_sharding'), prefix ('ex04') or number ('4'); None if unknown."""
     name = str(name).strip()

@@ -13,7 +13,7 @@ import torch
 from hypothesis import assume, example, given, strategies as st
 
 from grader import probing
-from grader.checks import close, expect_close, expect_equal, fail
+from grader.checks import close, expect_close, expect_equal, explicit_examples, fail
 from grader.probing import InvalidResult
 
 NAMES = ["embed.weight", "layers.0.weight", "layers.0.bias", "norm.weight", "head.bias", "scale"]
@@ -49,10 +49,7 @@ REPLICA_EXAMPLES = [
 ]
 
 
-def with_replica_examples(check):
-    for item in reversed(REPLICA_EXAMPLES):
-        check = example(case=item)(check)
-    return check
+with_replica_examples = explicit_examples(REPLICA_EXAMPLES)
 
 
 def _usable(case, device):
@@ -83,10 +80,7 @@ def model(world_size, vocab=5, hidden=3, dtype="float32", unused=True, seed=5):
 MODEL_EXAMPLES = [model(2), model(3, dtype="float64", unused=False), model(4, vocab=2, hidden=1)]
 
 
-def with_model_examples(check):
-    for item in reversed(MODEL_EXAMPLES):
-        check = example(case=item)(check)
-    return check
+with_model_examples = explicit_examples(MODEL_EXAMPLES)
 
 
 def describe_model(case):

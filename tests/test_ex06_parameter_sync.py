@@ -8,10 +8,10 @@ ones cast up), so a broadcast through a float32 copy shows."""
 
 import pytest
 import torch
-from hypothesis import example, given, strategies as st
+from hypothesis import given, strategies as st
 
 from grader import probing
-from grader.checks import expect_equal, fail
+from grader.checks import expect_equal, explicit_examples, fail
 from grader.probing import InvalidResult
 
 DTYPES = ["float32", "float64"]
@@ -40,10 +40,7 @@ def case(world_size, src, in_features=3, hidden=4, dtype="float32", extra_buffer
 EXAMPLES = [case(2, 1), case(3, 2, dtype="float64", extra_buffer=True), case(4, None), case(4, 1, hidden=1)]
 
 
-def with_examples(check):
-    for item in reversed(EXAMPLES):
-        check = example(case=item)(check)
-    return check
+with_examples = explicit_examples(EXAMPLES)
 
 
 def source(case):

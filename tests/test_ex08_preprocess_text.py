@@ -14,10 +14,10 @@ never one text at a time. Observations go through `ds[:]` (datasets 4+ columns a
 """
 
 import pytest
-from hypothesis import example, given, strategies as st
+from hypothesis import given, strategies as st
 
 from grader import media
-from grader.checks import expect_equal, fail
+from grader.checks import expect_equal, explicit_examples, fail
 from grader.probing import InvalidResult
 
 COLUMNS = ["attention_mask", "input_ids", "labels"]
@@ -62,10 +62,7 @@ EXAMPLES = [
 ]
 
 
-def with_examples(check):
-    for item in reversed(EXAMPLES):
-        check = example(case=item)(check)
-    return check
+with_examples = explicit_examples(EXAMPLES)
 
 
 def length(case):

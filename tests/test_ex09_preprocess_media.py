@@ -17,10 +17,10 @@ the extractor's own sampling rate; the waveforms stay unchanged.
 """
 
 import pytest
-from hypothesis import example, given, strategies as st
+from hypothesis import given, strategies as st
 
 from grader import media
-from grader.checks import expect_close, expect_equal, expect_type, fail
+from grader.checks import expect_close, expect_equal, expect_type, explicit_examples, fail
 from grader.probing import InvalidResult, plain_dict
 
 RESAMPLE = {0: "nearest", 1: "lanczos", 2: "bilinear", 3: "bicubic"}
@@ -89,12 +89,7 @@ AUDIO_EXAMPLES = [
 ]
 
 
-def with_examples(examples, name):
-    def decorate(check):
-        for item in reversed(examples):
-            check = example(**{name: item})(check)
-        return check
-    return decorate
+with_examples = explicit_examples
 
 
 def describe_images(case):

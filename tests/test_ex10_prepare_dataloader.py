@@ -30,7 +30,7 @@ import torch
 from hypothesis import example, given, strategies as st
 
 from grader import probing
-from grader.checks import expect_equal, fail
+from grader.checks import expect_equal, explicit_examples, fail
 from grader.probing import InvalidResult
 
 HIDDEN = 8
@@ -86,10 +86,7 @@ EVAL_EXAMPLES = [
 ]
 
 
-def with_eval_examples(check):
-    for item in reversed(EVAL_EXAMPLES):
-        check = example(case=item)(check)
-    return check
+with_eval_examples = explicit_examples(EVAL_EXAMPLES)
 
 
 def describe_loader(case):

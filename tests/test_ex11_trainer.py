@@ -35,10 +35,10 @@ import tempfile
 from fractions import Fraction
 
 import pytest
-from hypothesis import example, given, settings, strategies as st
+from hypothesis import given, settings, strategies as st
 
 from grader import models
-from grader.checks import expect_close, expect_equal, fail
+from grader.checks import expect_close, expect_equal, explicit_examples, fail
 from grader.probing import InvalidResult
 
 CONTRACT_FIELDS = ("output_dir", "eval_strategy", "save_strategy", "report_to", "per_device_train_batch_size",
@@ -48,12 +48,7 @@ METRICS_TOLERANCE = 1e-6
 SEQUENCE_LENGTH = 8
 
 
-def with_examples(rows):
-    def decorate(check):
-        for item in reversed(rows):
-            check = example(case=item)(check)
-        return check
-    return decorate
+with_examples = explicit_examples
 
 
 @contextlib.contextmanager

@@ -21,10 +21,10 @@ import math
 
 import pytest
 import torch
-from hypothesis import example, given, strategies as st
+from hypothesis import given, strategies as st
 
 from grader import probing
-from grader.checks import close, expect_close, expect_equal, fail
+from grader.checks import close, expect_close, expect_equal, explicit_examples, fail
 
 LOSSES = ["mse_loss", "cross_entropy"]
 LOSS_MODULES = {"mse_loss": "MSELoss", "cross_entropy": "CrossEntropyLoss"}
@@ -62,10 +62,7 @@ STEP_EXAMPLES = [
 ]
 
 
-def with_step_examples(check):
-    for item in reversed(STEP_EXAMPLES):
-        check = example(case=item)(check)
-    return check
+with_step_examples = explicit_examples(STEP_EXAMPLES)
 
 
 def _loss_text(case):
@@ -375,10 +372,7 @@ LOOP_EXAMPLES = [
 ]
 
 
-def with_loop_examples(check):
-    for item in reversed(LOOP_EXAMPLES):
-        check = example(case=item)(check)
-    return check
+with_loop_examples = explicit_examples(LOOP_EXAMPLES)
 
 
 def describe_loop(case):

@@ -19,10 +19,10 @@ that plain model's logits and gradients.
 """
 
 import pytest
-from hypothesis import example, given, strategies as st
+from hypothesis import given, strategies as st
 
 from grader import models, probing
-from grader.checks import close, expect_close, expect_equal, fail
+from grader.checks import close, expect_close, expect_equal, explicit_examples, fail
 from grader.probing import InvalidResult
 
 DTYPES = ("float32", "float64")
@@ -52,10 +52,7 @@ def fcase(depth, dropout, x_grad, width=5, rows=3, dtype="float32", seed=11):
 FORWARD_EXAMPLES = [fcase(3, 0.5, False), fcase(4, 0.25, True, dtype="float64", seed=3), fcase(2, None, False, rows=1)]
 
 
-def with_forward_examples(check):
-    for item in reversed(FORWARD_EXAMPLES):
-        check = example(case=item)(check)
-    return check
+with_forward_examples = explicit_examples(FORWARD_EXAMPLES)
 
 
 @st.composite
@@ -76,10 +73,7 @@ def ecase(architecture, layers, training, seed=5):
 ENABLE_EXAMPLES = [ecase("bert", 2, False), ecase("gpt2", 3, True), ecase("distilbert", 2, False, seed=8)]
 
 
-def with_enable_examples(check):
-    for item in reversed(ENABLE_EXAMPLES):
-        check = example(case=item)(check)
-    return check
+with_enable_examples = explicit_examples(ENABLE_EXAMPLES)
 
 
 def describe_forward(case):

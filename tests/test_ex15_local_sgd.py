@@ -22,10 +22,10 @@ import math
 import pytest
 import torch
 import torch.distributed as dist
-from hypothesis import example, given, strategies as st
+from hypothesis import given, strategies as st
 
 from grader import probing
-from grader.checks import close, expect_close, expect_equal, fail
+from grader.checks import close, expect_close, expect_equal, explicit_examples, fail
 
 LOSSES = ["mse_loss", "cross_entropy"]
 OPTIMIZERS = ["sgd", "sgd_momentum", "adamw"]
@@ -72,10 +72,7 @@ EXAMPLES = [
 ]
 
 
-def with_examples(check):
-    for item in reversed(EXAMPLES):
-        check = example(case=item)(check)
-    return check
+with_examples = explicit_examples(EXAMPLES)
 
 
 def describe(case):

@@ -23,10 +23,10 @@ gets its own hint.
 import math
 
 import pytest
-from hypothesis import example, given, strategies as st
+from hypothesis import given, strategies as st
 
 from grader import probing
-from grader.checks import close, expect_close, expect_equal, fail
+from grader.checks import close, expect_close, expect_equal, explicit_examples, fail
 
 LOW_DTYPES = ("bfloat16", "float16")
 KINDS = ("mlp", "norm", "log_softmax")
@@ -58,10 +58,7 @@ def fcase(kind, dtype, in_features=6, hidden=8, out_features=3, rows=4, seed=17)
 FORWARD_EXAMPLES = [fcase("mlp", "float16"), fcase("norm", "bfloat16", seed=4), fcase("log_softmax", "float16", seed=9)]
 
 
-def with_forward_examples(check):
-    for item in reversed(FORWARD_EXAMPLES):
-        check = example(case=item)(check)
-    return check
+with_forward_examples = explicit_examples(FORWARD_EXAMPLES)
 
 
 @st.composite
@@ -104,16 +101,10 @@ STEP_EXAMPLES = [
 ]
 
 
-def with_step_examples(check):
-    for item in reversed(STEP_EXAMPLES):
-        check = example(case=item)(check)
-    return check
+with_step_examples = explicit_examples(STEP_EXAMPLES)
 
 
-def with_overflow_examples(check):
-    for item in reversed([e for e in STEP_EXAMPLES if e["overflow_step"] is not None]):
-        check = example(case=item)(check)
-    return check
+with_overflow_examples = explicit_examples([e for e in STEP_EXAMPLES if e["overflow_step"] is not None])
 
 
 def describe_forward(case):

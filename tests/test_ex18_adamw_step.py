@@ -15,7 +15,7 @@ import torch
 from hypothesis import example, given, strategies as st
 
 from grader import probing
-from grader.checks import fail
+from grader.checks import explicit_examples, fail
 from grader.probing import InvalidResult
 
 DTYPES = ["float32", "float64"]
@@ -51,10 +51,7 @@ EXAMPLES = [
 ]
 
 
-def with_examples(check):
-    for item in reversed(EXAMPLES):
-        check = example(case=item)(check)
-    return check
+with_examples = explicit_examples(EXAMPLES)
 
 
 def describe(case):

@@ -10,10 +10,10 @@ asked; and the round trip through the learner's own two functions must stay with
 import math
 
 import torch
-from hypothesis import example, given, strategies as st
+from hypothesis import given, strategies as st
 
 from grader import probing
-from grader.checks import expect_close, expect_equal, fail
+from grader.checks import expect_close, expect_equal, explicit_examples, fail
 from grader.probing import InvalidResult
 
 DTYPES = ["float32", "float16", "bfloat16"]
@@ -53,10 +53,7 @@ EXAMPLES = [
 ]
 
 
-def with_examples(check):
-    for item in reversed(EXAMPLES):
-        check = example(case=item)(check)
-    return check
+with_examples = explicit_examples(EXAMPLES)
 
 
 def block_size(case):

@@ -48,6 +48,14 @@ def grade_submissions(tmp_path, exercise, submissions, *args, profile="thorough"
     return {os.path.basename(r["target"]): r for r in results}
 
 
+def assert_caught_on_a_gpu(tmp_path, exercise, on_a_gpu):
+    """{name: (source, check)} of mistakes only a GPU shows: graded on cuda, each caught by its check.
+    The caller skips (never passes) where there is no GPU."""
+    results = grade_submissions(tmp_path, exercise, {name: source for name, (source, _) in on_a_gpu.items()},
+                                device="cuda")
+    assert_caught(results, {name: check for name, (_, check) in on_a_gpu.items()})
+
+
 def failed_checks(result):
     """{check name: message} of the checks that did not pass."""
     return {c["name"]: c["message"] for e in result["exercises"] for c in e["checks"] if c["status"] != "passed"}

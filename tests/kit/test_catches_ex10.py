@@ -3,7 +3,7 @@
 import pytest
 
 from grader.devices import cuda_present
-from tests.kit.harness import assert_caught, assert_diagnosed, assert_full_marks, grade_submissions, mutate
+from tests.kit.harness import assert_caught, assert_caught_on_a_gpu, assert_diagnosed, assert_full_marks, grade_submissions, mutate
 
 EX = "ex10_prepare_dataloader"
 
@@ -127,6 +127,4 @@ ON_A_GPU = {
 
 @pytest.mark.skipif(not cuda_present(), reason="the device check's wrong implementation fails only on a GPU")
 def test_device_mistakes_are_caught_on_a_gpu(tmp_path):
-    results = grade_submissions(tmp_path, EX, {name: source for name, (source, _) in ON_A_GPU.items()},
-                                device="cuda")
-    assert_caught(results, {name: check for name, (_, check) in ON_A_GPU.items()})
+    assert_caught_on_a_gpu(tmp_path, EX, ON_A_GPU)

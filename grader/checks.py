@@ -18,7 +18,7 @@ from grader.homework.recordings import RECORDED_ONLY, RUN
 from grader.sandbox import Request, WorkerFailure
 from grader.sandbox.confinement import REFERENCE_BLOCKED
 from grader.sandbox.wire import describe
-from grader.grading.status import Status, most_telling
+from grader.grading.status import Reply, Status, most_telling
 
 
 class Grade:
@@ -52,17 +52,26 @@ class Grade:
         try:
             target = self._start(probe, args, world_size, trusted=False)
         except BaseException:
-            self._finish(reference)  # keep the reference's workers in step
+            self._settle(reference)  # keep the reference's workers in step
             raise
         try:
-            expected = self._reference_value(reference)
+            self._settle(reference)
         finally:
             self._finish(target)
+        expected = self._reference_value(probe, args, world_size)
         return expected, self._target_value(probe, args, world_size)
 
     def reference(self, probe, *args, world_size=1):
         """The reference's observation (cached: shrinking and other targets reuse it)."""
-        return self._reference_value(self._start(probe, args, world_size, trusted=True))
+        self._settle(self._start(probe, args, world_size, trusted=True))
+        return self._reference_value(probe, args, world_size)
+
+    def _settle(self, started):
+        """Finish a reference call; workers that did not start become its failed reply."""
+        try:
+            self._finish(started)
+        except Verdict as verdict:
+            self.session.reference_cache[started[0]] = [Reply(verdict.status, message=str(verdict))]
 
     def run(self, probe, *args, world_size=1):
         """The target's observation; its failures become CheckFailed or a Verdict."""
@@ -105,21 +114,32 @@ class Grade:
                 raise Verdict(error.status, str(error))
         return cache[key]
 
-    def _reference_value(self, started):
-        replies = self._finish(started)
+    def _reference_value(self, probe, args, world_size):
+        """The reference's settled observation. A reference that failed is run once more with no
+        submission running (the target's workers, and all it started, killed first): only when it
+        fails again is the check "not graded", the grader's own failure."""
+        key = self._key(probe, args, world_size, trusted=True)
+        replies = self.session.reference_cache[key]
         recordings = self.session.recordings
         bad = [reply for reply in replies if not reply.ok]
         if bad and recordings is not None and RECORDED_ONLY in bad[0].message:
             try:
-                return recordings.lookup(self._portable(started[0]), self.session.sandbox.rundir)
+                return recordings.lookup(self._portable(key), self.session.sandbox.rundir)
             except KeyError:
                 raise Verdict(Status.NOT_GRADED, "this input was not recorded when the release was made "
                                                  "(the release grades with its recorded seed and profile)")
+        if bad and key not in self.session.retried:
+            self.session.retried.add(key)
+            self.session.sandbox.release(self.target)
+            del self.session.reference_cache[key]
+            self._settle(self._start(probe, args, world_size, trusted=True))
+            return self._reference_value(probe, args, world_size)
         if bad:
-            raise Verdict(Status.NOT_GRADED, bad[0].message, bad[0].traceback)
+            raise Verdict(Status.NOT_GRADED, bad[0].message + " (and again with no submission running)",
+                          bad[0].traceback)
         value = _unwrap(replies)
         if recordings is not None:
-            recordings.record(self._portable(started[0]), value, self.session.sandbox.rundir)
+            recordings.record(self._portable(key), value, self.session.sandbox.rundir)
         return value
 
     def _portable(self, key):

@@ -8,8 +8,9 @@ classification therefore keeps the body and adds a fresh head, as with a Hub che
 
 The models are tiny (hidden 16-32, 1-2 layers, a vocabulary of about 100), so building
 one takes tens of milliseconds and loading it a few. Build them in a trusted worker, e.g.
-from a probe run with `grade.reference(...)`, into the worker's private scratch folder
-(its current directory): `build_checkpoint(os.getcwd(), "bert", seed=3)`.
+from a probe run with `grade.reference(...)`, into the folder the submissions' workers may read
+(`ctx.shared`; the reference's own scratch folder is private to it):
+`build_checkpoint(ctx.shared, "bert", seed=3)`.
 
 transformers is imported lazily, so a check file can import this module in the grading
 process for `ARCHITECTURES` alone.
@@ -95,8 +96,11 @@ def build_checkpoint(folder, architecture, seed=0, hidden=32, layers=1, vocab_si
     model = model.to(getattr(torch, dtype))
     os.makedirs(folder, exist_ok=True)
     scratch = tempfile.mkdtemp(prefix=".building-", dir=folder)
+    os.chmod(scratch, 0o755)  # mkdtemp's 0700 would keep it from the submissions' users
     try:
         model.save_pretrained(scratch)
+        for name in os.listdir(scratch):  # safetensors writes 0600: the submissions' users must read it
+            os.chmod(os.path.join(scratch, name), 0o644)
         try:
             os.rename(scratch, path)
         except OSError:  # another process finished the same checkpoint first

@@ -47,7 +47,7 @@ def described(spec, num_labels):
 
 def probe_build(ctx, architecture, seed, hidden, layers):
     """Trusted (run with grade.reference): write the checkpoint, return its path and saved body weights."""
-    path = models.build_checkpoint(os.getcwd(), architecture, seed=seed, hidden=hidden, layers=layers)
+    path = models.build_checkpoint(ctx.shared, architecture, seed=seed, hidden=hidden, layers=layers)
     return {"path": path, "weights": models.saved_base_weights(path)}
 
 

@@ -33,6 +33,7 @@ class Session:
         self.sandbox = Sandbox(reference_folder(KIT_ROOT), readable=(GRADER_DIR, *check_files(), *probe_files))
         self.reference_cache = {}
         self.target_cache = {}
+        self.retried = set()  # the reference calls run again alone after a failure (see checks.Grade)
         self.current_exercise = None
         self.current_target = None
 

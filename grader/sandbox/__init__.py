@@ -9,10 +9,17 @@ format (`wire`) and the layers the kernel enforces on untrusted workers:
 - Landlock (`landlock`): read only what a worker needs, write only its scratch dir; signals
   and abstract unix sockets scoped to its own domain, so it cannot reach the grader, a fork
   server or a reference worker (nor ptrace them, nor read their `/proc/<pid>/mem`).
-- an unprivileged user per submission when the grader is root (`identity`);
+- namespaces of its own (`namespaces`): its own processes alone in `/proc`, a `/dev` without
+  terminals, its own System V IPC, a network with loopback alone (one per process group);
+- an unprivileged user per submission when the grader is root, and no capability (`identity`);
+- a seccomp filter (`syscall_filter`): no typing into a terminal, no ptrace, no SysV IPC, no
+  file handles, keyrings, mounts or new namespaces, whatever the namespaces could not hide;
 - a container per submission that counts, caps and kills all its processes (`containers`);
 - private copies: the reference is copied before any untrusted code runs, and each submission
-  is graded from a copy of its own, beside a scratch dir of its own.
+  is graded from a copy of its own, beside a scratch dir of its own; the reference works in a
+  scratch dir no submission may read, and leaves what submissions must read (checkpoints) apart.
+A worker also starts from nothing: a session of its own with no controlling terminal, stdin
+from /dev/null, no descriptor but its channel and its log.
 Where the kernel lacks a layer, grading still works and `layers` says what is missing.
 """
 
@@ -25,7 +32,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 
-from grader.sandbox import confinement as confine, identity, landlock, memory
+from grader.sandbox import confinement as confine, identity, landlock, memory, namespaces, syscall_filter
 from grader.sandbox.containers import Containers, available_kind, describe as describe_container
 from grader.sandbox.forkservers import ABSTRACT_ADDRESSES, adopt_orphans, kill_descendants
 from grader.sandbox.pools import Pools, WorkerFailure
@@ -90,13 +97,19 @@ class Sandbox:
         adopt_orphans()
         memory.prefer_killing_others()
         self.abi = landlock.abi_version()
-        self.switch_user = identity.available()
+        self.namespaces = namespaces.available()
+        self.seccomp = syscall_filter.available() and not namespaces.disabled("seccomp")
+        self.readable = tuple(readable) + _interpreter_paths()
+        # A user of its own needs the interpreter within its reach: through the namespaces, or because
+        # every folder above it lets others in (Gradescope's venv does; a root-only home does not).
+        self.switch_user = identity.available() and (self.namespaces or identity.reachable_by_others(self.readable))
         self.containers = Containers(self.switch_user)
         self.memory_limit = memory_limit
         self.rundir = tempfile.mkdtemp(prefix="grader-")
         os.chmod(self.rundir, 0o711)  # submissions' users may pass through to their own folders
         self.logs = self._folder("logs", 0o700)
         self.shared = self._folder("shared", 0o755)  # what the reference builds for every target to read
+        self.reference_scratch = self._folder("reference-scratch", 0o700)  # the reference's own work
         self.stores = self._folder("stores", 0o700)  # the reference groups' rendezvous files
         self.reference = Target("solutions", os.path.abspath(reference))
         self.reference_copy = os.path.join(self.rundir, "reference")
@@ -105,7 +118,6 @@ class Sandbox:
         else:
             os.mkdir(self.reference_copy)
         os.chmod(self.reference_copy, 0o700)
-        self.readable = tuple(readable) + _interpreter_paths()
         self.prepared = {}
         self.pools = Pools(self.logs, memory.worker_budget() if budget_mb is None else budget_mb)
 
@@ -117,7 +129,7 @@ class Sandbox:
 
     @property
     def layers(self):
-        return layers(self.abi, self.switch_user, self.containers.kind)
+        return layers(self.abi, self.switch_user, self.containers.kind, self.namespaces, self.seccomp)
 
     # --- running probes -----------------------------------------------------------------
 
@@ -168,16 +180,19 @@ class Sandbox:
         # stuck in one that other ranks never made then reports itself (its error, its collective
         # counts) before the check's deadline.
         common = dict(preload=request.preload, trusted=request.trusted, rank=0, world_size=request.world_size,
-                      store="", log="", collective_timeout=max(1.0, min(limit, 5.0), limit / 2))
+                      store="", log="", collective_timeout=max(1.0, min(limit, 5.0), limit / 2), shared=self.shared)
         if request.trusted:
-            return WorkerSpec(scratch=self.shared, stores=self.stores, **common)
-        blocked = (self.reference.path, self.reference_copy, os.path.join(self.rundir, "targets"))
+            return WorkerSpec(scratch=self.reference_scratch, stores=self.stores, **common)
+        blocked = (self.reference.path, self.reference_copy, self.reference_scratch,
+                   os.path.join(self.rundir, "targets"))
         confinement = confine.Confinement(
             scratch=prepared.scratch, read=(prepared.copy, self.shared) + self.readable, blocked=blocked,
             own=(prepared.copy, prepared.scratch),
             container=prepared.container, uid=prepared.uid, landlock=self.abi >= 1,
             deny_tcp=request.world_size == 1, output_limit=OUTPUT_LIMIT,
-            memory_limit=None if request.device == "cuda" else self.memory_limit)
+            memory_limit=None if request.device == "cuda" else self.memory_limit,
+            namespaces=self.namespaces, network="new" if self.namespaces else None, cuda=request.device == "cuda",
+            seccomp=self.seccomp)
         return WorkerSpec(scratch=prepared.scratch, stores=prepared.scratch, confinement=confinement,
                           copy=prepared.copy, origin=request.target.path, **common)
 
@@ -225,18 +240,28 @@ class Sandbox:
         shutil.rmtree(self.rundir, ignore_errors=True)
 
 
-def layers(abi=None, switch_user=None, container=None):
+def layers(abi=None, switch_user=None, container=None, own_namespaces=None, seccomp=None):
     """The sandbox's layers on this machine, each active or not, as the report names them."""
     abi = landlock.abi_version() if abi is None else abi
-    switch_user = identity.available() if switch_user is None else switch_user
+    own_namespaces = namespaces.available() if own_namespaces is None else own_namespaces
+    switch_user = identity.available() and (own_namespaces or identity.reachable_by_others(_interpreter_paths())) \
+        if switch_user is None else switch_user
     container = available_kind(switch_user) if container is None else container
+    seccomp = syscall_filter.available() and not namespaces.disabled("seccomp") if seccomp is None else seccomp
     landlock_detail = (f"ABI {abi}: reads and writes allow-listed"
                        + (", signals and abstract sockets scoped" if abi >= 6 else "; signals not scoped (ABI 6+)")
                        if abi else "missing in this kernel: an audit hook guards Python-level file access")
     return [
         Layer("landlock", abi >= 6, landlock_detail),
-        Layer("user", switch_user, f"a uid of its own per submission ({identity.FIRST_UID}+)" if switch_user
-              else "the grader is not root: workers run as its own user"),
+        Layer("user", switch_user, f"a uid of its own per submission ({identity.FIRST_UID}+), no capability"
+              if switch_user else "workers keep the grader's user (not root, or the interpreter is out of other "
+              "users' reach), with no capability"),
+        Layer("namespaces", own_namespaces, "mount, IPC and network of its own: its own processes in /proc, no "
+              "terminal in /dev, loopback alone per process group" if own_namespaces
+              else "refused here (not root, or a container's seccomp profile): /proc, /dev and loopback are "
+              "the host's, Landlock and seccomp guard them"),
+        Layer("seccomp", seccomp, "no TIOCSTI, ptrace, process_vm_*, SysV IPC, file handles, keyrings, mounts or "
+              "new namespaces" if seccomp else "libseccomp or pyseccomp missing: no system call filter"),
         Layer("container", container != "none", describe_container(container)),
         Layer("private copies", True, "the reference copied before any submission runs; each submission graded "
               "from a copy of its own with a scratch dir of its own"),

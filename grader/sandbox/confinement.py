@@ -1,9 +1,10 @@
 """What an untrusted worker may do, and how it puts that on itself before running a submission.
 
 The grader decides (`Confinement`); the worker applies it to itself in a fixed order while it
-still holds the grader's privileges: enter the submission's container, set its limits, become
-the submission's user, then hand the rest to Landlock. After `apply` nothing the submission
-does can undo it. Where Landlock is missing, an audit hook refuses Python-level reads of the
+still holds the grader's privileges: enter the submission's container, set its limits, move into
+namespaces of its own, become the submission's user with no capability left, hand the file
+system to Landlock, and last refuse the system calls it never needs (seccomp). After `apply`
+nothing the submission does can undo it. Where Landlock is missing, an audit hook refuses Python-level reads of the
 reference and writes outside the scratch dir: the last line, not a wall.
 """
 
@@ -13,9 +14,16 @@ import signal
 import sys
 from dataclasses import dataclass
 
-from grader.sandbox import identity, landlock
+from grader.sandbox import identity, landlock, namespaces, syscall_filter
 
-SYSTEM_READ = ("/usr", "/lib", "/lib32", "/lib64", "/bin", "/sbin", "/etc", "/opt", "/proc", "/sys")
+SYSTEM_READ = ("/usr", "/lib", "/lib32", "/lib64", "/bin", "/sbin", "/opt", "/proc", "/sys")
+# Of /etc, only what the C library, Python and the libraries a worker imports read: no accounts,
+# no passwords, no keys.
+ETC_READ = tuple("/etc/" + name for name in (
+    "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "timezone", "hosts", "host.conf", "nsswitch.conf",
+    "gai.conf", "resolv.conf", "mime.types", "os-release", "ssl/certs", "ca-certificates.crt", "protocols",
+    "services", "alternatives", "fonts", "mtab"))
+DEVICES_READ = tuple("/dev/" + name for name in namespaces.DEVICES)
 REFERENCE_BLOCKED = "the reference solutions are not available to a submission"
 
 
@@ -31,6 +39,10 @@ class Confinement:
     deny_tcp: bool  # no TCP at all (a single worker needs none; a process group needs gloo's)
     output_limit: int
     memory_limit: int | None
+    namespaces: bool = False  # mount, IPC and network namespaces of its own (see `namespaces`)
+    network: object = None  # "new", or the pid of rank 0 whose network to join
+    cuda: bool = False  # the GPU's device nodes (and the host's /dev, which CUDA needs beside them)
+    seccomp: bool = False
 
 
 def apply(confinement):
@@ -41,19 +53,29 @@ def apply(confinement):
     if confinement.memory_limit:
         resource.setrlimit(resource.RLIMIT_AS, (confinement.memory_limit, confinement.memory_limit))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    if confinement.uid is not None:
-        identity.become(confinement.uid, keep_read_search=confinement.landlock)
+    if confinement.namespaces:
+        namespaces.enter(confinement.read, private_dev=not confinement.cuda, network=confinement.network)
+    identity.drop_privileges(confinement.uid)
     if confinement.landlock:
-        landlock.restrict(read=confinement.read + SYSTEM_READ, write=(confinement.scratch,), devices=("/dev",),
+        landlock.restrict(read=confinement.read + SYSTEM_READ + ETC_READ, write=(confinement.scratch, "/dev/shm"),
+                          devices=DEVICES_READ + (_gpu_nodes() if confinement.cuda else ()),
                           deny_tcp=confinement.deny_tcp)
     else:
         _audit_hook(confinement.blocked, confinement.own, confinement.scratch)
+    if confinement.seccomp:
+        syscall_filter.install()
+
+
+def _gpu_nodes():
+    return tuple(os.path.join("/dev", name) for name in sorted(os.listdir("/dev")) if name.startswith("nvidia")) \
+        + ("/dev/dri",)
 
 
 def scratch_environment(scratch):
     """Every cache and temporary folder a library might write to, inside the scratch dir."""
-    return {name: scratch for name in ("HOME", "TMPDIR", "HF_HOME", "HF_DATASETS_CACHE", "XDG_CACHE_HOME",
-                                       "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "MPLCONFIGDIR")}
+    folders = {name: scratch for name in ("HOME", "TMPDIR", "HF_HOME", "HF_DATASETS_CACHE", "XDG_CACHE_HOME",
+                                          "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "MPLCONFIGDIR")}
+    return dict(folders, USER="worker", LOGNAME="worker")  # getpass.getuser() without /etc/passwd
 
 
 def _audit_hook(blocked, own, scratch):

@@ -7,6 +7,10 @@ done and again before any report is written, looping until nothing of it is left
 
 Whichever the machine allows, in this order:
 - `cgroup`: a pids cgroup (v1) of its own, with `pids.max`; needs root and a writable hierarchy.
+  Where the memory hierarchy is writable too, a memory cgroup of its own beneath the grader's:
+  what the submission allocates is charged to it alone, capped at `memory.submission_limit()`,
+  and an out-of-memory kill inside it is the submission's own failure, told apart from the
+  machine running short (see `Container.oom_kills`).
 - `uid`: as root without cgroups (a container such as Gradescope's), the submission's own uid:
   RLIMIT_NPROC caps its processes, and every process of that uid is killed.
 - none: the grader is the subreaper of its tree (`adopt_orphans`) and kills its descendants,
@@ -18,17 +22,26 @@ import signal
 import time
 import uuid
 
+from grader.sandbox import memory
+
 PROCESS_LIMIT = 256  # tasks (threads count) of one submission at once
 CGROUP_PIDS = "/sys/fs/cgroup/pids"
+CGROUP_MEMORY = "/sys/fs/cgroup/memory"
 
 
 class Container:
     """The processes of one submission."""
 
     kind = "none"
+    memory_limit = None  # bytes, where the submission has a memory cgroup of its own
 
     def enter(self):
         """In the worker, still privileged, before anything untrusted runs."""
+
+    def oom_kills(self):
+        """How many of its processes the kernel killed for memory inside its own cgroup (None: no
+        cgroup of its own, so no way to tell its running out from the machine's)."""
+        return None
 
     def pids(self):
         return []
@@ -56,13 +69,34 @@ class Container:
 class CgroupContainer(Container):
     kind = "cgroup"
 
-    def __init__(self, path):
+    def __init__(self, path, memory_path=None):
         self.path = path
+        self.memory_path = None
         os.mkdir(path)
         _write(os.path.join(path, "pids.max"), str(PROCESS_LIMIT))
+        if memory_path:
+            try:
+                os.mkdir(memory_path)
+                limit = memory.submission_limit()
+                _write(os.path.join(memory_path, "memory.limit_in_bytes"), str(limit))
+                self.memory_path, self.memory_limit = memory_path, limit
+            except OSError:
+                pass
 
     def enter(self):
         _write(os.path.join(self.path, "cgroup.procs"), str(os.getpid()))
+        if self.memory_path:
+            _write(os.path.join(self.memory_path, "cgroup.procs"), str(os.getpid()))
+
+    def oom_kills(self):
+        if not self.memory_path:
+            return None
+        try:
+            with open(os.path.join(self.memory_path, "memory.oom_control")) as handle:
+                fields = dict(line.split() for line in handle if len(line.split()) == 2)
+            return int(fields.get("oom_kill", 0))
+        except (OSError, ValueError):
+            return None
 
     def pids(self):
         try:
@@ -73,10 +107,12 @@ class CgroupContainer(Container):
 
     def remove(self):
         super().remove()
-        try:
-            os.rmdir(self.path)
-        except OSError:
-            pass
+        for path in (self.path, self.memory_path):
+            try:
+                if path:
+                    os.rmdir(path)
+            except OSError:
+                pass
 
 
 class UidContainer(Container):
@@ -116,21 +152,31 @@ class Containers:
     """The session's containers: which kind the machine allows, and one per submission."""
 
     def __init__(self, can_switch_user):
-        self.root = None
+        self.root = self.memory_root = None
         self.kind = available_kind(can_switch_user)
         self.made = []
         if self.kind == "cgroup":
-            _sweep_dead_graders()
+            _sweep_dead_graders(CGROUP_PIDS)
+            name = f"grader-{os.getpid()}-{uuid.uuid4().hex[:8]}"
             try:
-                self.root = os.path.join(CGROUP_PIDS, f"grader-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+                self.root = os.path.join(CGROUP_PIDS, name)
                 os.mkdir(self.root)
             except OSError:
                 self.root = None
                 self.kind = "uid" if can_switch_user else "none"
+            own = _own_memory_cgroup()
+            if self.root and own:
+                _sweep_dead_graders(own)
+                try:
+                    self.memory_root = os.path.join(own, name)
+                    os.mkdir(self.memory_root)
+                except OSError:
+                    self.memory_root = None
 
     def new(self, index, uid):
         if self.kind == "cgroup":
-            container = CgroupContainer(os.path.join(self.root, f"target-{index}"))
+            memory_path = os.path.join(self.memory_root, f"target-{index}") if self.memory_root else None
+            container = CgroupContainer(os.path.join(self.root, f"target-{index}"), memory_path)
         elif self.kind == "uid":
             container = UidContainer(uid)
         else:
@@ -141,25 +187,41 @@ class Containers:
     def close(self):
         for container in self.made:
             container.remove()
-        if self.root:
+        for root in (self.root, self.memory_root):
             try:
-                os.rmdir(self.root)
+                if root:
+                    os.rmdir(root)
             except OSError:
                 pass
 
 
 def describe(kind):
-    return {"cgroup": f"a pids cgroup per submission (at most {PROCESS_LIMIT} tasks), killed as one",
+    memory_too = ", a memory cgroup of its own" if kind == "cgroup" and _own_memory_cgroup() else ""
+    return {"cgroup": f"a pids cgroup per submission (at most {PROCESS_LIMIT} tasks){memory_too}, killed as one",
                 "uid": f"a uid per submission (RLIMIT_NPROC {PROCESS_LIMIT}), all its processes killed",
                 "none": "no cgroup and no spare uid (not root): descendants reaped as the subreaper"}[kind]
 
 
-def _sweep_dead_graders():
+def _own_memory_cgroup():
+    """This process's memory cgroup (v1), where it may make cgroups beneath it; else None."""
+    try:
+        with open("/proc/self/cgroup") as handle:
+            for line in handle:
+                _, controllers, path = line.strip().split(":", 2)
+                if "memory" in controllers.split(","):
+                    folder = os.path.join(CGROUP_MEMORY, path.lstrip("/"))
+                    return folder if os.geteuid() == 0 and os.access(folder, os.W_OK) else None
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def _sweep_dead_graders(hierarchy):
     """Remove the cgroups of graders that were killed before they could (their tasks are gone)."""
-    for name in os.listdir(CGROUP_PIDS):
+    for name in os.listdir(hierarchy):
         parts = name.split("-")
         if len(parts) == 3 and parts[0] == "grader" and parts[1].isdigit() and not os.path.exists(f"/proc/{parts[1]}"):
-            root = os.path.join(CGROUP_PIDS, name)
+            root = os.path.join(hierarchy, name)
             for child in os.listdir(root):
                 if os.path.isdir(os.path.join(root, child)):
                     try:

@@ -1,19 +1,19 @@
-"""An unprivileged user for untrusted workers when the grader runs as root (Gradescope does).
+"""An unprivileged user for untrusted workers, and no privilege at all for any of them.
 
-The worker switches to a uid of its submission's own, so the kernel's ordinary permission
-checks keep it from the grader's sockets, files and processes, and RLIMIT_NPROC caps how many
-processes that uid may run. Where Landlock already restricts reads, the worker keeps one
-capability, CAP_DAC_READ_SEARCH, so that it can still read the interpreter when that lives in a
-folder other users cannot enter (`/root/.pyenv`): Landlock, not the file modes, then decides
-what it may read. It gains nothing else: no other capability, and no way back to root.
+When the grader runs as root (Gradescope does), the worker switches to a uid of its submission's
+own, so the kernel's ordinary permission checks keep it from the grader's sockets, files and
+processes, and RLIMIT_NPROC caps how many processes that uid may run. Whatever its user, it then
+holds no capability: none effective, permitted, inheritable or ambient, and an empty bounding
+set, so not even a set-uid program could give one back (and `no_new_privs` forbids that too).
+The interpreter, where it lives in a folder other users may not enter (`/root/.pyenv`), is made
+reachable by the worker's namespaces (`namespaces`), not by a capability.
 """
 
 import ctypes
 import os
 
 FIRST_UID = 1_000_000  # far above any account a machine has
-CAP_DAC_READ_SEARCH = 2
-_PR_SET_KEEPCAPS = 8
+_PR_CAPBSET_DROP, _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 24, 47, 4
 _CAPSET = 126 if os.uname().machine == "x86_64" else 91  # capset(2)
 _CAP_VERSION_3 = 0x20080522
 
@@ -39,19 +39,46 @@ def uid_of(index):
     return FIRST_UID + (os.getpid() * 1024 + index % 1024) % (2**31 - FIRST_UID)
 
 
-def become(uid, keep_read_search=False):
-    """Become `uid` (and its own gid), for good; optionally keep CAP_DAC_READ_SEARCH alone."""
-    if keep_read_search:
-        _libc.prctl(_PR_SET_KEEPCAPS, 1, 0, 0, 0)
-    os.setgroups([])
-    os.setresgid(uid, uid, uid)
-    os.setresuid(uid, uid, uid)
-    if keep_read_search:
-        bit = 1 << CAP_DAC_READ_SEARCH
-        data = (_Data * 2)(_Data(bit, bit, 0), _Data(0, 0, 0))
-        header = _Header(_CAP_VERSION_3, 0)
-        # Refused where the capability was never ours to keep (Docker's default set lacks it): the
-        # worker then reads what any user may, which suffices when the interpreter is not under
-        # a private home (Gradescope's venv is not).
-        _libc.syscall(_CAPSET, ctypes.byref(header), ctypes.byref(data))
-        _libc.prctl(_PR_SET_KEEPCAPS, 0, 0, 0, 0)
+def reachable_by_others(paths):
+    """Whether a user other than the owner may reach every one of `paths` (o+x on each folder above)."""
+    import stat
+
+    for path in paths:
+        parts = os.path.abspath(path).split(os.sep)[1:]
+        for depth in range(1, len(parts)):
+            try:
+                if not os.stat(os.sep + os.sep.join(parts[:depth])).st_mode & stat.S_IXOTH:
+                    return False
+            except OSError:
+                break
+    return True
+
+
+def drop_privileges(uid=None):
+    """Become `uid` (and its own gid) for good, if given, and give up every capability."""
+    if os.geteuid() == 0:
+        for capability in range(_last_capability() + 1):  # needs CAP_SETPCAP: while still root
+            _libc.prctl(_PR_CAPBSET_DROP, capability, 0, 0, 0)
+    _libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+    if uid is not None:
+        os.setgroups([])
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)  # from root to another uid: the kernel clears every capability
+    header = _Header(_CAP_VERSION_3, 0)
+    empty = (_Data * 2)(_Data(0, 0, 0), _Data(0, 0, 0))
+    _libc.syscall(_CAPSET, ctypes.byref(header), ctypes.byref(empty))  # root kept as uid: drop them here
+
+
+def capabilities():
+    """{'CapEff': ..., 'CapPrm': ..., 'CapInh': ..., 'CapBnd': ..., 'CapAmb': ...} of this process, as hex."""
+    with open("/proc/self/status") as handle:
+        return {key: value.strip() for key, value in (line.split(":", 1) for line in handle)
+                if key.startswith("Cap")}
+
+
+def _last_capability():
+    try:
+        with open("/proc/sys/kernel/cap_last_cap") as handle:
+            return int(handle.read())
+    except (OSError, ValueError):
+        return 40

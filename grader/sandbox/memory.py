@@ -1,8 +1,9 @@
 """Running out of memory: whose failure it is, and who goes first.
 
 In a small box (Gradescope's default is 768 MB) the kernel's OOM killer may end a worker
-that did nothing wrong. A worker killed while the machine's OOM-kill count rose is the
-grader's resource failure, never the submission's. Workers volunteer to be killed first
+that did nothing wrong. Where a submission has a memory cgroup of its own (see containers), a
+kill inside it is its own failure and nothing else is. Without one, a worker killed while the
+machine's OOM-kill count rose is taken for the grader's resource failure. Workers volunteer to be killed first
 (`oom_score_adj` 1000), and as root the grading process asks to be killed last.
 """
 
@@ -23,6 +24,16 @@ def worker_budget():
     if limit is None or limit >= ROOMY:
         return None
     return max(8 * WORKER_MB["torch"], limit / 2**20 - GRADER_MB)
+
+
+def submission_limit():
+    """Bytes one submission's processes may use together, in its own memory cgroup: what the workers
+    may use in a small box, else a quarter of the machine (at most 4 GiB; the checks' models are tiny)."""
+    budget = worker_budget()
+    if budget is not None:
+        return int(budget * 2**20)
+    limit = memory_limit() or 16 * 2**30
+    return int(min(4 * 2**30, limit / 4))
 
 
 def worker_cost(preload, count=1):

@@ -23,6 +23,7 @@ from grader.grading.status import WORKER_STATUSES, Reply, Status
 
 GRACE_AFTER_FAILURE = 1.0  # seconds the other ranks get once one rank has failed
 OUT_OF_MEMORY = "the machine ran out of memory during this call: the grader's resource failure, not the submission's"
+OWN_MEMORY = "ran out of memory: its processes together may use {:.0f} MB"
 
 
 class Ranks:
@@ -39,7 +40,7 @@ class Ranks:
         self.nonce = secrets.token_hex(16)
         self.token = None
         self.busy = False  # a request sent, its replies not read yet
-        self.oom_kills = memory.oom_kills()  # the machine's count when the last request was sent
+        self.oom_kills = self._oom_count()  # when the last request was sent
 
     @property
     def alive(self):
@@ -52,14 +53,23 @@ class Ranks:
         for rank in range(self.world_size):
             spec = dataclasses.replace(self.spec, rank=rank, world_size=self.world_size, store=store,
                                        log=os.path.join(self.logdir, f"out-{tag}-{rank}.log"), nonce=self.nonce)
+            if rank and spec.confinement is not None and spec.confinement.network == "new":
+                # one network per group: rank 0 makes it (loopback alone), the others join it
+                spec = dataclasses.replace(spec, confinement=dataclasses.replace(
+                    spec.confinement, network=self.processes[0].pid))
             parent, child = multiprocessing.Pipe()
             chosen = server(spec.preload)
-            process = chosen.Process(target=worker.main, args=(child, spec), daemon=True)
             try:
-                chosen.launch(process, max(1.0, deadline - time.monotonic()))
-            except ServerStuck as error:
-                self.kill()
-                raise WorkerFailure(Status.NOT_GRADED, str(error))
+                for attempt in (1, 2):  # a fork server that failed is started afresh, and asked once more
+                    process = chosen.Process(target=worker.main, args=(child, spec), daemon=True)
+                    try:
+                        chosen.launch(process, max(1.0, deadline - time.monotonic()))
+                        break
+                    except ServerStuck as error:
+                        chosen.kill()
+                        if attempt == 2:
+                            self.kill()
+                            raise WorkerFailure(Status.NOT_GRADED, str(error))
             finally:
                 child.close()
             self.processes.append(process)
@@ -81,7 +91,7 @@ class Ranks:
         self.token = secrets.token_hex(16)  # echoed by the worker's own loop: a forged reply lacks it
         request = dict(request, token=self.token)
         self.busy = True
-        self.oom_kills = memory.oom_kills()
+        self.oom_kills = self._oom_count()
         for connection in self.connections:
             try:
                 connection.send(request)
@@ -120,13 +130,26 @@ class Ranks:
         if pending or any(r.status is Status.INVALID and "forged" in r.message for r in replies):
             self.kill()
         if any(r.status not in (Status.OK, Status.READY) for r in replies) and self._ran_out_of_memory():
-            # a rank killed for memory takes its group down with it: none of it is the submission's doing
-            replies = [r if r.status in (Status.OK, Status.READY) else Reply(Status.NOT_GRADED, message=OUT_OF_MEMORY)
-                       for r in replies]
+            # a rank killed for memory takes its group down with it: in its own cgroup that is the
+            # submission's doing; without one, the machine's count cannot say whose it is
+            container = self._container()
+            own = container is not None and container.oom_kills() is not None
+            failure = Reply(Status.CRASHED, message=OWN_MEMORY.format(container.memory_limit / 2**20)) if own \
+                else Reply(Status.NOT_GRADED, message=OUT_OF_MEMORY)
+            replies = [r if r.status in (Status.OK, Status.READY) else failure for r in replies]
         return replies
 
+    def _container(self):
+        return self.spec.confinement.container if self.spec.confinement is not None else None
+
+    def _oom_count(self):
+        """OOM kills in the submission's own memory cgroup where it has one, else on the machine."""
+        container = self._container()
+        own = container.oom_kills() if container is not None else None
+        return own if own is not None else memory.oom_kills()
+
     def _ran_out_of_memory(self):
-        return (memory.oom_kills() or 0) > (self.oom_kills or 0)
+        return (self._oom_count() or 0) > (self.oom_kills or 0)
 
     def _read(self, connection, rank, starting):
         try:

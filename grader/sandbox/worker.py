@@ -44,16 +44,20 @@ class WorkerSpec:
     copy: str = ""  # the private copy of the submission it loads from
     origin: str = ""  # the submission's own folder, shown in messages instead of the copy
     nonce: str = ""  # echoed in the ready reply (each request brings a token of its own)
+    shared: str = ""  # what the reference builds for every target to read (see Context)
 
 
 class Context:
-    """What a probe gets: the module under test and where it runs."""
+    """What a probe gets: the module under test and where it runs; `shared`, the folder where a
+    trusted probe leaves what the submissions' workers must read (checkpoints), apart from the
+    reference's own scratch folder (its current directory), which no submission may read."""
 
-    def __init__(self, module, device, rank, world_size):
+    def __init__(self, module, device, rank, world_size, shared=""):
         self.module = module
         self.device = device
         self.rank = rank
         self.world_size = world_size
+        self.shared = shared
 
     def torch_device(self):
         import torch
@@ -70,7 +74,7 @@ def main(conn, spec):
     # Bound now, before any submission runs: patching the modules' names later changes nothing here.
     send, encode_reply = conn.send_bytes, encode
     try:
-        _isolate(spec)
+        _isolate(spec, channel=conn.fileno())
         if spec.world_size > 1:
             _join_group(spec)
         reply = {"status": "ready"}
@@ -112,9 +116,13 @@ def main(conn, spec):
             os._exit(0)
 
 
-def _isolate(spec):
-    """Own process group, quiet output, its scratch dir; then, untrusted, the confinement."""
-    os.setpgid(0, 0)
+def _isolate(spec, channel):
+    """A session of its own with nothing inherited, quiet output, its scratch dir; then, untrusted,
+    the confinement."""
+    try:
+        os.setsid()  # no controlling terminal: /dev/tty is nothing to it, and the grader's ^C not its
+    except OSError:
+        os.setpgid(0, 0)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     memory.prefer_killing_me()
     os.environ.update(OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", HF_HUB_DISABLE_PROGRESS_BARS="1",
@@ -127,15 +135,33 @@ def _isolate(spec):
 
     tempfile.tempdir = None  # found again from TMPDIR
     torch.set_num_threads(1)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
     log = os.open(spec.log, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
     os.dup2(log, 1)
     os.dup2(log, 2)
     os.close(log)
+    _close_inherited(keep=channel)
     os.chdir(spec.scratch)
     if spec.confinement is not None:
         sys.meta_path.insert(0, _NoSolutions())
         confine.apply(spec.confinement)
     _die_with_parent()  # after any change of user, which clears it
+
+
+def _close_inherited(keep):
+    """Every descriptor but stdin, the log and the channel to the grader: the fork server's and the
+    resource tracker's pipes are the grader's, never a worker's. Multiprocessing then starts its
+    own helpers, inside the worker's confinement, if the code under test asks for them."""
+    os.closerange(3, keep)
+    os.closerange(keep + 1, 1 << 16)
+    from multiprocessing import forkserver, resource_tracker
+
+    tracker = resource_tracker._resource_tracker
+    tracker._fd = tracker._pid = None
+    server = forkserver._forkserver
+    server._forkserver_address = server._forkserver_alive_fd = server._forkserver_pid = None
 
 
 class _NoSolutions(importlib.abc.MetaPathFinder):
@@ -163,6 +189,7 @@ def _join_group(spec):
     os.environ.update(
         RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world),
         MASTER_ADDR="127.0.0.1", MASTER_PORT="29400",
+        GLOO_SOCKET_IFNAME="lo",  # a group's network may have loopback alone (see namespaces)
     )
     dist.init_process_group(
         "gloo", init_method="file://" + spec.store, rank=rank, world_size=world,
@@ -221,7 +248,7 @@ def _probe(path, name):
 
 def _serve(module, request, spec):
     _reset_accelerate()
-    context = Context(module, request["device"], spec.rank, spec.world_size)
+    context = Context(module, request["device"], spec.rank, spec.world_size, spec.shared)
     try:
         probe = _probe(request["probe_file"], request["probe_name"])
     except Exception as error:  # noqa: BLE001 - the kit's fault; the reference then fails too

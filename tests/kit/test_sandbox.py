@@ -250,7 +250,7 @@ def test_code_that_reaches_for_the_machinery_is_flagged_for_review(attacked):
 
 def test_the_report_names_every_layer(attacked):
     layers = {layer["name"]: layer for layer in attacked[0]["control"]["sandbox"]}
-    assert set(layers) == {"landlock", "user", "container", "private copies", "fork servers"}
+    assert set(layers) == {"landlock", "user", "namespaces", "seccomp", "container", "private copies", "fork servers"}
     assert all("detail" in layer for layer in layers.values())
 
 
@@ -343,15 +343,17 @@ if held:  # keep them connected, saying nothing, after this call returns
 raise PermissionError(f"connected to {len(held)} of {len(names)} fork server sockets")''')
 
 
-def _grade_marked(tmp_path, files, *args, timeout=20):
-    """Grade one submission of `files` with a marker in the grader's command line and environment."""
+def _grade_marked(tmp_path, files, *args, timeout=20, without=""):
+    """Grade one submission of `files` with a marker in the grader's command line and environment;
+    `without`: the layers to leave off (GRADER_WITHOUT_LAYERS), to show what each one stops."""
     folder = tmp_path / "submission"
-    folder.mkdir()
+    folder.mkdir(exist_ok=True)
     for module, source in files.items():
         (folder / f"{module}.py").write_text(source)
     mark = uuid.uuid4().hex
     report = tmp_path / f"report-{mark}.json"
-    env = dict(os.environ, HF_HUB_OFFLINE="1", KIT_TEST_MARK=mark, GRADER_STATE=os.devnull)
+    env = dict(os.environ, HF_HUB_OFFLINE="1", KIT_TEST_MARK=mark, GRADER_STATE=os.devnull,
+               GRADER_WITHOUT_LAYERS=without)
     started = time.monotonic()
     done = subprocess.run([sys.executable, "-m", "grader", *args, "--target", str(folder), "--json", str(report),
                            "--seed", SEED, "--profile", "fast", "--device", "cpu", "--timeout", str(timeout), "-q"],
@@ -376,14 +378,20 @@ def test_signals_to_the_grader_its_fork_servers_and_reference_workers_are_refuse
 
 
 @needs_landlock
-def test_a_client_that_blocks_a_fork_server_cannot_connect(tmp_path):
+@pytest.mark.parametrize("without", ["", "namespaces"])
+def test_a_client_that_blocks_a_fork_server_cannot_connect(tmp_path, without):
+    """In a network of its own the worker sees no fork server's socket at all; without that
+    namespace it sees them, and Landlock's scope still refuses the connection."""
+    if without == "" and not sandbox.namespaces.available():
+        pytest.skip("this machine refuses a worker namespaces of its own")
     done, data, _, seconds = _grade_marked(tmp_path, {EX: BLOCKS_FORK_SERVERS,
                                                       "ex06_parameter_sync": mutate("ex06_parameter_sync")},
-                                           "ex04", "ex06")
+                                           "ex04", "ex06", without=without)
     assert done.returncode == 0, done.stderr[-2000:]
     rows = _rows(data)
     message = {c["name"]: c["message"] for c in rows[EX]["checks"]}[INDICES]
-    assert "connected to 0 of" in message and "of 0 fork" not in message, message
+    assert "connected to 0 of" in message, message
+    assert ("of 0 fork" in message) == (without == ""), message
     assert rows["ex06_parameter_sync"]["status"] == "passed"
 
 
@@ -491,8 +499,8 @@ def test_missing_layers_are_named_and_required_ones_listed():
     layers = {layer.name: layer for layer in sandbox.layers(abi=0, switch_user=False, container="none")}
     assert not layers["landlock"].active and "audit hook" in layers["landlock"].detail
     assert not layers["container"].active and not layers["user"].active
-    assert {layer.name for layer in sandbox.layers(abi=5, switch_user=True, container="cgroup") if not layer.active} \
-        == {"landlock"}
+    assert {layer.name for layer in sandbox.layers(abi=5, switch_user=True, container="cgroup", own_namespaces=True,
+                                                   seccomp=True) if not layer.active} == {"landlock"}
 
 
 def test_the_static_scan_reads_without_running(tmp_path):
@@ -510,7 +518,7 @@ def test_require_sandbox_grades_where_the_layers_are_present():
                            "--device", "cpu", "-q", "--seed", SEED], cwd=KIT_ROOT, capture_output=True, text=True,
                           timeout=300, env=dict(os.environ, GRADER_STATE=os.devnull))
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "sandbox: landlock, user, container" in done.stdout
+    assert "sandbox: landlock, user, namespaces, seccomp, container" in done.stdout
 
 
 FALLBACK = '''
@@ -566,3 +574,265 @@ def test_control_characters_in_learner_text_never_reach_the_terminal_raw(tmp_pat
     assert done.returncode == 0, done.stderr[-2000:]
     assert "ValueError" in done.stdout and "\\x1b" in done.stdout
     assert "\x1b" not in done.stdout + done.stderr and "\x07" not in done.stdout
+
+
+# --- least privilege: a worker gets nothing it was not given -------------------------------------
+
+# Takes stock of what the worker holds and reaches, and reports it as its error: every entry is one
+# attack (a command typed into the grader's terminal, /etc/shadow, the grader's command line and
+# its secret seed, inherited pipes, a SysV segment left behind, the reference's scratch folder).
+INVENTORY = hostile('''
+import ctypes, json, signal, stat
+libc = ctypes.CDLL(None, use_errno=True)
+mark = os.environ.get("KIT_TEST_MARK", "?")
+found = {}
+fds = {}
+for fd in os.listdir("/proc/self/fd"):
+    try:
+        fds[int(fd)] = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        pass
+found["descriptors"] = sorted(target.split(":")[0] for fd, target in fds.items() if fd > 2 and "fd" not in target)
+status = dict(line.split(":", 1) for line in open("/proc/self/status") if ":" in line)
+found["capabilities"] = sorted({status[k].strip() for k in ("CapEff", "CapPrm", "CapInh", "CapBnd", "CapAmb")})
+found["no_new_privs"] = status["NoNewPrivs"].strip()
+found["own_session"] = os.getsid(0) == os.getpid()
+def refused(attempt):
+    try:
+        attempt()
+        return False
+    except OSError:
+        return True
+found["tty_refused"] = refused(lambda: os.open("/dev/tty", os.O_RDWR))
+found["shadow_refused"] = refused(lambda: open("/etc/shadow").read(1))
+found["passwd_refused"] = refused(lambda: open("/etc/passwd").read(1))
+try:
+    found["devices"] = sorted(name for name in os.listdir("/dev") if not name.startswith("."))
+except OSError:
+    found["devices"] = "refused"
+found["disk_refused"] = all(refused(lambda: os.open(path, os.O_RDONLY)) for path in ("/dev/sda", "/dev/vda",
+                                                                                      "/dev/mem", "/dev/ptmx"))
+typed = 0
+for fd in list(fds) + [0, 1, 2]:
+    if libc.ioctl(fd, 0x5412, ctypes.c_char_p(b"#")) == 0:  # TIOCSTI: one character into a terminal's input
+        typed += 1
+found["typed_into_a_terminal"] = typed
+others, marked = 0, 0
+for pid in os.listdir("/proc"):
+    if pid.isdigit():
+        try:
+            uid = int(open(f"/proc/{pid}/status").read().split("Uid:")[1].split()[0])
+            others += uid != os.getuid()
+            marked += mark.encode() in open(f"/proc/{pid}/cmdline", "rb").read()
+        except (OSError, IndexError):
+            pass
+found["processes_of_others"] = others
+found["command_lines_with_the_mark"] = marked
+segment = libc.shmget(0, 64 << 20, 0o1000 | 0o600)  # IPC_PRIVATE, IPC_CREAT: 64 MB that outlive us
+found["sysv_segment"] = segment
+found["reference_scratch_refused"] = refused(lambda: os.listdir(os.path.join(os.getcwd(), "..", "..", "..",
+                                                                              "reference-scratch")))
+found["ptrace_refused"] = libc.ptrace(16, os.getppid(), 0, 0) != 0  # PTRACE_ATTACH
+raise RuntimeError("inventory " + json.dumps(found, sort_keys=True))''')
+
+
+def _inventory(tmp_path, without=""):
+    done, data, mark, _ = _grade_marked(tmp_path, {EX: INVENTORY}, "ex04", without=without)
+    assert done.returncode == 0, done.stderr[-2000:]
+    message = {c["name"]: c["message"] for c in _rows(data)[EX]["checks"]}[INDICES]
+    assert "inventory " in message, message
+    found = json.loads(message.split("inventory ", 1)[1].split("\n")[0])
+    if found["sysv_segment"] >= 0:  # left behind where nothing stopped it: not the next test's problem
+        import ctypes
+
+        ctypes.CDLL(None).shmctl(found["sysv_segment"], 0, None)  # IPC_RMID
+    return found
+
+
+needs_every_layer = pytest.mark.skipif(
+    os.geteuid() != 0 or landlock.abi_version() < 6 or sandbox.missing(("namespaces", "seccomp", "user")),
+    reason="needs root, Landlock ABI 6, namespaces and seccomp")
+
+
+@needs_every_layer
+def test_a_worker_starts_from_nothing(tmp_path):
+    found = _inventory(tmp_path)
+    assert found["descriptors"] == ["socket"], found  # its channel; the log is fds 1 and 2
+    assert found["capabilities"] == ["0000000000000000"] and found["no_new_privs"] == "1", found
+    assert found["own_session"] and found["tty_refused"] and found["typed_into_a_terminal"] == 0, found
+    assert found["shadow_refused"] and found["passwd_refused"], found
+    assert found["devices"] in ("refused", ["fd", "full", "null", "random", "shm", "stderr", "stdin", "stdout",
+                                            "urandom", "zero"]) and found["disk_refused"], found
+    assert found["processes_of_others"] == 0 and found["command_lines_with_the_mark"] == 0, found
+    assert found["sysv_segment"] == -1 and found["reference_scratch_refused"] and found["ptrace_refused"], found
+
+
+@needs_every_layer
+def test_without_namespaces_and_seccomp_the_inventory_shows_what_they_stop(tmp_path):
+    """The same inventory with those two layers off: what each stops is then within reach (so the
+    test above can fail), while what the other layers stop stays out of reach."""
+    found = _inventory(tmp_path, without="namespaces,seccomp")
+    assert found["command_lines_with_the_mark"] > 0, found
+    assert found["sysv_segment"] >= 0, found
+    assert found["descriptors"] == ["socket"] and found["shadow_refused"] and found["tty_refused"], found
+    assert found["capabilities"] == ["0000000000000000"], found
+
+
+TYPES_INTO_THE_TERMINAL = hostile('''
+import ctypes, glob
+libc = ctypes.CDLL(None, use_errno=True)
+typed = []
+paths = ["/dev/tty"] + glob.glob("/dev/pts/*")
+for path in paths:
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_NOCTTY)
+    except OSError:
+        continue
+    for character in b"echo PWNED\\n":
+        if libc.ioctl(fd, 0x5412, ctypes.c_char_p(bytes([character]))) == 0:
+            typed.append(path)
+for fd in range(0, 256):
+    if libc.ioctl(fd, 0x5412, ctypes.c_char_p(b"#")) == 0:
+        typed.append(fd)
+raise PermissionError(f"typed {len(typed)} characters into a terminal")''')
+
+
+@needs_landlock
+@pytest.mark.parametrize("without", ["", "namespaces"])
+def test_a_submission_cannot_type_into_the_graders_terminal(tmp_path, without):
+    """The grader runs in a terminal of the test's own (a pseudo-terminal, never the developer's):
+    nothing the submission does may queue input there (TIOCSTI)."""
+    import fcntl
+    import termios
+
+    folder = tmp_path / "submission"
+    folder.mkdir()
+    (folder / f"{EX}.py").write_text(TYPES_INTO_THE_TERMINAL)
+    report = tmp_path / "report.json"
+    controller, terminal = os.openpty()
+
+    def own_the_terminal():
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+    done = subprocess.run([sys.executable, "-m", "grader", "ex04", "--target", str(folder), "--json", str(report),
+                           "--seed", SEED, "--profile", "fast", "--device", "cpu", "-q"], cwd=KIT_ROOT,
+                          stdin=terminal, stdout=terminal, stderr=subprocess.DEVNULL, start_new_session=True,
+                          preexec_fn=own_the_terminal, timeout=600,
+                          env=dict(os.environ, GRADER_STATE=os.devnull, GRADER_WITHOUT_LAYERS=without))
+    os.set_blocking(terminal, False)
+    try:
+        queued = os.read(terminal, 1 << 16)
+    except BlockingIOError:
+        queued = b""
+    os.close(terminal)
+    os.close(controller)
+    assert done.returncode == 0
+    message = {c["name"]: c["message"] for c in json.loads(report.read_text())["exercises"][0]["checks"]}[INDICES]
+    assert "typed 0 characters" in message, message
+    assert b"PWNED" not in queued and b"#" not in queued, queued
+
+
+def test_the_seccomp_filter_refuses_typing_into_a_terminal_the_process_owns():
+    """The attack is real here (a process in the terminal's session may type into it) and the
+    filter alone refuses it, whatever the upper bits of the request say."""
+    if not sandbox.syscall_filter.available():
+        pytest.skip("no libseccomp here")
+    script = '''
+import ctypes, fcntl, os, sys, termios
+controller, terminal = os.openpty()
+os.setsid()
+fcntl.ioctl(terminal, termios.TIOCSCTTY, 0)
+libc = ctypes.CDLL(None, use_errno=True)
+before = libc.ioctl(terminal, 0x5412, ctypes.c_char_p(b"a"))
+from grader.sandbox import syscall_filter
+syscall_filter.install()
+after = [libc.ioctl(terminal, ctypes.c_ulong(request), ctypes.c_char_p(b"b")) for request in (0x5412, 0x5412 | 1 << 32)]
+print(before, after, ctypes.get_errno())
+'''
+    done = subprocess.run([sys.executable, "-c", script], cwd=KIT_ROOT, capture_output=True, text=True, timeout=60)
+    if done.stdout.startswith("-1 "):
+        pytest.skip("this kernel refuses TIOCSTI to everyone (dev.tty.legacy_tiocsti = 0)")
+    assert done.stdout.split() == ["0", "[-1,", "-1]", "1"], done.stdout + done.stderr
+
+
+def _reaches_a_listener(port):
+    """ex05 whose all_reduce_gradients first tries to reach a TCP listener outside its group (as a
+    reference's gloo group, or another grader's, would be) on loopback, and reports what it got."""
+    return mutate("ex05_gradient_averaging", ("def all_reduce_gradients(model: torch.nn.Module) -> None:\n", f'''
+def all_reduce_gradients(model: torch.nn.Module) -> None:
+    import socket
+    reached = 0
+    for host in ("127.0.0.1", "localhost"):
+        try:
+            socket.create_connection((host, {port}), timeout=2).close()
+            reached += 1
+        except OSError:
+            pass
+    raise ConnectionError(f"reached {{reached}} listeners outside its group")
+'''))
+
+
+@needs_landlock
+@pytest.mark.parametrize("without", ["", "namespaces"])
+def test_a_process_group_reaches_no_listener_but_its_own(tmp_path, without):
+    """A process group has TCP (gloo needs it) but, in a network of its own, only its own ranks on
+    loopback: not the reference's group, not another grader's. Without that namespace it reaches them."""
+    import socket
+
+    if without == "" and not sandbox.namespaces.available():
+        pytest.skip("this machine refuses a worker namespaces of its own")
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(64)
+        files = {"ex05_gradient_averaging": _reaches_a_listener(listener.getsockname()[1])}
+        done, data, _, _ = _grade_marked(tmp_path, files, "ex05", without=without)
+    assert done.returncode == 0, done.stderr[-2000:]
+    messages = {c["name"]: c["message"] for c in _rows(data)["ex05_gradient_averaging"]["checks"]}
+    message = messages["test_all_reduce_gradients_gives_every_rank_the_mean"]
+    assert ("reached 0 listeners" in message) == (without == ""), message
+    assert "reached" in message, message
+
+
+# --- "not graded" only when the grader proves it its own failure ----------------------------------
+
+EXHAUSTS_MEMORY = hostile('''
+hoard = []
+while True:
+    hoard.append(bytearray(64 << 20))  # zero-filled: every page touched''')
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or "memory cgroup" not in sandbox.containers.describe("cgroup"),
+                    reason="needs root and a writable memory cgroup")
+def test_memory_a_submission_exhausts_is_its_own_failure(tmp_path):
+    """In a memory cgroup of its own, running out is the submission's failure ("crashed"), never the
+    grader's ("not graded", which would leave the exercise out of the score)."""
+    done, data, _, _ = _grade_marked(tmp_path, {EX: EXHAUSTS_MEMORY}, "ex04", timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    checks = {c["name"]: c for c in _rows(data)[EX]["checks"]}
+    assert checks[INDICES]["status"] == "crashed", checks[INDICES]
+    assert "ran out of memory" in checks[INDICES]["message"], checks[INDICES]
+    assert checks[BATCH]["status"] == "passed" and data["not_graded"] == [], checks[BATCH]
+
+
+def test_a_reference_that_fails_once_is_run_again_alone(tmp_path):
+    """A reference call that fails once (a resource the grader lacked for a moment) is run again
+    with no submission running; only a second failure makes the check "not graded"."""
+    kit = tmp_path / "kit"
+    kit.mkdir()
+    for name in ("grader", "tests", "solutions", "exercises"):
+        subprocess.run(["cp", "-r", os.path.join(KIT_ROOT, name), str(kit / name)], check=True)
+    for name in ("pyproject.toml", "conftest.py"):
+        subprocess.run(["cp", os.path.join(KIT_ROOT, name), str(kit / name)], check=True)
+    flaky = kit / "solutions" / f"{EX}.py"
+    signature = "def shard_batch(batch: torch.Tensor, rank: int, world_size: int) -> torch.Tensor:\n"
+    once = ("    import os as _os\n    if not _os.path.exists('failed-once'):\n"
+            "        open('failed-once', 'w').close()\n        raise MemoryError('a resource the grader lacked')\n")
+    flaky.write_text(flaky.read_text().replace(signature, signature + once))
+    report = tmp_path / "report.json"
+    done = subprocess.run([sys.executable, "-m", "grader", "ex04", "--target", os.path.join(KIT_ROOT, "solutions"),
+                           "--json", str(report), "--seed", SEED, "--device", "cpu", "--profile", "fast", "-q"],
+                          cwd=kit, capture_output=True, text=True, timeout=600,
+                          env=dict(os.environ, GRADER_STATE=os.devnull, HF_HUB_OFFLINE="1"))
+    assert done.returncode == 0, done.stderr[-2000:]
+    data = json.loads(report.read_text())
+    assert data["not_graded"] == [] and data["score"] == data["max_score"] == 15, failed_checks(data["exercises"][0])

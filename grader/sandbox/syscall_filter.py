@@ -1,0 +1,66 @@
+"""A seccomp filter: the system calls an untrusted worker never needs, refused by the kernel.
+
+Installed last, after the worker has made its namespaces, dropped its privileges and put
+Landlock on itself, so nothing it refuses is still needed. It stands where the namespaces cannot
+(a Docker container refuses `unshare`) and behind them where they can: typing into a terminal
+(`TIOCSTI`, `TIOCLINUX`), reading or writing another process's memory (`ptrace`,
+`process_vm_*`), System V IPC objects that outlive the grader, file handles that bypass paths
+(`open_by_handle_at`), the kernel's keyrings, new namespaces and mounts, and sockets of any
+family but unix, IP (Landlock and the namespaces decide where those may go) and netlink (which
+asks for the interfaces). Each refused call fails with EPERM, so the code under test sees an
+ordinary error.
+
+Built with libseccomp through `pyseccomp`; where either is missing the layer is reported missing.
+"""
+
+import errno
+
+TIOCSTI, TIOCLINUX = 0x5412, 0x541C
+# CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET
+CLONE_NAMESPACES = (0x00020000, 0x02000000, 0x04000000, 0x08000000, 0x10000000, 0x20000000, 0x40000000)
+SOCKET_FAMILIES = (1, 2, 10, 16)  # AF_UNIX, AF_INET, AF_INET6, AF_NETLINK
+REFUSED = (
+    "ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "pidfd_getfd",
+    "shmget", "msgget", "semget",
+    "open_by_handle_at", "name_to_handle_at",
+    "add_key", "request_key", "keyctl",
+    "unshare", "setns", "mount", "umount2", "pivot_root", "chroot", "open_tree", "move_mount", "fsopen",
+    "fsmount", "fsconfig", "fspick", "mount_setattr",
+    "bpf", "userfaultfd", "perf_event_open", "kexec_load", "init_module", "finit_module", "delete_module",
+    "iopl", "ioperm", "swapon", "swapoff", "reboot", "acct", "quotactl", "syslog",
+)
+
+
+def available():
+    try:
+        import pyseccomp
+
+        pyseccomp.SyscallFilter(pyseccomp.ALLOW)
+    except Exception:  # noqa: BLE001 - no module, no libseccomp, an unknown architecture
+        return False
+    return True
+
+
+def install():
+    """Refuse REFUSED, and sockets of the families not in SOCKET_FAMILIES, from now on."""
+    import pyseccomp as seccomp
+
+    refuse = seccomp.ERRNO(errno.EPERM)
+    rules = seccomp.SyscallFilter(seccomp.ALLOW)
+    for name in REFUSED:
+        try:
+            rules.add_rule(refuse, name)
+        except (RuntimeError, ValueError, OSError):  # a call this architecture does not have
+            pass
+    for request in (TIOCSTI, TIOCLINUX):  # the kernel reads the request as 32 bits: compare those alone
+        rules.add_rule(refuse, "ioctl", seccomp.Arg(1, seccomp.MASKED_EQ, 0xFFFFFFFF, request))
+    for flag in CLONE_NAMESPACES:
+        rules.add_rule(refuse, "clone", seccomp.Arg(0, seccomp.MASKED_EQ, flag, flag))
+    # clone3 passes its flags in memory, where a filter cannot look: refused as "not implemented", so
+    # the C library falls back to clone, whose flags the rules above see.
+    rules.add_rule(seccomp.ERRNO(errno.ENOSYS), "clone3")
+    for family in range(max(SOCKET_FAMILIES)):  # rules add up with "or": one per family refused
+        if family not in SOCKET_FAMILIES:
+            rules.add_rule(refuse, "socket", seccomp.Arg(0, seccomp.EQ, family))
+    rules.add_rule(refuse, "socket", seccomp.Arg(0, seccomp.GT, max(SOCKET_FAMILIES)))
+    rules.load()

@@ -49,9 +49,36 @@ def adamw_step(param, grad, exp_avg, exp_avg_sq, step, lr, betas, eps, weight_de
         exp_avg_sq.copy_(optimizer.state[holder]["exp_avg_sq"])
 '''
 
+# torch's fused AdamW kernel called directly: one aten op does the whole step
+FUSED_KERNEL = '''
+import torch
+
+
+def adamw_step(param, grad, exp_avg, exp_avg_sq, step, lr, betas, eps, weight_decay):
+    torch._fused_adamw_([param], [grad], [exp_avg], [exp_avg_sq], [], [torch.tensor(float(step))], lr=lr,
+                        beta1=betas[0], beta2=betas[1], weight_decay=weight_decay, eps=eps, amsgrad=False,
+                        maximize=False)
+'''
+
+# torch's single-tensor Adam bound at import, before any probe could rebind the module's names
+ENGINE_CAPTURED = '''
+import torch
+from torch.optim.adam import _single_tensor_adam as _engine
+
+
+def adamw_step(param, grad, exp_avg, exp_avg_sq, step, lr, betas, eps, weight_decay):
+    _engine([param], [grad], [exp_avg], [exp_avg_sq], [], [torch.tensor(float(step - 1))], None, None,
+            amsgrad=False, has_complex=False, beta1=betas[0], beta2=betas[1], lr=lr, weight_decay=weight_decay,
+            eps=eps, maximize=False, capturable=False, differentiable=False, decoupled_weight_decay=True)
+'''
+
 WRONG = {
     # torch.optim.AdamW does the step: every value right, the exercise skipped
     "through_torch_adamw": (THROUGH_TORCH, "test_adamw_step_does_the_arithmetic_itself"),
+    # the fused kernel, called by its torch name
+    "fused_kernel": (FUSED_KERNEL, "test_adamw_step_does_the_arithmetic_itself"),
+    # torch's own update function, captured at import
+    "engine_captured_at_import": (ENGINE_CAPTURED, "test_adamw_step_does_the_arithmetic_itself"),
     # Adam's L2 penalty (on a new tensor, so grad itself is unchanged)
     "l2_penalty": (mutate(EX, (DECAY, "    grad = grad + weight_decay * param\n")), VALUES),
     # the L2 penalty added to grad in place: the caller's gradient changes too
@@ -69,6 +96,10 @@ WRONG = {
     # the squared gradient computed in place in grad
     "squares_grad_in_place": (mutate(EX, (SECOND, "exp_avg_sq.mul_(beta2).add_(grad.mul_(grad), alpha=1 - beta2)")),
                               GRAD),
+    # grad squared in place, and the worker's torch.equal made to say nothing changed
+    "squares_grad_and_forges_equal": (mutate(EX, ("import torch\n", "import torch\n\ntorch.equal = lambda *args: True\n"),
+                                             (SECOND, "exp_avg_sq.mul_(beta2).add_(grad.mul_(grad), alpha=1 - beta2)")),
+                                      GRAD),
     # the moments rebound to new tensors: the caller's state never changes
     "moments_rebound": (mutate(EX, (FIRST, "exp_avg = exp_avg * beta1 + (1 - beta1) * grad"),
                                (SECOND, "exp_avg_sq = exp_avg_sq * beta2 + (1 - beta2) * grad * grad")), IN_PLACE),

@@ -126,6 +126,7 @@ def _epochs(loader, what):
 
 
 def probe_loader(ctx, case):
+    """The batches of two epochs, and torch's global random state before and after (compared in the grader)."""
     from torch.utils.data import DataLoader
 
     state = torch.random.get_rng_state()
@@ -135,7 +136,7 @@ def probe_loader(ctx, case):
         raise InvalidResult(f"make_dataloader returned a {kind.__module__}.{kind.__qualname__}, "
                             "expected a torch.utils.data.DataLoader")
     epochs = _epochs(loader, "the DataLoader")
-    return {"epochs": epochs, "global_rng_untouched": torch.equal(state, torch.random.get_rng_state())}
+    return {"epochs": epochs, "rng_before": state, "rng_after": torch.random.get_rng_state()}
 
 
 def probe_loader_oracle(ctx, case):
@@ -144,7 +145,7 @@ def probe_loader_oracle(ctx, case):
 
     loader = DataLoader(_loader_dataset(case), case["batch_size"], shuffle=case["shuffle"],
                         generator=torch.Generator().manual_seed(case["seed"]))
-    return {"epochs": _epochs(loader, "torch's DataLoader"), "global_rng_untouched": True}
+    return {"epochs": _epochs(loader, "torch's DataLoader")}
 
 
 def _model_and_data(case, device):
@@ -261,7 +262,9 @@ def test_make_dataloader_gives_the_seeded_batches(grade, case):
         expect_equal([_indices(got), _labels(got)], [_indices(want), _labels(want)],
                      f"{what}: the [sample indices, labels] of each batch in epoch {epoch + 1}, against "
                      "torch's DataLoader with generator=torch.Generator().manual_seed(seed)", hint=hint)
-    if not actual["global_rng_untouched"]:
+    before, after = actual["rng_before"], actual["rng_after"]
+    if not (type(before) is type(after) is torch.Tensor and before.dtype == after.dtype
+            and before.shape == after.shape and torch.equal(before, after)):
         fail(f"{what}: building and iterating the DataLoader changed torch's global random state",
              hint="draw the order from a generator of your own (torch.Generator().manual_seed(seed)), "
                   "not from torch.manual_seed: the caller's random stream is not yours to reset")

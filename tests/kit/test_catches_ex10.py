@@ -51,6 +51,10 @@ WRONG = {
                     "test_make_dataloader_gives_the_seeded_batches"),
     # shuffled once up front: every epoch the same order
     "shuffled_once": (SHUFFLED_ONCE, "test_make_dataloader_gives_the_seeded_batches"),
+    # the right batches, the caller's random stream reset, and the worker's torch.equal made to say it was not
+    "reseeds_and_forges_equal": (mutate(EX, ("import torch\n", "import torch\n\ntorch.equal = lambda *args: True\n"),
+                                         (LOADER, "torch.manual_seed(seed)\n    " + LOADER)),
+                                 "test_make_dataloader_gives_the_seeded_batches"),
     # the short last batch dropped
     "drop_last": (mutate(EX, (LOADER, LOADER[:-1] + ", drop_last=True)")), "test_make_dataloader_gives_the_seeded_batches"),
     # shuffle ignored

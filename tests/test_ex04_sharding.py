@@ -146,8 +146,29 @@ def probe_shard_batch(ctx, case):
     return probing.tensor(ctx.module.shard_batch(batch, case["rank"], case["world_size"]))
 
 
+def _fake_cuda_batch(case):
+    """A batch that says it is on cuda:0, as a GPU's does (a FakeTensor: shapes, no data, no GPU needed)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        return torch.empty(case["rows"], case["columns"], dtype=getattr(torch, case["dtype"]), device="cuda")
+
+
+def _fake_cuda_device(ctx, case):
+    """The device of the piece of a fake CUDA batch; None when the run says nothing (a fake tensor refuses
+    some steps a GPU takes, such as indexing with a CPU tensor; the meta run judges those)."""
+    try:
+        piece = ctx.module.shard_batch(_fake_cuda_batch(case), case["rank"], case["world_size"])
+    except Exception:  # noqa: BLE001 - inconclusive, not wrong
+        return None
+    return piece.device.type if isinstance(piece, torch.Tensor) else None
+
+
 def probe_shard_batch_meta(ctx, case):
-    """shard_batch on a meta batch (shapes, no data): a piece copied to the CPU shows without a GPU."""
+    """shard_batch on stand-ins for a GPU batch: a meta batch (shapes, no data), where reading the values or
+    mixing in a CPU tensor fails, and a fake CUDA one, where a piece moved to the CPU says so even when the
+    code treats 'meta' apart."""
+    fake_cuda = _fake_cuda_device(ctx, case)
     batch = torch.empty(case["rows"], case["columns"], dtype=getattr(torch, case["dtype"]), device="meta")
     try:
         piece = ctx.module.shard_batch(batch, case["rank"], case["world_size"])
@@ -157,7 +178,8 @@ def probe_shard_batch_meta(ctx, case):
         return {"error": probing.meta_error(error)}
     if type(piece) is not torch.Tensor:
         return {"error": f"returned a {type(piece).__name__}"}
-    return {"device": piece.device.type, "shape": list(piece.shape), "dtype": str(piece.dtype)}
+    return {"device": piece.device.type, "shape": list(piece.shape), "dtype": str(piece.dtype),
+            "fake_cuda_device": fake_cuda}
 
 
 # --- checks -----------------------------------------------------------------------------
@@ -269,6 +291,8 @@ def test_shard_batch_matches_tensor_split(grade, case):
     expect_equal(actual, expected, what, hint=SPLIT_HINT)
 
 
+@pytest.mark.measured_in_worker("the device of the piece of stand-in batches (meta, and a fake CUDA one): code that "
+                                "inspects the batch's class or torch.cuda can tell them from a GPU's")
 @pytest.mark.device_free
 @example(case=batch(10, 1, 3))
 @given(case=batch_cases())
@@ -280,3 +304,7 @@ def test_shard_batch_keeps_the_batch_device(grade, case):
     if "error" in actual:
         fail(f"{what}: {actual['error']}", hint=hint)
     expect_equal(actual["device"], expected["device"], f"{what}: the device of the piece", hint=hint)
+    if actual["fake_cuda_device"] is not None and expected["fake_cuda_device"] is not None:
+        expect_equal(actual["fake_cuda_device"], expected["fake_cuda_device"],
+                     f"{batch_text(case)} on a batch on 'cuda' (a stand-in without data): the device of the piece",
+                     hint=hint)

@@ -43,6 +43,10 @@ WRONG = {
     # the piece copied to the CPU (on a GPU it leaves the GPU; on the meta device it cannot be copied)
     "batch_moved_to_cpu": (mutate(EX, (SPLIT, "torch.tensor_split(batch.cpu(), world_size, dim=0)[rank]")),
                            "test_shard_batch_keeps_the_batch_device"),
+    # the piece copied to the CPU, except on the meta device the grader uses without a GPU
+    "batch_moved_to_cpu_unless_meta": (mutate(EX, (SPLIT, "torch.tensor_split(batch if batch.is_meta else batch.cpu(), "
+                                                          "world_size, dim=0)[rank]")),
+                                       "test_shard_batch_keeps_the_batch_device"),
     # rebuilt from Python lists: a new tensor on the CPU
     "batch_rebuilt_from_list": (mutate(EX, (SPLIT, "torch.tensor_split(torch.tensor(batch.tolist(), dtype=batch.dtype)"
                                                    ".reshape(batch.shape), world_size, dim=0)[rank]")),

@@ -7,12 +7,16 @@ also gives `token_type_ids`) or the DistilBERT kind (which does not); `build_ima
 settings a check draws. All three are cheap enough to build inside every probe, in memory.
 
 `record_calls(obj)` makes an object's `__call__` (or another method) log how it was called (a list of strings or one
-string, how many images, which keywords), without changing what it returns: the checks that a
-dataset is mapped in batches and that a processor sees the whole list at once read that log.
+string, how many images, which keywords), without changing what it returns: the checks that a processor
+sees the whole list at once read that log. `tokenizer_calls(tokenizer)` logs a tokenizer's calls by every
+route (its methods however bound, its backend): the check that a dataset is mapped in batches reads it.
 
 transformers and tokenizers are imported lazily, so a check file can import this module in the
 grading process for its word lists alone.
 """
+
+import contextlib
+import sys
 
 # The tokenizer's words: no j, k, q, x or z in any of them, so a word holding one of those
 # letters is a single [UNK] token; a made-up word of known letters splits into known word pieces.
@@ -95,6 +99,45 @@ def _kind(value):
     if isinstance(value, (list, tuple)):
         return f"{type(value).__name__} of {len(value)}"
     return type(value).__name__
+
+
+# Every method a tokenizer encodes through, in one transformers version or another: each one's code is watched,
+# so an unbound base-class method bound at import, or a lower method called directly, is logged too.
+ENCODERS = ("__call__", "_call_one", "encode_plus", "batch_encode_plus", "_encode_plus", "_batch_encode_plus", "encode")
+BACKEND = {"encode": "str", "encode_batch": "list of texts", "encode_batch_fast": "list of texts"}
+
+
+@contextlib.contextmanager
+def tokenizer_calls(tokenizer):
+    """Log every call that encodes with `tokenizer`, however it was reached; yields the log.
+
+    A profiler watches the code of the tokenizer's encoding methods (the outermost call logged, with
+    the kind of its text as record_calls gives it) and its Rust backend's encode methods called directly:
+    a class-level override would miss a method captured before the tokenizer existed.
+    """
+    codes = {getattr(vars(klass)[name], "__code__", None) for klass in type(tokenizer).__mro__
+             for name in ENCODERS if name in vars(klass)} - {None}
+    backend = getattr(tokenizer, "_tokenizer", None)
+    calls, open_frames = [], []
+
+    def profile(frame, event, arg):
+        if event == "call" and frame.f_code in codes and frame.f_locals.get("self") is tokenizer:
+            if not open_frames:
+                text = frame.f_locals.get(frame.f_code.co_varnames[1]) if frame.f_code.co_argcount > 1 else None
+                calls.append({"first": _kind(text), "via": frame.f_code.co_qualname})
+            open_frames.append(frame)
+        elif event == "return" and open_frames and frame is open_frames[-1]:
+            open_frames.pop()
+        elif (event == "c_call" and not open_frames and backend is not None
+              and getattr(arg, "__self__", None) is backend and arg.__name__ in BACKEND):
+            calls.append({"first": BACKEND[arg.__name__], "via": f"backend_tokenizer.{arg.__name__}"})
+
+    previous = sys.getprofile()
+    sys.setprofile(profile)
+    try:
+        yield calls
+    finally:
+        sys.setprofile(previous)
 
 
 def record_calls(obj, method="__call__"):

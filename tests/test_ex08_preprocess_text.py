@@ -139,11 +139,11 @@ def probe_tokenize(ctx, case):
     natural = [len(ids) for ids in tokenizer(texts)["input_ids"]]  # untruncated, unpadded lengths
     plain = tokenizer(texts, truncation=True, padding="max_length", max_length=limit, add_special_tokens=False)
     before = _state(dataset)
-    calls = media.record_calls(tokenizer)
-    if case["max_length"] is None:
-        result = ctx.module.tokenize_dataset(dataset, tokenizer)
-    else:
-        result = ctx.module.tokenize_dataset(dataset, tokenizer, max_length=case["max_length"])
+    with media.tokenizer_calls(tokenizer) as calls:
+        if case["max_length"] is None:
+            result = ctx.module.tokenize_dataset(dataset, tokenizer)
+        else:
+            result = ctx.module.tokenize_dataset(dataset, tokenizer, max_length=case["max_length"])
     if not isinstance(result, datasets.Dataset):
         kind = type(result)
         raise InvalidResult(f"tokenize_dataset returned a {kind.__module__}.{kind.__qualname__}, "

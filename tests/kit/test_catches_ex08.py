@@ -16,6 +16,8 @@ FORMAT = "test_tokenize_dataset_is_in_torch_format"
 INPUT = "test_tokenize_dataset_leaves_the_input_unchanged"
 BATCHED = "test_tokenize_dataset_maps_in_batches"
 
+SHOW = 'tokenizer(dataset["text"][:1])\n    '
+
 WRONG = {
     # padding alone: texts longer than max_length stay long
     "padding_without_truncation": (mutate(EX, (CALL, CALL.replace("truncation=True, ", ""))), VALUES),
@@ -44,6 +46,19 @@ WRONG = {
     "set_format_on_input": (mutate(EX, (MAP, 'dataset.set_format("torch")\n    ' + MAP)), INPUT),
     # one tokenizer call per text
     "not_batched": (mutate(EX, (MAP, MAP.replace("batched=True", "batched=False"))), BATCHED),
+    # one call per text through the tokenizer class's own __call__ bound at import, after one batched call for show
+    "not_batched_through_the_base_class": (mutate(EX, ("import datasets\n", "import datasets\n"
+                                                      "from transformers import PreTrainedTokenizerBase\n\n"
+                                                      "CALL = PreTrainedTokenizerBase.__call__\n"),
+                                                  (CALL, "CALL(" + CALL.replace("tokenizer(", "tokenizer, ", 1)),
+                                                  (MAP, SHOW + MAP.replace("batched=True", "batched=False"))), BATCHED),
+    # one call per text to the method below __call__, after one batched call for show
+    "not_batched_below_call": (mutate(EX, ("import datasets\n", "import datasets\n"
+                                          "from transformers.tokenization_utils_base import PaddingStrategy, "
+                                          "TruncationStrategy\n"),
+                                      (CALL, 'tokenizer._encode_plus(batch["text"], padding_strategy=PaddingStrategy.MAX_LENGTH, '
+                                             'truncation_strategy=TruncationStrategy.LONGEST_FIRST, max_length=max_length)'),
+                                      (MAP, SHOW + MAP.replace("batched=True", "batched=False"))), BATCHED),
 }
 
 DIAGNOSED = {

@@ -37,7 +37,20 @@ CALLS = {
     "dup2": "rewires file descriptors (os.dup2)",
     "fork": "forks the worker",
     "__import__": "imports by name at run time (__import__)",
+    "import_module": "imports by name at run time (importlib.import_module)",
 }
+# Names built at run time escape every list above: code run from a string, a module or an attribute reached
+# by a name computed when the code runs. Each is flagged wherever it appears.
+BUILT_AT_RUN_TIME = {
+    "exec": "runs code built at run time (exec)",
+    "eval": "runs code built at run time (eval)",
+    "compile": "compiles code built at run time (compile)",
+}
+BY_NAME = ("getattr", "setattr", "delattr", "hasattr")
+# What leads from an object to the code and names around it (another module's globals, a caller's frame),
+# written as an attribute or as getattr's literal.
+INTERNALS = {"__globals__", "__closure__", "__code__", "__builtins__", "__subclasses__", "f_back", "f_globals",
+             "f_locals", "gi_frame", "tb_frame"}
 STRINGS = {
     "/proc": "names /proc",
     "solutions": "names the reference solutions",
@@ -96,6 +109,21 @@ def _reason(node):
             return "writes to a raw file descriptor (os.write)"
     if isinstance(node, ast.Name) and node.id == "__import__":
         return CALLS["__import__"]
+    if isinstance(node, ast.Name) and node.id in BUILT_AT_RUN_TIME:
+        return BUILT_AT_RUN_TIME[node.id]
+    if isinstance(node, ast.Attribute) and node.attr == "modules" and isinstance(node.value, ast.Name) \
+            and node.value.id == "sys":
+        return "reaches modules by name at run time (sys.modules)"
+    if isinstance(node, ast.ImportFrom) and node.module == "sys" and any(a.name == "modules" for a in node.names):
+        return "reaches modules by name at run time (sys.modules)"
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in BY_NAME:
+        name = node.args[1] if len(node.args) > 1 else None
+        if not (isinstance(name, ast.Constant) and isinstance(name.value, str)):
+            return f"reaches an attribute by a name built at run time ({node.func.id})"
+        if name.value in INTERNALS:
+            return f"reaches interpreter internals ({name.value})"
+    if isinstance(node, ast.Attribute) and node.attr in INTERNALS:
+        return f"reaches interpreter internals ({node.attr})"
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
         for needle, reason in STRINGS.items():
             if needle in node.value:

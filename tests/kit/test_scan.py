@@ -1,0 +1,46 @@
+"""The review scan flags names built at run time: a module, an attribute or code reached through a string
+the source does not spell out is invisible to every list of names the scan reads for."""
+
+import pytest
+
+from grader.sandbox import scan
+
+DYNAMIC = {
+    "sys_modules": "import sys\nengine = sys.modules['torch.optim.adam']\n",
+    "sys_modules_imported": "from sys import modules\nengine = modules['torch.optim.adam']\n",
+    "getattr_built_name": "import torch\nname = '_fused' + '_adamw_'\nkernel = getattr(torch, name)\n",
+    "setattr_built_name": "import torch\nsetattr(torch, 'eq' + 'ual', lambda *args: True)\n",
+    "getattr_internals": "def f():\n    pass\n\n\nspace = getattr(f, '__globals__')\n",
+    "attribute_internals": "def f():\n    pass\n\n\nspace = f.__globals__\n",
+    "dunder_import": "optim = __import__('torch.optim', fromlist=['adam'])\n",
+    "import_module": "from importlib import import_module\nadam = import_module('torch.optim.adam')\n",
+    "import_module_attribute": "import importlib\nadam = importlib.import_module('torch.optim.adam')\n",
+    "exec": "exec('import torch')\n",
+    "eval": "value = eval('1 + 1')\n",
+    "compile": "code = compile('x = 1', 'here', 'exec')\n",
+}
+
+PLAIN = '''
+"""eval, exec and sys.modules named in a docstring: fine."""
+import torch
+
+
+def step(model, inputs):
+    model.eval()
+    enable = getattr(model, "activation_checkpointing_enable", None)
+    compiled = torch.compile(model)
+    return enable, compiled(inputs)
+'''
+
+
+@pytest.mark.parametrize("name", sorted(DYNAMIC))
+def test_names_built_at_run_time_are_flagged(tmp_path, name):
+    source = tmp_path / "ex18_adamw_step.py"
+    source.write_text(DYNAMIC[name])
+    assert scan.source(str(source)), name
+
+
+def test_plain_code_is_not_flagged(tmp_path):
+    source = tmp_path / "ex18_adamw_step.py"
+    source.write_text(PLAIN)
+    assert scan.source(str(source)) == []

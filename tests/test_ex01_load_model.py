@@ -16,7 +16,6 @@ loads on the CPU on every machine.
 """
 
 import json
-import os
 
 import pytest
 from hypothesis import example, given, strategies as st

@@ -836,3 +836,43 @@ def test_a_reference_that_fails_once_is_run_again_alone(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     data = json.loads(report.read_text())
     assert data["not_graded"] == [] and data["score"] == data["max_score"] == 15, failed_checks(data["exercises"][0])
+
+
+def test_two_graders_at_once_a_hostile_classmate_changes_nothing(tmp_path):
+    """Two graders on one machine: one grades a submission that hunts loopback listeners (a
+    reference's gloo group, the other grader's groups) and exhausts its memory; the other grades
+    a correct ex05 at the same time, which must score full, with nothing "not graded"."""
+    hostile_ex05 = mutate("ex05_gradient_averaging", ("def all_reduce_gradients(model: torch.nn.Module) -> None:\n", '''
+def all_reduce_gradients(model: torch.nn.Module) -> None:
+    import socket
+    for line in open("/proc/net/tcp").read().splitlines()[1:]:
+        fields = line.split()
+        if fields[3] == "0A":  # listening: connect and hold it, saying nothing
+            port = int(fields[1].split(":")[1], 16)
+            try:
+                globals().setdefault("held", []).append(socket.create_connection(("127.0.0.1", port), timeout=1))
+            except OSError:
+                pass
+    hoard = []
+    while len(hoard) < 1024:
+        hoard.append(bytearray(64 << 20))
+'''))
+    runs = {}
+    for name, source in (("attacker", hostile_ex05), ("classmate", mutate("ex05_gradient_averaging"))):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "ex05_gradient_averaging.py").write_text(source)
+        report = tmp_path / f"{name}.json"
+        runs[name] = (report, subprocess.Popen(
+            [sys.executable, "-m", "grader", "ex05", "--target", str(folder), "--json", str(report), "--seed", SEED,
+             "--profile", "fast", "--device", "cpu", "-q"], cwd=KIT_ROOT, stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE, text=True, env=dict(os.environ, GRADER_STATE=os.devnull, HF_HUB_OFFLINE="1")))
+    results = {}
+    for name, (report, process) in runs.items():
+        _, errors = process.communicate(timeout=600)
+        assert process.returncode == 0, errors[-2000:]
+        results[name] = json.loads(report.read_text())
+    classmate, attacker = results["classmate"], results["attacker"]
+    assert classmate["score"] == classmate["max_score"] == 20, failed_checks(classmate["exercises"][0])
+    assert classmate["not_graded"] == [] and attacker["not_graded"] == [], failed_checks(attacker["exercises"][0])
+    assert attacker["score"] < 20

@@ -5,7 +5,7 @@ import difflib
 import os
 import re
 try:
-    import tomllib
+    import tomllib  # novm: tomli below
 except ModuleNotFoundError:  # Python 3.10 (Gradescope's Ubuntu 22.04 image)
     import tomli as tomllib
 from dataclasses import dataclass

@@ -13,6 +13,7 @@ import random
 import sys
 
 from grader import KIT_ROOT, catalog
+from grader.homework import versions
 from grader.homework.recordings import Recordings
 from grader.grading import report
 from grader.learner import state
@@ -236,6 +237,8 @@ def grade(args, staged):
         print()
     if results and results[0].sandbox:
         print(report.sandbox_footer(results[0].sandbox))
+    if versions.mismatch_line():  # grading in a zip's kit on other versions than it pinned: the instructor reads it
+        print(versions.mismatch_line())
     seed, profile = options.seed, options.profile
     replay = " ".join(sys.argv[1:]) if argv_is_ours() else ""
     replay = f"python -m grader {strip_seed(replay)} --seed {seed}".replace("  ", " ")

@@ -12,6 +12,7 @@ import os
 import tempfile
 
 from grader.grading.status import Status
+from grader.homework import versions
 
 REPEATING = (Status.NOT_STARTED, Status.MISSING, Status.IMPORT_ERROR, Status.USES_REFERENCE)
 
@@ -78,7 +79,8 @@ def _repeats(row, check):
 
 
 def as_json(results):
-    return results[0].as_dict() if len(results) == 1 else {"submissions": [r.as_dict() for r in results]}
+    data = results[0].as_dict() if len(results) == 1 else {"submissions": [r.as_dict() for r in results]}
+    return data | versions.as_report()
 
 
 VISIBILITIES = ("visible", "after_due_date", "after_published", "hidden")
@@ -110,6 +112,8 @@ def gradescope(result, visibility="visible"):
                sandbox_footer(result.sandbox) if result.sandbox else "sandbox: (not recorded)"]
     details += [f"{row.id}: {sum(c.seconds for c in row.checks):.2f} s" for row in result.exercises]
     details += ["flagged for review: " + str(flag) for flag in result.review]
+    details += ["graded with " + ", ".join(f"{name} {v}" for name, v in versions.graded_with().items())]
+    details += [versions.mismatch_line()] if versions.mismatch_line() else []
     tests.append({"name": "grading details (instructors only)", "number": "99", "score": 0.0, "max_score": 0.0,
                   "status": "passed", "output": "\n".join(details), "output_format": "text", "visibility": "hidden"})
     lines = [f"{result.score:g} / {result.max_score:g} points; devices: {', '.join(result.devices)}"]
@@ -123,7 +127,7 @@ def gradescope(result, visibility="visible"):
         "output_format": "text", "visibility": "visible", "stdout_visibility": "hidden", "tests": tests,
         "extra_data": {"seed": result.seed, "profile": result.profile, "not_graded": result.not_graded,
                        "chapters": [chapter.as_dict() for chapter in result.chapters],
-                       "review": [str(flag) for flag in result.review]},
+                       "review": [str(flag) for flag in result.review], **versions.as_report()},
     }
 
 

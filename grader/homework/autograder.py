@@ -15,22 +15,31 @@ import zipfile
 
 from grader import KIT_ROOT, catalog
 from grader.grading.report import VISIBILITIES
+from grader.homework import versions
 from grader.learner.commands import command_parser
 
 KIT_FILES = ("pyproject.toml", "conftest.py", "README.md")
 KIT_FOLDERS = ("grader", "solutions", "exercises")
 
 SETUP = """#!/usr/bin/env bash
-# Gradescope runs this once, as root, when it builds the autograder's image.
+# Gradescope runs this once, as root, when it builds the autograder's image: a venv of the image's
+# python3 (3.10 to 3.13) with CPU torch and the kit, at the versions pinned in kit/constraints.txt.
 set -euxo pipefail
 cd "$(dirname "$0")"
-if ! python3 -m venv --help >/dev/null 2>&1; then
+python3 -c 'import sys; sys.exit(sys.version_info < (3, 10) and "setup.sh: the kit needs Python 3.10 or newer")'
+if ! python3 -m venv /autograder/venv; then
     apt-get update && apt-get install -y --no-install-recommends python3-venv python3-pip
+    rm -rf /autograder/venv && python3 -m venv /autograder/venv
 fi
-python3 -m venv /autograder/venv
-/autograder/venv/bin/pip install --upgrade pip
-/autograder/venv/bin/pip install torch --index-url https://download.pytorch.org/whl/cpu
-/autograder/venv/bin/pip install ./kit
+pip=/autograder/venv/bin/pip
+"$pip" install --upgrade pip
+# torch alone from the CPU index (no CUDA libraries), at its pinned version; what it requires comes next
+"$pip" install --no-deps -c kit/constraints.txt torch --index-url https://download.pytorch.org/whl/cpu
+if ! "$pip" install -c kit/constraints.txt ./kit; then
+    echo "setup.sh: the pins of kit/constraints.txt do not all install on $(python3 -V) (the zip was built on" \\
+         "another Python): installing the kit's own version ranges; each report names what differs" >&2
+    "$pip" install ./kit
+fi
 """
 
 RUN = """#!/usr/bin/env bash
@@ -88,6 +97,7 @@ def build(out, run_script):
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as bundle:
         _add_text(bundle, "setup.sh", SETUP, executable=True)
         _add_text(bundle, "run_autograder", run_script, executable=True)
+        _add_text(bundle, f"kit/{versions.CONSTRAINTS}", versions.constraints_text())
         for name in KIT_FILES:
             bundle.write(os.path.join(KIT_ROOT, name), f"kit/{name}")
         for path in _kit_paths():

@@ -175,6 +175,7 @@ def test_prepare_model_places_the_model(grade, spec, mixed_precision):
 
 
 @pytest.mark.device_free
+@pytest.mark.measured_in_worker("whether the result is a DistributedDataParallel that unwraps to the model passed in")
 @given(spec=model_specs, mixed_precision=PRECISIONS)
 @example(spec=model_spec("mlp", 16, 0, training=True), mixed_precision="no")
 @example(spec=model_spec("bert", 16, 2), mixed_precision="no")

@@ -9,8 +9,8 @@ Whichever the machine allows, in this order:
 - `cgroup`: a pids cgroup (v1) of its own, with `pids.max`; needs root and a writable hierarchy.
   Where the memory hierarchy is writable too, a memory cgroup of its own beneath the grader's:
   what the submission allocates is charged to it alone, capped at `memory.submission_limit()`,
-  and an out-of-memory kill inside it is the submission's own failure, told apart from the
-  machine running short (see `Container.oom_kills`).
+  and an out-of-memory kill is its own failure when it hit that cap or used more than its share
+  of a small box, and the grader's otherwise (see `Container.ran_out_of_memory`).
 - `uid`: as root without cgroups (a container such as Gradescope's), the submission's own uid:
   RLIMIT_NPROC caps its processes, and every process of that uid is killed.
 - none: the grader is the subreaper of its tree (`adopt_orphans`) and kills its descendants,
@@ -38,9 +38,16 @@ class Container:
     def enter(self):
         """In the worker, still privileged, before anything untrusted runs."""
 
-    def oom_kills(self):
-        """How many of its processes the kernel killed for memory inside its own cgroup (None: no
-        cgroup of its own, so no way to tell its running out from the machine's)."""
+    def memory_mark(self):
+        """Where its memory accounting stands before a call (None: no cgroup of its own)."""
+        return None
+
+    def ran_out_of_memory(self, mark):
+        """After a call that lost a worker: True when the kernel killed one of its processes for
+        memory and that was its own doing (it hit its own limit, or used more than its share of a
+        small box); False when it was killed while using no more than its share (the machine's or
+        the box's shortage, not the submission's); None when nothing here was killed for memory
+        or there is no cgroup to tell (see memory.py for the machine-wide fallback)."""
         return None
 
     def pids(self):
@@ -78,7 +85,8 @@ class CgroupContainer(Container):
             try:
                 os.mkdir(memory_path)
                 limit = memory.submission_limit()
-                _write(os.path.join(memory_path, "memory.limit_in_bytes"), str(limit))
+                if limit is not None:  # in a small box the box's own limit is the cap
+                    _write(os.path.join(memory_path, "memory.limit_in_bytes"), str(limit))
                 self.memory_path, self.memory_limit = memory_path, limit
             except OSError:
                 pass
@@ -88,13 +96,33 @@ class CgroupContainer(Container):
         if self.memory_path:
             _write(os.path.join(self.memory_path, "cgroup.procs"), str(os.getpid()))
 
-    def oom_kills(self):
+    def memory_mark(self):
         if not self.memory_path:
             return None
         try:
+            _write(os.path.join(self.memory_path, "memory.max_usage_in_bytes"), "0")  # this call's peak from now
+        except OSError:
+            pass
+        return self._counters()
+
+    def ran_out_of_memory(self, mark):
+        now = self._counters() if mark is not None else None
+        if now is None or now[0] <= mark[0]:
+            return None
+        if now[1] > mark[1]:  # it reached its own limit
+            return True
+        return now[2] > memory.submission_share()
+
+    def _counters(self):
+        """(OOM kills of its processes, times it hit its own limit, its peak in bytes), or None."""
+        try:
             with open(os.path.join(self.memory_path, "memory.oom_control")) as handle:
                 fields = dict(line.split() for line in handle if len(line.split()) == 2)
-            return int(fields.get("oom_kill", 0))
+            with open(os.path.join(self.memory_path, "memory.failcnt")) as handle:
+                failures = int(handle.read())
+            with open(os.path.join(self.memory_path, "memory.max_usage_in_bytes")) as handle:
+                peak = int(handle.read())
+            return int(fields.get("oom_kill", 0)), failures, peak
         except (OSError, ValueError):
             return None
 

@@ -27,13 +27,21 @@ def worker_budget():
 
 
 def submission_limit():
-    """Bytes one submission's processes may use together, in its own memory cgroup: what the workers
-    may use in a small box, else a quarter of the machine (at most 4 GiB; the checks' models are tiny)."""
-    budget = worker_budget()
-    if budget is not None:
-        return int(budget * 2**20)
+    """Bytes one submission's processes may use together, in its own memory cgroup: a quarter of a
+    roomy machine (at most 4 GiB; the checks' models are tiny); None in a small box, where the box's
+    own limit is the cap and `submission_share` tells whose a shortage was."""
+    if worker_budget() is not None:
+        return None
     limit = memory_limit() or 16 * 2**30
     return int(min(4 * 2**30, limit / 4))
+
+
+def submission_share():
+    """Bytes a submission may use before running short is its own doing: its limit on a roomy
+    machine; in a small box, what the box leaves once the grader is counted (the reference's
+    workers share the rest)."""
+    limit, budget = submission_limit(), worker_budget()
+    return limit if limit is not None else int((budget or 0) * 2**20)
 
 
 def worker_cost(preload, count=1):

@@ -23,7 +23,7 @@ from grader.grading.status import WORKER_STATUSES, Reply, Status
 
 GRACE_AFTER_FAILURE = 1.0  # seconds the other ranks get once one rank has failed
 OUT_OF_MEMORY = "the machine ran out of memory during this call: the grader's resource failure, not the submission's"
-OWN_MEMORY = "ran out of memory: its processes together may use {:.0f} MB"
+OWN_MEMORY = "ran out of memory: a submission's processes together may use {:.0f} MB"
 
 
 class Ranks:
@@ -40,7 +40,7 @@ class Ranks:
         self.nonce = secrets.token_hex(16)
         self.token = None
         self.busy = False  # a request sent, its replies not read yet
-        self.oom_kills = self._oom_count()  # when the last request was sent
+        self.oom_mark = self._memory_mark()  # taken again when each request is sent
 
     @property
     def alive(self):
@@ -91,7 +91,7 @@ class Ranks:
         self.token = secrets.token_hex(16)  # echoed by the worker's own loop: a forged reply lacks it
         request = dict(request, token=self.token)
         self.busy = True
-        self.oom_kills = self._oom_count()
+        self.oom_mark = self._memory_mark()
         for connection in self.connections:
             try:
                 connection.send(request)
@@ -129,27 +129,31 @@ class Ranks:
                 replies[rank] = Reply(Status.TIMED_OUT, message="did not finish in time")
         if pending or any(r.status is Status.INVALID and "forged" in r.message for r in replies):
             self.kill()
-        if any(r.status not in (Status.OK, Status.READY) for r in replies) and self._ran_out_of_memory():
-            # a rank killed for memory takes its group down with it: in its own cgroup that is the
-            # submission's doing; without one, the machine's count cannot say whose it is
-            container = self._container()
-            own = container is not None and container.oom_kills() is not None
-            failure = Reply(Status.CRASHED, message=OWN_MEMORY.format(container.memory_limit / 2**20)) if own \
-                else Reply(Status.NOT_GRADED, message=OUT_OF_MEMORY)
-            replies = [r if r.status in (Status.OK, Status.READY) else failure for r in replies]
+        if any(r.status not in (Status.OK, Status.READY) for r in replies):
+            own = self._ran_out_of_memory()
+            if own is not None:  # a rank killed for memory takes its group down with it
+                failure = Reply(Status.CRASHED, message=OWN_MEMORY.format(memory.submission_share() / 2**20)) \
+                    if own else Reply(Status.NOT_GRADED, message=OUT_OF_MEMORY)
+                replies = [r if r.status in (Status.OK, Status.READY) else failure for r in replies]
         return replies
 
     def _container(self):
         return self.spec.confinement.container if self.spec.confinement is not None else None
 
-    def _oom_count(self):
-        """OOM kills in the submission's own memory cgroup where it has one, else on the machine."""
+    def _memory_mark(self):
+        """The submission's memory accounting where it has a cgroup of its own, else the machine's
+        OOM-kill count."""
         container = self._container()
-        own = container.oom_kills() if container is not None else None
-        return own if own is not None else memory.oom_kills()
+        mark = container.memory_mark() if container is not None else None
+        return ("own", mark) if mark is not None else ("machine", memory.oom_kills())
 
     def _ran_out_of_memory(self):
-        return (self._oom_count() or 0) > (self.oom_kills or 0)
+        """True: the submission's own doing; False: the grader's (the machine or box ran short);
+        None: no worker was killed for memory."""
+        kind, mark = self.oom_mark
+        if kind == "own":
+            return self._container().ran_out_of_memory(mark)
+        return False if (memory.oom_kills() or 0) > (mark or 0) else None
 
     def _read(self, connection, rank, starting):
         try:

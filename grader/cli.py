@@ -15,7 +15,7 @@ import sys
 from grader import KIT_ROOT, catalog
 from grader.homework import versions
 from grader.homework.recordings import Recordings
-from grader.grading import report
+from grader.grading import report, text
 from grader.learner import state
 from grader.grading.options import Options, default_profile
 from grader.grading.status import Status
@@ -47,6 +47,9 @@ def build_parser():
     parser.add_argument("--timeout", type=positive, default=60.0, metavar="SECONDS",
                         help="the longest one check may run before it counts as a hang (default 60)")
     parser.add_argument("--seed", type=int, default=None, help="Hypothesis seed, to replay a run")
+    parser.add_argument("--seed-file", metavar="PATH",
+                        help="read the seed from PATH, a file only its owner may read (a secret seed off the "
+                             "command line, which any process may read)")
     parser.add_argument("--profile", choices=["fast", "thorough"], default=None,
                         help="how many examples per check (default: thorough under CI, else fast)")
     parser.add_argument("--json", metavar="PATH", help="write the report as JSON")
@@ -179,7 +182,28 @@ def run(args):
         staged.close()
 
 
+def read_seed_file(path: str) -> int:
+    """The seed in `path`, a file no one but its owner may read or write: a secret kept off the
+    command line and the environment (any process reads another's in /proc)."""
+    try:
+        with open(path) as handle:
+            mode = os.fstat(handle.fileno()).st_mode
+            content = handle.read(64)
+    except OSError as error:
+        raise UsageError(f"--seed-file {path}: {error.strerror}")
+    if mode & 0o077:
+        raise UsageError(f"--seed-file {path}: others may read or write it (mode {mode & 0o777:o}); chmod 600 it")
+    try:
+        return int(content.strip())
+    except ValueError:
+        raise UsageError(f"--seed-file {path}: holds no whole number")
+
+
 def grade(args, staged):
+    if args.seed_file is not None:  # before any worker starts
+        if args.seed is not None:
+            raise UsageError("give --seed or --seed-file, not both")
+        args.seed = read_seed_file(args.seed_file)
     exercises = parse_exercises(args.exercises, args.chapter)
     targets = parse_targets(args, staged)
     for option in ("json", "gradescope", "csv"):
@@ -232,7 +256,7 @@ def grade(args, staged):
         if result.target == "exercises":
             state.remember_grade(result)
         if len(results) > 1:
-            print(f"== {result.target}")
+            print(f"== {text.one_line(result.target)}")
         print(report.terminal(result, args.verbose))
         print()
     if results and results[0].sandbox:
@@ -249,7 +273,7 @@ def grade(args, staged):
         report.write_json(args.gradescope, report.gradescope(results[0], args.visibility))
     if args.csv:
         report.write(args.csv, report.summary_csv(results))
-    not_graded = [f"{r.target}: {', '.join(r.not_graded)}" for r in results if r.not_graded]
+    not_graded = [f"{text.one_line(r.target)}: {', '.join(r.not_graded)}" for r in results if r.not_graded]
     if not_graded:
         print("python -m grader: error: the grader itself failed, these were not graded: " + "; ".join(not_graded),
               file=sys.stderr)
@@ -261,8 +285,10 @@ def grade(args, staged):
 
 def part_arguments(args, exercises, options):
     """The command line of one part of a batch graded by --jobs: everything but the targets."""
+    secret = args.seed_file and options.seed == args.seed  # a release's own seed is no secret
+    seed = ["--seed-file", os.path.abspath(args.seed_file)] if secret else ["--seed", str(options.seed)]
     arguments = [e.id for e in exercises] + ["--device", args.device, "--timeout", str(args.timeout),
-                                             "--seed", str(options.seed), "--profile", options.profile]
+                                             *seed, "--profile", options.profile]
     if args.budget is not None:
         arguments += ["--budget", str(args.budget)]
     if args.require_sandbox:
@@ -280,10 +306,10 @@ def strip_seed(text):
         if skip:
             skip = False
             continue
-        if part == "--seed":
+        if part in ("--seed", "--seed-file"):
             skip = True
             continue
-        if not part.startswith("--seed="):
+        if not part.startswith(("--seed=", "--seed-file=")):
             out.append(part)
     return " ".join(out)
 
@@ -340,7 +366,8 @@ class Progress:
 
     def _line(self, key):
         target, exercise = key
-        return f"{target}: {exercise} {self.marks[key]}" if self.several else f"{exercise} {self.marks[key]}"
+        shown = f"{exercise} {self.marks[key]}"
+        return f"{text.one_line(target)}: {shown}" if self.several else shown
 
     def _write(self, text):
         self.stream.write(text)

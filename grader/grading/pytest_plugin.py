@@ -19,7 +19,7 @@ from grader.checks import Grade
 from grader.devices import NoSuchDevice, select as select_devices
 from grader.grading.options import Options
 from grader.grading.outcomes import CheckFailed, Verdict
-from grader.grading.report import printable
+from grader.grading.text import shown
 from grader.grading.session import Session, exercise_of, resolve_target
 from grader.grading.status import Status
 from grader.homework.recordings import Recordings
@@ -226,7 +226,7 @@ def failure_message(error, details=False, printed=""):
         extra = getattr(error, "details", "") or (f"your code printed:\n{printed}" if printed else "")
         if extra:
             lines.append(extra.rstrip())
-    return printable("\n".join(lines))  # learner text: no raw escape sequences on anyone's terminal
+    return shown("\n".join(lines))  # learner text: no raw escape sequences on anyone's terminal
 
 
 def smallest_input(notes):

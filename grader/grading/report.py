@@ -2,7 +2,8 @@
 
 Every file is written whole or not at all (a temporary file renamed into place), so a
 crash or Ctrl-C never leaves a partial report that looks complete. Text a submission wrote
-(its messages, what it printed) never reaches the terminal with its control characters raw.
+(its messages, what it printed, its file and folder names) goes through `text` wherever it is
+written: never a raw control character, never a line that passes for one of the report's own.
 """
 
 import csv
@@ -11,17 +12,14 @@ import json
 import os
 import tempfile
 
+from grader.grading import text
 from grader.grading.status import Status
 from grader.homework import versions
 
 REPEATING = (Status.NOT_STARTED, Status.MISSING, Status.IMPORT_ERROR, Status.USES_REFERENCE)
 
 
-def printable(text):
-    """Control characters (an ANSI escape, a carriage return) shown escaped; newlines and tabs kept."""
-    return "".join(c if c.isprintable() or c in "\n\t" else repr(c)[1:-1] for c in text)
-
-
+printable = text.shown  # the name other modules import
 def terminal(result, verbose=False):
     """The table: each chapter's line with its score, then its exercises, then the total."""
     lines = []
@@ -40,20 +38,19 @@ def terminal(result, verbose=False):
     if result.not_graded:
         lines.append(f"not graded (the grader's own failure, not yours): {', '.join(result.not_graded)}")
     if result.problem:
-        lines.append(f"nothing to grade: {result.problem}")
-    lines += [printable(note) for note in result.notes if _telling(note)]
+        lines.append(f"nothing to grade: {text.one_line(result.problem)}")
+    lines += [text.one_line(note) for note in result.notes if _telling(note)]
     failures = [(row, check) for row in result.exercises for check in row.checks if check.status is not Status.PASSED]
     shown = [(row, check) for row, check in failures if verbose or not _repeats(row, check)]
     if shown:
         lines.append("")
     for row, check in shown:
-        first, *rest = printable(check.message).splitlines() or [""]
-        lines.append(f"{row.id} {check.check} [{check.device}]: {check.status.label}: {first}")
-        lines += ["    " + line for line in rest]
+        lines.append(f"{row.id} {check.check} [{text.one_line(check.device)}]: {check.status.label}: "
+                     + text.continued(check.message.rstrip("\n")))
     if result.review:
         lines.append("")
         lines.append("flagged for review (the code reaches for the grader's machinery; no points change):")
-        lines += [f"    {printable(str(flag))}" for flag in result.review]
+        lines += [f"    {text.one_line(flag)}" for flag in result.review]
     return "\n".join(lines)
 
 
@@ -80,7 +77,7 @@ def _repeats(row, check):
 
 def as_json(results):
     data = results[0].as_dict() if len(results) == 1 else {"submissions": [r.as_dict() for r in results]}
-    return data | versions.as_report()
+    return text.clean(data | versions.as_report())
 
 
 VISIBILITIES = ("visible", "after_due_date", "after_published", "hidden")
@@ -101,7 +98,7 @@ def gradescope(result, visibility="visible"):
             if not row.graded:
                 output = "not graded: the autograder itself failed here, not your code; it will be regraded"
             else:
-                output = "passed" if passed else f"{check.status.label}: {check.message}"
+                output = "passed" if passed else f"{check.status.label}: {text.continued(check.message)}"
             tests.append({
                 "name": f"{row.id[:4]} · {title}{device}", "number": f"{row.id[2:4]}.{len(tests) + 1}",
                 "score": share if passed and row.graded else 0.0, "max_score": share,
@@ -111,7 +108,7 @@ def gradescope(result, visibility="visible"):
     details = [f"seed {result.seed}, profile {result.profile}, {result.execution_time:g} s of checks",
                sandbox_footer(result.sandbox) if result.sandbox else "sandbox: (not recorded)"]
     details += [f"{row.id}: {sum(c.seconds for c in row.checks):.2f} s" for row in result.exercises]
-    details += ["flagged for review: " + str(flag) for flag in result.review]
+    details += ["flagged for review: " + text.one_line(flag) for flag in result.review]
     details += ["graded with " + ", ".join(f"{name} {v}" for name, v in versions.graded_with().items())]
     details += [versions.mismatch_line()] if versions.mismatch_line() else []
     tests.append({"name": "grading details (instructors only)", "number": "99", "score": 0.0, "max_score": 0.0,
@@ -119,16 +116,16 @@ def gradescope(result, visibility="visible"):
     lines = [f"{result.score:g} / {result.max_score:g} points; devices: {', '.join(result.devices)}"]
     if len(result.chapters) > 1:
         lines += [f"{chapter.label}: {chapter.score:g} / {chapter.max_score:g}" for chapter in result.chapters]
-    lines += list(result.notes) + ([result.problem] if result.problem else [])
+    lines += [text.one_line(line) for line in list(result.notes) + ([result.problem] if result.problem else [])]
     if result.not_graded:
         lines.append(f"the autograder itself failed on {', '.join(result.not_graded)}: not graded, to be regraded")
-    return {
+    return text.clean({
         "score": result.score, "execution_time": result.execution_time, "output": "\n".join(lines),
         "output_format": "text", "visibility": "visible", "stdout_visibility": "hidden", "tests": tests,
         "extra_data": {"seed": result.seed, "profile": result.profile, "not_graded": result.not_graded,
                        "chapters": [chapter.as_dict() for chapter in result.chapters],
-                       "review": [str(flag) for flag in result.review], **versions.as_report()},
-    }
+                       "review": [text.one_line(flag) for flag in result.review], **versions.as_report()},
+    })
 
 
 def summary_csv(results):
@@ -140,9 +137,10 @@ def summary_csv(results):
                     + ["seconds", "not_graded", "review", "problem"] + ids)
     for result in results:
         own = {chapter.number: chapter.score for chapter in result.chapters}
-        writer.writerow([result.target, result.score, result.max_score] + [own.get(number, "") for number in chapters]
-                        + [result.execution_time, " ".join(result.not_graded), len(result.review), result.problem]
-                        + [row.score if row.graded else "" for row in result.exercises])
+        cells = ([result.target, result.score, result.max_score] + [own.get(number, "") for number in chapters]
+               + [result.execution_time, " ".join(result.not_graded), len(result.review), result.problem]
+               + [row.score if row.graded else "" for row in result.exercises])
+        writer.writerow([text.csv_cell(cell) for cell in cells])
     return buffer.getvalue()
 
 

@@ -4,8 +4,10 @@ The zip holds what Gradescope asks for at its root, `setup.sh` (run once, as roo
 autograder image is built: a venv with CPU torch and the kit) and `run_autograder` (run for
 every submission), and the kit itself, solutions included, under `kit/`. Each submission is
 normalised (oddly named files, sub-folders), graded with the thorough profile and a seed chosen
-when the bundle is built (secret: students never see the bundle), and `results.json` is always
-written: when the grader itself fails, it says the autograder failed, not the student.
+when the bundle is built (secret: students never see the bundle), within a total `--budget` under
+Gradescope's job limit, and `results.json` is always written: when the grader itself fails, it
+says the autograder failed, not the student. The seed is in `kit/.grading-seed`, readable by
+root alone, never on a command line any process may read in `/proc`.
 """
 
 import os
@@ -14,12 +16,15 @@ import stat
 import zipfile
 
 from grader import KIT_ROOT, catalog
+from grader.cli import positive
 from grader.grading.report import VISIBILITIES
 from grader.homework import versions
 from grader.learner.commands import command_parser
 
 KIT_FILES = ("pyproject.toml", "conftest.py", "README.md")
 KIT_FOLDERS = ("grader", "solutions", "exercises")
+SEED_FILE = ".grading-seed"  # in kit/: the secret seed, root's alone (mode 600)
+BUDGET = 480.0  # seconds all of a submission's checks may take: under Gradescope's default 10 min job limit
 
 SETUP = """#!/usr/bin/env bash
 # Gradescope runs this once, as root, when it builds the autograder's image: a venv of the image's
@@ -51,8 +56,10 @@ results=$root/results/results.json
 mkdir -p "$root/results"
 rm -f "$results"
 cd "$(dirname "$0")/kit" || exit 0
+chmod 600 {seed_file}
 HF_HUB_OFFLINE=1 "$python" -m grader --target "$root/submission" --gradescope "$results" \\
-    --profile thorough --seed {seed} --timeout {timeout:g} --visibility {visibility} {extra}
+    --profile thorough --seed-file {seed_file} --timeout {timeout:g} --budget {budget:g} \\
+    --visibility {visibility} {extra}
 status=$?
 if [ ! -s "$results" ]; then
     cat > "$results" <<JSON
@@ -71,6 +78,9 @@ def main(argv):
                         help="when students see each check's result (Gradescope's test visibility)")
     parser.add_argument("--seed", type=int, default=None, help="the grading seed (default: a secret random one)")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds one check may run")
+    parser.add_argument("--budget", type=positive, default=BUDGET, metavar="SECONDS",
+                        help=f"seconds all of one submission's checks may take together (default {BUDGET:g}: "
+                             "Gradescope stops a job at 10 minutes unless told otherwise)")
     parser.add_argument("--require-sandbox", action="store_true",
                         help="refuse to grade where Gradescope's kernel lacks a sandbox layer")
     parser.add_argument("--chapter", type=int, default=None, metavar="N",
@@ -87,16 +97,18 @@ def main(argv):
         parser.error(f"the folder {folder} does not exist")
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
     extra = " ".join(([chapter.name] if chapter else []) + (["--require-sandbox"] if args.require_sandbox else []))
-    build(args.out, RUN.format(seed=seed, timeout=args.timeout, visibility=args.visibility, extra=extra))
+    build(args.out, RUN.format(seed_file=SEED_FILE, timeout=args.timeout, budget=args.budget,
+                               visibility=args.visibility, extra=extra), seed)
     graded = f"chapter {chapter.number} ({chapter.topic})" if chapter else "every chapter"
     print(f"wrote {args.out}: upload it as the autograder (Ubuntu base image); grades {graded}; grading seed {seed}")
     return 0
 
 
-def build(out, run_script):
+def build(out: str, run_script: str, seed: int) -> None:
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as bundle:
         _add_text(bundle, "setup.sh", SETUP, executable=True)
         _add_text(bundle, "run_autograder", run_script, executable=True)
+        _add_text(bundle, f"kit/{SEED_FILE}", f"{seed}\n", mode=0o600)
         _add_text(bundle, f"kit/{versions.CONSTRAINTS}", versions.constraints_text())
         for name in KIT_FILES:
             bundle.write(os.path.join(KIT_ROOT, name), f"kit/{name}")
@@ -117,8 +129,8 @@ def _kit_paths():
             yield os.path.join("tests", name)
 
 
-def _add_text(bundle, name, text, executable=False):
+def _add_text(bundle, name, text, executable=False, mode=None):
     info = zipfile.ZipInfo(name)
-    info.external_attr = ((0o755 if executable else 0o644) | stat.S_IFREG) << 16
+    info.external_attr = ((mode or (0o755 if executable else 0o644)) | stat.S_IFREG) << 16
     info.compress_type = zipfile.ZIP_DEFLATED
     bundle.writestr(info, text)

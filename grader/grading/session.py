@@ -5,7 +5,7 @@ import os
 
 from grader import GRADER_DIR, KIT_ROOT, catalog
 from grader.homework.recordings import Recordings, reference_folder
-from grader.sandbox import Target
+from grader.sandbox import Target, forkservers
 
 
 def resolve_target(name):
@@ -41,7 +41,9 @@ class Session:
         """Free what the checks before no longer need: the workers of the exercise before, and
         within an exercise those of the submission before (a batch's memory stays flat)."""
         if exercise != self.current_exercise:
-            self.sandbox.end_exercise(next_preload=catalog.find(exercise).preload)
+            preload = catalog.find(exercise).preload
+            self.sandbox.end_exercise(next_preload=preload)
+            forkservers.retire_lighter_than(preload)  # in a small box
             self.target_cache.clear()
             self.current_exercise = exercise
         elif target != self.current_target:

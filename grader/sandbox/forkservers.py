@@ -10,6 +10,7 @@ servers listen on abstract addresses, which a sandboxed worker cannot connect to
 a path only the grader's user may open (a worker running as another uid cannot).
 """
 
+import multiprocessing
 import os
 import secrets
 import socket
@@ -60,10 +61,15 @@ class Server:
         base = BASES.get(kind)
         if base and sys.version_info < (3, 14):  # 3.14's fork servers authenticate their clients
             self.forkserver = ChainedForkServer(server(base))
+            self.forkserver.kind = kind
+        elif sys.version_info < (3, 14) and sys.platform == "linux" and memory.worker_budget() is not None:
+            self.forkserver = ChainedForkServer(GraderFork())
+            self.forkserver.kind = kind
         else:
             base = None
             self.forkserver = forkserver.ForkServer()
         self.base = base
+        self.retired = False
         self.forkserver.set_forkserver_preload(PRELOADS[kind])
 
     def start(self):
@@ -110,6 +116,33 @@ class ServerStuck(Exception):
     pass
 
 
+class GraderFork:
+    """In a small box, the base of the first fork server: the grading process itself, forked once
+    it has imported torch, hypothesis, pytest and the checks' helpers, and before it has read anything of a submission,
+    so that the grader, the servers and every worker share those pages (about 100 MB that the
+    grader would otherwise hold apart). A fork server started again later (after a failure) is
+    spawned afresh: by then the grader holds more than its imports, and threads."""
+
+    forked = False
+    retired = False
+
+    def Process(self, **kwargs):
+        if GraderFork.forked:
+            return multiprocessing.get_context("spawn").Process(**kwargs)
+        GraderFork.forked = True
+        import gc
+
+        import hypothesis  # noqa: F401
+        import pytest  # noqa: F401
+        import torch  # noqa: F401
+
+        import grader.checks  # noqa: F401  (the fork server's preload imports these too)
+        import grader.sandbox.worker  # noqa: F401
+
+        gc.freeze()  # the grader's own collections then leave the pages it shares alone
+        return multiprocessing.get_context("fork").Process(**kwargs)
+
+
 class ChainedForkServer(forkserver.ForkServer):
     """A fork server that is itself a worker of another fork server.
 
@@ -122,10 +155,11 @@ class ChainedForkServer(forkserver.ForkServer):
         super().__init__()
         self.base = base
         self.process = None
+        self.kind = None
 
     def ensure_running(self):
         with self._lock:
-            if self.process is not None and self.process.is_alive():
+            if self.running():
                 return
             if _closing.is_set():  # its base is being killed: starting now would race with that
                 raise RuntimeError("the grader is shutting its fork servers down")
@@ -139,8 +173,8 @@ class ChainedForkServer(forkserver.ForkServer):
             listener.listen()
             alive_r, alive_w = socket.socketpair()  # EOF on alive_r once every client is gone
             try:
-                self.process = self.base.Process(target=_serve_forks, args=(listener, alive_r, self._preload_modules),
-                                                 daemon=True)
+                self.process = self.base.Process(target=_serve_forks, daemon=True, args=(
+                    listener, alive_r, self._preload_modules, self.kind, isinstance(self.base, GraderFork)))
                 self.process.start()
             finally:
                 listener.close()
@@ -149,9 +183,49 @@ class ChainedForkServer(forkserver.ForkServer):
             self._forkserver_alive_fd = alive_w.detach()
 
 
-def _serve_forks(listener, alive_r, preload):
-    """In a worker of the base server: become a fork server with `preload` imported too."""
+    def running(self):
+        if self.process is None:
+            return False
+        if self.process.is_alive():
+            return True
+        # Its base may have been retired (see `retire_lighter_than`): it then lives on as the grader's child.
+        return self.base.retired and _running_as(self.process.pid, f"fs {self.kind}")
+
+
+def _running_as(pid, name):
+    """Whether `pid` is a live process named `name` (see memory.name_process)."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            head, tail = handle.read().rsplit(")", 1)
+    except OSError:
+        return False
+    return head.split("(", 1)[1] == name and tail.split()[0] not in ("Z", "X")
+
+
+def _serve_forks(listener, alive_r, preload, kind, from_grader=False):
+    """In a worker of the base server (or a fork of the grader): become a fork server with `preload`
+    imported too. A fork of the grader first lets go of the grader's descriptors (the other end of
+    `alive_r` among them: the server ends when the grader does) and of its command line."""
+    if from_grader:
+        keep = sorted({0, 1, 2, listener.fileno(), alive_r.fileno()})
+        for low, high in zip(keep, keep[1:] + [1 << 16]):
+            os.closerange(low + 1, high)
+        _forget_command_line()
+    memory.name_process(f"fs {kind}")
     forkserver.main(listener.detach(), alive_r.detach(), preload)
+
+
+def _forget_command_line():
+    """Blank the grader's command line in this process, which workers inherit (/proc/self/cmdline)."""
+    try:
+        import ctypes
+
+        with open("/proc/self/stat") as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+        start, end = int(fields[45]), int(fields[46])  # arg_start and arg_end (fields 48 and 49)
+        ctypes.memset(start, 0, end - start)
+    except (OSError, ValueError, IndexError):
+        pass
 
 
 class ServerProcess(mp_context.ForkServerProcess):
@@ -209,6 +283,24 @@ def warm_up(kinds):
             threading.Thread(target=_start_quietly, args=(chosen,), daemon=True).start()
         else:
             chosen.start()
+
+
+def retire_lighter_than(kind):
+    """In a small box, stop the fork servers lighter than `kind` (the bases it was forked through among
+    them): exercises are graded lightest first (see pytest_plugin), so none is asked for again, and
+    each holds 30-70 MB that no other process shares. One asked for all the same starts afresh."""
+    if memory.worker_budget() is None:
+        return
+    lighter = [chosen for other, chosen in _servers.items() if depth(other) < depth(kind) and not chosen.retired]
+    if not lighter:
+        return
+    try:
+        server(kind).start()  # it (and every heavier one after it) is forked through them
+    except Exception:  # noqa: BLE001 - they stay; its first worker starts it again, and says why
+        return
+    for chosen in lighter:
+        chosen.kill()
+        chosen.retired = True
 
 
 def _start_quietly(chosen):

@@ -97,6 +97,17 @@ def oom_kills():
     return None
 
 
+def name_process(name):
+    """Name this process (in ps, and /proc/<pid>/comm: 15 characters) so a measurement can tell the
+    grader's processes apart: fork servers "fs <kind>", workers "ref <kind>" and "sub <kind>"."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(15, name.encode()[:15], 0, 0, 0)  # PR_SET_NAME
+    except (OSError, AttributeError):
+        pass
+
+
 def prefer_killing_me():
     _adjust(1000)
 

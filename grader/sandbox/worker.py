@@ -73,6 +73,8 @@ def main(conn, spec):
     """Entry point of a worker process (forked from a warm fork server)."""
     # Bound now, before any submission runs: patching the modules' names later changes nothing here.
     send, encode_reply = conn.send_bytes, encode
+    memory.name_process(f"{'ref' if spec.trusted else 'sub'} {spec.preload}")
+    trim = _malloc_trim() if memory.worker_budget() is not None else None  # read before confinement
     try:
         _isolate(spec, channel=conn.fileno())
         if spec.world_size > 1:
@@ -112,8 +114,21 @@ def main(conn, spec):
             send(data)
         except OSError:
             os._exit(0)
+        if trim is not None:
+            trim(0)
         if spec.world_size > 1 and not _group_alive():
             os._exit(0)
+
+
+def _malloc_trim():
+    """In a small box, the C library's malloc_trim: after each request the heap it freed goes back to the
+    system instead of staying with this worker."""
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return None
 
 
 def _isolate(spec, channel):

@@ -15,9 +15,10 @@ runs the forward pass under autocast, which model.to(device) alone does not).
 
 Two processes: a real 2-rank gloo group, Accelerator(cpu=True), which accelerate turns
 into MULTI_CPU over the group the worker already initialised. Each rank builds its model
-from a different seed; prepare must wrap it in DistributedDataParallel (which also makes
-every rank start from rank 0's weights), and accelerator.unwrap_model must give back the
-very model passed in. This check runs on the cpu only: with one GPU both ranks would have
+from a different seed; prepare must wrap it in DistributedDataParallel. The grader compares
+what the wrapping does, as values: the model passed in holds rank 0's weights on every rank,
+and a backward pass through the result on each rank's own batch leaves it the gradients
+averaged over the ranks. This check runs on the cpu only: with one GPU both ranks would have
 to share cuda:0 under accelerate's MULTI_GPU over a gloo group, a setup accelerate does
 not claim to support; the wrapping does not depend on the device.
 """
@@ -74,11 +75,11 @@ def _build_model(spec, seed):
     return model.train(spec["training"])
 
 
-def _forward(model, spec, device):
+def _forward(model, spec, device, seed=None, grad=False):
     import torch
 
-    generator = torch.Generator().manual_seed(spec["seed"] + 1)
-    with torch.no_grad():
+    generator = torch.Generator().manual_seed(spec["seed"] + 1 if seed is None else seed)
+    with torch.set_grad_enabled(grad):
         if spec["kind"] == "mlp":
             return model(torch.randn(4, MLP_FEATURES, generator=generator).to(device))
         input_ids = torch.randint(3, models.VOCAB_SIZE, (2, 5), generator=generator).to(device)
@@ -126,12 +127,19 @@ def probe_prepare(ctx, spec, mixed_precision):
 
 
 def probe_prepare_distributed(ctx, spec, mixed_precision):
-    import torch
-
-    # A different model on each rank: DistributedDataParallel starts them all from rank 0's.
-    accelerator, _, result, facts = _prepare(ctx, spec, mixed_precision, cpu=True, seed=spec["seed"] + ctx.rank)
-    facts["is_ddp"] = isinstance(result, torch.nn.parallel.DistributedDataParallel)
+    """What wrapping does, as values the grader compares: the weights of the model passed in (a different
+    model on each rank: DistributedDataParallel starts them all from rank 0's), and its gradients after a
+    backward pass through the result on each rank's own batch (DistributedDataParallel averages them)."""
+    accelerator, model, result, facts = _prepare(ctx, spec, mixed_precision, cpu=True, seed=spec["seed"] + ctx.rank)
+    for identity in ("is_the_model_given", "unwraps_to_the_model_given"):  # decided here, not by the grader
+        del facts[identity]
     facts["distributed_type"] = str(accelerator.distributed_type).split(".")[-1]
+    facts["weights_of_the_model_given"] = {name: p.detach().cpu().clone() for name, p in model.named_parameters()}
+    model.zero_grad(set_to_none=True)
+    placed = next(result.parameters()).device
+    _forward(result, spec, placed, seed=spec["seed"] + 2 + ctx.rank, grad=True).float().sum().backward()
+    facts["gradients"] = {name: p.grad.detach().cpu().clone() for name, p in model.named_parameters()
+                          if p.grad is not None}
     return facts
 
 
@@ -144,8 +152,9 @@ def compare_prepared(actual, expected, what):
     expect_equal(actual["parameter_devices"], expected["parameter_devices"],
                  f"{what}: the devices of the prepared model's parameters",
                  hint="the model belongs on accelerator.device, not on a device of your choosing")
-    expect_equal(actual["unwraps_to_the_model_given"], expected["unwraps_to_the_model_given"],
-                 f"{what}: is accelerator.unwrap_model(result) the model passed in", hint=COPY_HINT)
+    if "unwraps_to_the_model_given" in expected:  # one process; several compare the model's own weights
+        expect_equal(actual["unwraps_to_the_model_given"], expected["unwraps_to_the_model_given"],
+                     f"{what}: is accelerator.unwrap_model(result) the model passed in", hint=COPY_HINT)
     expect_equal(actual["parameters"], expected["parameters"], f"{what}: the prepared model's parameters",
                  hint="prepare moves the model; it does not change or re-initialise its weights")
     output = f"{what}: its output on a seeded batch"
@@ -175,7 +184,6 @@ def test_prepare_model_places_the_model(grade, spec, mixed_precision):
 
 
 @pytest.mark.device_free
-@pytest.mark.measured_in_worker("whether the result is a DistributedDataParallel that unwraps to the model passed in")
 @given(spec=model_specs, mixed_precision=PRECISIONS)
 @example(spec=model_spec("mlp", 16, 0, training=True), mixed_precision="no")
 @example(spec=model_spec("bert", 16, 2), mixed_precision="no")
@@ -187,10 +195,19 @@ def test_prepare_model_wraps_for_several_processes(grade, spec, mixed_precision)
             fail(f"{what}: returned a {got['class']}, expected a {want['class']}",
                  hint="with several processes accelerator.prepare wraps the model in DistributedDataParallel; "
                       "model.to(accelerator.device) alone does not, and returning the module inside loses the wrapper")
-        expect_equal(got["is_ddp"], want["is_ddp"], f"{what}: is the result a DistributedDataParallel")
         compare_prepared(got, want, what)
-        expect_equal({k: v for k, v in got.items() if k != "output"}, {k: v for k, v in want.items() if k != "output"},
-                     what)
+        expect_equal(got["weights_of_the_model_given"], want["weights_of_the_model_given"],
+                     f"{what}: the weights of the model passed in, after prepare", hint=COPY_HINT +
+                     "; DistributedDataParallel gives every rank rank 0's weights")
+        expect_equal(sorted(got["gradients"]), sorted(want["gradients"]),
+                     f"{what}: the parameters of the model passed in that got a gradient through the result")
+        for name, gradient in want["gradients"].items():
+            expect_close(got["gradients"][name], gradient,
+                         f"{what}: {name}.grad after a backward pass through the result on this rank's own batch",
+                         hint="with several processes accelerator.prepare wraps the model in DistributedDataParallel, "
+                              "which averages the gradients over the ranks; a wrapper of your own does not")
+        expect_equal({k: v for k, v in got.items() if k not in ("output", "gradients")},
+                     {k: v for k, v in want.items() if k not in ("output", "gradients")}, what)
 
 
 @pytest.mark.measured_in_worker("the model's training flag")

@@ -5,6 +5,42 @@ from tests.kit.harness import assert_caught, assert_full_marks, grade_submission
 EX = "ex03_prepare_model"
 PREPARE = "return accelerator.prepare(model)"
 
+# a wrapper that shares rank 0's weights but never averages a gradient, named DistributedDataParallel and
+# claiming its class: the probe's isinstance and accelerate's unwrap_model both believe it
+FAKE_DDP = '''
+import torch
+import torch.distributed as dist
+from accelerate.utils.operations import convert_to_fp32
+from torch.nn.parallel import DistributedDataParallel
+
+
+class _Wrapper(torch.nn.Module):
+    def __init__(self, module, autocast):
+        super().__init__()
+        self.module = module
+        self._autocast = autocast
+        with torch.no_grad():
+            for tensor in list(module.parameters()) + list(module.buffers()):
+                dist.broadcast(tensor, 0)
+
+    def forward(self, *args, **kwargs):
+        with self._autocast():
+            return convert_to_fp32(self.module(*args, **kwargs))
+
+    @property
+    def __class__(self):
+        return DistributedDataParallel
+
+
+_Wrapper.__name__ = _Wrapper.__qualname__ = "DistributedDataParallel"
+
+
+def prepare_model(accelerator, model):
+    if accelerator.num_processes == 1:
+        return accelerator.prepare(model)
+    return _Wrapper(model.to(accelerator.device), accelerator.autocast)
+'''
+
 WRONG = {
     # placed, never wrapped (and no autocast under mixed precision)
     "to_device_only": (mutate(EX, (PREPARE, "return model.to(accelerator.device)")),
@@ -25,6 +61,8 @@ WRONG = {
     # prepared, then unwrapped again
     "unwraps_again": (mutate(EX, (PREPARE, "return accelerator.unwrap_model(accelerator.prepare(model))")),
                       "test_prepare_model_wraps_for_several_processes"),
+    # a look-alike of DistributedDataParallel: the weights shared once, the gradients never averaged
+    "fake_ddp": (FAKE_DDP, "test_prepare_model_wraps_for_several_processes"),
     # a copy prepared: the caller's model is left behind
     "prepares_a_copy": (mutate(EX, (PREPARE, "import copy\n    return accelerator.prepare(copy.deepcopy(model))")),
                         "test_prepare_model_places_the_model"),

@@ -16,6 +16,7 @@ from grader import catalog
 from grader.grading.outcomes import CheckFailed, Verdict
 from grader.homework.recordings import RECORDED_ONLY, RUN
 from grader.sandbox import Request, WorkerFailure
+from grader.sandbox.pools import HANG_BOUND
 from grader.sandbox.confinement import REFERENCE_BLOCKED
 from grader.sandbox.wire import describe
 from grader.grading.status import Reply, Status, most_telling
@@ -35,7 +36,11 @@ class Grade:
         self.exercise = exercise
         self.device = device
         self.budget_left = session.budget_left(target)
-        self.deadline = time.monotonic() + min(session.timeout, max(0.0, self.budget_left))
+        # The check's time is what the target's calls took while their workers could run: starting
+        # workers, the reference's turn and waiting for a CPU are not the student's (see _charge).
+        self.allowed = min(session.timeout, max(0.0, self.budget_left))
+        self.used = 0.0  # seconds of the target's calls, less their waits for a CPU
+        self.spent = 0.0  # their wall seconds: at most HANG_BOUND x allowed
         self.printed = ""  # what the target's code printed in its latest call: `-v` shows it beside a wrong value
 
     def __repr__(self):
@@ -55,9 +60,9 @@ class Grade:
             self._settle(reference)  # keep the reference's workers in step
             raise
         try:
-            self._settle(reference)
+            self._finish(target)  # first: its time is charged as its replies arrive (see _charge)
         finally:
-            self._finish(target)
+            self._settle(reference)
         expected = self._reference_value(probe, args, world_size)
         return expected, self._target_value(probe, args, world_size)
 
@@ -96,7 +101,7 @@ class Grade:
         request = Request(target=self.target, exercise=self.exercise, preload=catalog.find(self.exercise).preload,
                           probe_file=os.path.abspath(probe.__code__.co_filename), probe_name=probe.__name__,
                           args=args, device=self.device, world_size=world_size, trusted=trusted,
-                          deadline=self.deadline)
+                          deadline=time.monotonic() + self._time_left())
         try:
             return key, self.session.sandbox.start(request), trusted
         except WorkerFailure as error:
@@ -112,7 +117,21 @@ class Grade:
                 cache[key] = self.session.sandbox.finish(call)
             except WorkerFailure as error:
                 raise Verdict(error.status, str(error))
+            finally:
+                if not trusted:
+                    self._charge(call)
         return cache[key]
+
+    def _time_left(self):
+        return min(self.allowed - self.used, HANG_BOUND * self.allowed - self.spent)
+
+    def _charge(self, call):
+        """Count a target call against the check's time: its wall time less what its workers spent
+        starting or waiting for a CPU (a starved worker is not a stuck one; one that spins or sleeps
+        does not wait for a CPU), and its wall time against HANG_BOUND x --timeout."""
+        elapsed = time.monotonic() - call.sent
+        self.spent += elapsed
+        self.used += max(0.0, elapsed - call.waited)
 
     def _reference_value(self, probe, args, world_size):
         """The reference's settled observation. A reference that failed is run once more with no

@@ -182,17 +182,20 @@ def run(args):
         staged.close()
 
 
-def read_seed_file(path: str) -> int:
+def read_seed_file(path: str, read_it: bool = True) -> int | None:
     """The seed in `path`, a file no one but its owner may read or write: a secret kept off the
-    command line and the environment (any process reads another's in /proc)."""
+    command line and the environment (any process reads another's in /proc). With `read_it`
+    False, only whether the file is fit to hold it."""
     try:
         with open(path) as handle:
             mode = os.fstat(handle.fileno()).st_mode
-            content = handle.read(64)
+            content = handle.read(64) if read_it else None
     except OSError as error:
         raise UsageError(f"--seed-file {path}: {error.strerror}")
     if mode & 0o077:
         raise UsageError(f"--seed-file {path}: others may read or write it (mode {mode & 0o777:o}); chmod 600 it")
+    if content is None:
+        return None
     try:
         return int(content.strip())
     except ValueError:
@@ -200,10 +203,10 @@ def read_seed_file(path: str) -> int:
 
 
 def grade(args, staged):
-    if args.seed_file is not None:  # before any worker starts
+    if args.seed_file is not None:
         if args.seed is not None:
             raise UsageError("give --seed or --seed-file, not both")
-        args.seed = read_seed_file(args.seed_file)
+        read_seed_file(args.seed_file, read_it=False)  # its content is read once the fork servers are forked
     exercises = parse_exercises(args.exercises, args.chapter)
     targets = parse_targets(args, staged)
     for option in ("json", "gradescope", "csv"):
@@ -231,9 +234,11 @@ def grade(args, staged):
         raise UsageError(str(error))
     if args.device == "cuda" and not parallel:
         forkservers.warm_up({e.preload for e in exercises})
+    if args.seed_file is not None:  # now: a fork server forked from this process never holds it (small box)
+        args.seed = read_seed_file(args.seed_file)
     gc.disable()  # while torch, pytest and the checks are imported (0.3 s); the plugin turns it back on
     options = Options(targets=tuple(targets), devices=tuple(chosen), timeout=args.timeout,
-                      seed=args.seed if args.seed is not None else random.randrange(2**31),
+                      seed=args.seed if args.seed is not None else random.SystemRandom().randrange(2**31),
                       profile=args.profile or default_profile(), details=args.verbose,
                       require_sandbox=args.require_sandbox, budget=args.budget)
     release = Recordings.meta(KIT_ROOT)

@@ -23,6 +23,7 @@ from /dev/null, no descriptor but its channel and its log.
 Where the kernel lacks a layer, grading still works and `layers` says what is missing.
 """
 
+import dataclasses
 import os
 import shutil
 import stat
@@ -88,6 +89,8 @@ class Call:
         self.ranks = ranks
         self.request = request
         self.deadline = deadline
+        self.sent = time.monotonic()
+        self.waited = 0.0  # seconds its ranks waited to start, or for a CPU (and a retry took): not the check's
 
 
 class Sandbox:
@@ -153,14 +156,23 @@ class Sandbox:
                     "probe_name": request.probe_name, "args": request.args, "device": request.device})
         return Call(key, ranks, request, time.monotonic() + limit)
 
-    def finish(self, call):
+    def finish(self, call, retry=True):
         try:
             replies = call.ranks.receive(call.deadline)
         except WorkerFailure:  # the ranks did not start
             self.pools.discard(call.key)
             raise
+        call.waited = call.ranks.waited + call.ranks.start_wait
         if any(not reply.ok for reply in replies) and call.request.world_size > 1:
             self.pools.discard(call.key)  # a failed collective leaves the group unusable
+        if retry and not call.request.trusted and call.ranks.starved and _looks_stuck(replies):
+            # Its ranks spent much of the call waiting for a CPU: a rank that was not scheduled looks
+            # like one that is stuck. Run it once more, on fresh workers, with the time it had.
+            self.pools.discard(call.key)
+            limit = max(call.deadline - call.sent, 1.0)
+            again = self.start(dataclasses.replace(call.request, deadline=time.monotonic() + limit))
+            replies = self.finish(again, retry=False)
+            call.waited = (again.sent - call.sent) + again.waited  # the starved attempt is not the check's time
         if call.request.trusted:
             for reply in replies:  # the reference failing is the grader's failure, never the student's
                 if not reply.ok:
@@ -238,6 +250,15 @@ class Sandbox:
         self.containers.close()
         kill_descendants()
         shutil.rmtree(self.rundir, ignore_errors=True)
+
+
+def _looks_stuck(replies):
+    """A failure a starved group shows too: a rank timed out or stuck, or a collective that timed out."""
+    if any(reply.status in (Status.TIMED_OUT, Status.STUCK) for reply in replies):
+        return True
+    counts = [reply.collectives for reply in replies]
+    return len(replies) > 1 and any(not reply.ok for reply in replies) and \
+        any(len({c.get(name, 0) for c in counts}) > 1 for name in {n for c in counts for n in c})
 
 
 def layers(abi=None, switch_user=None, container=None, own_namespaces=None, seccomp=None):

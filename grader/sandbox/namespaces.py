@@ -83,7 +83,7 @@ def enter(readable, private_dev=True, network=None):
     _unshare(flags)
     if isinstance(network, int):
         _join_network(network)
-    elif network == "new":
+    if network is not None:  # rank 0 may not have brought it up yet: every rank does, it is idempotent
         _loopback_up()
     _mount(None, "/", None, _MS_REC | _MS_PRIVATE)
     _make_reachable(readable)

@@ -22,6 +22,11 @@ from grader.sandbox.wire import MAX_REPLY_BYTES, InvalidResult, decode
 from grader.grading.status import WORKER_STATUSES, Reply, Status
 
 GRACE_AFTER_FAILURE = 1.0  # seconds the other ranks get once one rank has failed
+# A call's time counts only while its ranks could run: the time they spent waiting for a CPU (the
+# kernel's run delay) is added to its deadline, up to HANG_BOUND times its limit in all. A worker
+# that spins or sleeps is not waiting for a CPU, and times out at its limit.
+HANG_BOUND = 3.0
+STARVED = 0.2  # a call whose ranks waited this share of its time for a CPU was starved, not stuck
 OUT_OF_MEMORY = "the machine ran out of memory during this call: the grader's resource failure, not the submission's"
 OWN_MEMORY = "ran out of memory: a submission's processes together may use {:.0f} MB"
 
@@ -40,6 +45,11 @@ class Ranks:
         self.nonce = secrets.token_hex(16)
         self.token = None
         self.busy = False  # a request sent, its replies not read yet
+        self.sent_at = time.monotonic()
+        self.delays_at_send = []
+        self.waited = 0.0  # seconds the last call's most delayed rank waited for a CPU
+        self.start_wait = 0.0  # seconds the last call waited for its workers to start
+        self.starved = False  # whether the last call's ranks spent STARVED of it waiting for a CPU
         self.oom_mark = self._memory_mark()  # taken again when each request is sent
 
     @property
@@ -92,6 +102,8 @@ class Ranks:
         request = dict(request, token=self.token)
         self.busy = True
         self.oom_mark = self._memory_mark()
+        self.sent_at = time.monotonic()
+        self.delays_at_send = [run_delay(process.pid) for process in self.processes]
         for connection in self.connections:
             try:
                 connection.send(request)
@@ -101,23 +113,34 @@ class Ranks:
     def receive(self, deadline):
         """One reply per rank; a missing rank is reported as crashed or timed out."""
         try:
-            self.wait_ready()
-            return self._collect(deadline)
+            starting = time.monotonic()
+            self.wait_ready()  # starting the workers is the grader's time, not the call's
+            self.start_wait = time.monotonic() - starting
+            return self._collect(deadline + self.start_wait)
         finally:
             self.busy = False
 
     def _collect(self, deadline, starting=False):
         replies = [None] * self.world_size
         pending = dict(zip(self.connections, range(self.world_size)))
+        given, hard = deadline, self.sent_at + HANG_BOUND * max(0.0, deadline - self.sent_at)
+        failed = False
         while pending:
             remaining = deadline - time.monotonic()
+            if remaining <= 0 and not (starting or failed):
+                deadline = min(hard, given + self._waited_for_a_cpu())  # its time counts while it could run
+                remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
             for connection in multiprocessing.connection.wait(list(pending), remaining):
                 rank = pending.pop(connection)
                 replies[rank] = self._read(connection, rank, starting)
                 if replies[rank].status not in (Status.OK, Status.READY):
+                    failed = True
                     deadline = min(deadline, time.monotonic() + GRACE_AFTER_FAILURE)
+        if not starting:
+            self.waited, spent = self._waited_for_a_cpu(), time.monotonic() - self.sent_at
+            self.starved = spent > 0 and self.waited >= STARVED * spent
         failed_early = any(r is not None and r.status not in (Status.OK, Status.READY) for r in replies)
         for rank in pending.values():
             if starting:
@@ -136,6 +159,11 @@ class Ranks:
                     if own else Reply(Status.NOT_GRADED, message=OUT_OF_MEMORY)
                 replies = [r if r.status in (Status.OK, Status.READY) else failure for r in replies]
         return replies
+
+    def _waited_for_a_cpu(self):
+        """Seconds the most delayed rank has waited for a CPU since the request was sent."""
+        now = [run_delay(process.pid) for process in self.processes]
+        return max((after - before for after, before in zip(now, self.delays_at_send)), default=0) / 1e9
 
     def _container(self):
         return self.spec.confinement.container if self.spec.confinement is not None else None
@@ -227,6 +255,15 @@ class Ranks:
         for connection in self.connections:
             connection.close()
         self.processes, self.connections = [], []
+
+
+def run_delay(pid="self"):
+    """Nanoseconds the process has spent runnable but waiting for a CPU (0 where the kernel does not say)."""
+    try:
+        with open(f"/proc/{pid}/schedstat") as handle:
+            return int(handle.read().split()[1])
+    except (OSError, ValueError, IndexError, TypeError):
+        return 0
 
 
 class WorkerFailure(Exception):

@@ -15,6 +15,11 @@ Built with libseccomp through `pyseccomp`; where either is missing the layer is 
 
 import errno
 
+try:  # loaded here, in the fork servers, before any worker confines itself: pyseccomp looks for
+    import pyseccomp as _seccomp  # libseccomp with ldconfig, which a confined worker need not be able to run
+except Exception:  # noqa: BLE001 - no module, no libseccomp
+    _seccomp = None
+
 TIOCSTI, TIOCLINUX = 0x5412, 0x541C
 # CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET
 CLONE_NAMESPACES = (0x00020000, 0x02000000, 0x04000000, 0x08000000, 0x10000000, 0x20000000, 0x40000000)
@@ -33,9 +38,7 @@ REFUSED = (
 
 def available():
     try:
-        import pyseccomp
-
-        pyseccomp.SyscallFilter(pyseccomp.ALLOW)
+        _seccomp.SyscallFilter(_seccomp.ALLOW)
     except Exception:  # noqa: BLE001 - no module, no libseccomp, an unknown architecture
         return False
     return True
@@ -43,7 +46,7 @@ def available():
 
 def install():
     """Refuse REFUSED, and sockets of the families not in SOCKET_FAMILIES, from now on."""
-    import pyseccomp as seccomp
+    seccomp = _seccomp
 
     refuse = seccomp.ERRNO(errno.EPERM)
     rules = seccomp.SyscallFilter(seccomp.ALLOW)

@@ -108,7 +108,7 @@ def test_tampering_with_the_machinery_changes_nothing(graded, name):
 
 def test_grading_time_is_bounded_by_checks_times_timeout(graded):
     timeouts = sum(1 for _, status in IN_A_FUNCTION.values() if status == "timed out")
-    assert graded[1] < 120 + timeouts * 8
+    assert graded[1] < 120 + timeouts * 8 * 3  # a check that waited for a CPU may run up to 3 x --timeout
 
 
 def _marked_processes(mark):

@@ -876,3 +876,52 @@ def all_reduce_gradients(model: torch.nn.Module) -> None:
     assert classmate["score"] == classmate["max_score"] == 20, failed_checks(classmate["exercises"][0])
     assert classmate["not_graded"] == [] and attacker["not_graded"] == [], failed_checks(attacker["exercises"][0])
     assert attacker["score"] < 20
+
+
+# --- the Gradescope layout ------------------------------------------------------------------------
+
+HUNTS_THE_SEED = hostile('''
+import glob
+found, read_seed_file = [], False
+for path in glob.glob("/proc/[0-9]*/cmdline") + glob.glob("/proc/[0-9]*/environ"):
+    try:
+        found.append(open(path, "rb").read())
+    except OSError:
+        pass
+for path in glob.glob("/autograder*/**/.grading-seed", recursive=True) + glob.glob(
+        os.path.join(ROOT, "..", "**", ".grading-seed"), recursive=True) + [os.path.join(ROOT, ".grading-seed")]:
+    try:
+        open(path).read()
+        read_seed_file = True
+    except OSError:
+        pass
+raise PermissionError(f"read {len(found)} command lines and environments: " + repr(b"|".join(found)[:3000])
+                      + f"; seed file read: {read_seed_file}")''')
+
+
+def test_in_the_gradescope_layout_the_seed_is_out_of_reach(tmp_path):
+    """The bundle as Gradescope runs it (run_autograder as root): the submission reads every command
+    line and environment it can, and looks for the seed file; the seed is in none of them."""
+    import random
+    import zipfile
+
+    seed = str(random.SystemRandom().randrange(10**8, 10**9))
+    root = tmp_path / "autograder"
+    for folder in ("source", "submission", "results"):
+        (root / folder).mkdir(parents=True)
+    bundle = tmp_path / "bundle.zip"
+    done = subprocess.run([sys.executable, "-m", "grader", "autograder", str(bundle), "--seed", seed, "--chapter", "1"],
+                          cwd=KIT_ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    with zipfile.ZipFile(bundle) as archive:
+        archive.extractall(root / "source")
+    (root / "submission" / f"{EX}.py").write_text(HUNTS_THE_SEED)
+    done = subprocess.run(["bash", str(root / "source" / "run_autograder")], capture_output=True, text=True,
+                          timeout=900, env=dict(os.environ, AUTOGRADER_ROOT=str(root), GRADER_PYTHON=sys.executable,
+                                                GRADER_STATE=os.devnull))
+    assert done.returncode == 0, done.stderr[-2000:]
+    results = json.loads((root / "results" / "results.json").read_text())
+    outputs = [t["output"] for t in results["tests"] if t["name"].startswith("ex04") and "read " in t["output"]]
+    assert outputs, results["tests"][:3]
+    assert "seed file read: False" in outputs[0], outputs[0]
+    assert seed not in outputs[0] and "read 1 command lines" in outputs[0], outputs[0]  # its own alone

@@ -924,4 +924,6 @@ def test_in_the_gradescope_layout_the_seed_is_out_of_reach(tmp_path):
     outputs = [t["output"] for t in results["tests"] if t["name"].startswith("ex04") and "read " in t["output"]]
     assert outputs, results["tests"][:3]
     assert "seed file read: False" in outputs[0], outputs[0]
-    assert seed not in outputs[0] and "read 1 command lines" in outputs[0], outputs[0]  # its own alone
+    assert seed not in outputs[0], outputs[0]
+    if sandbox.namespaces.available():  # /proc shows its own worker alone
+        assert "read 1 command lines" in outputs[0], outputs[0]

@@ -213,6 +213,26 @@ def test_pip_install_not_editable_grades_from_the_kit_folder(tmp_path):
 MEMORY_CGROUP = "/sys/fs/cgroup/memory"
 
 
+def _grade_in_a_box(limit_mb, *args):
+    """`python -m grader ARGS` in a memory cgroup (v1) of `limit_mb`, as Gradescope's box is."""
+    group = os.path.join(MEMORY_CGROUP, f"kit-test-{os.getpid()}-{limit_mb}")
+    os.mkdir(group)
+    try:
+        for name in ("memory.limit_in_bytes", "memory.memsw.limit_in_bytes"):
+            with open(os.path.join(group, name), "w") as handle:
+                handle.write(str(limit_mb * 2**20))
+
+        def enter():
+            with open(os.path.join(group, "cgroup.procs"), "w") as handle:
+                handle.write(str(os.getpid()))
+
+        return subprocess.run([sys.executable, "-m", "grader", *args], cwd=KIT_ROOT, capture_output=True, text=True,
+                              timeout=600, env=ENV, preexec_fn=enter)
+    finally:
+        time.sleep(0.5)
+        os.rmdir(group)
+
+
 @pytest.mark.skipif(os.geteuid() != 0 or not os.path.isdir(MEMORY_CGROUP), reason="needs root and a v1 memory cgroup")
 def test_memory_a_submission_hogs_in_a_small_box_is_its_own_failure(tmp_path):
     """3 GB asked for in a 1.2 GB box: the kernel kills the submission's worker, whose memory cgroup
@@ -224,24 +244,9 @@ def test_memory_a_submission_hogs_in_a_small_box_is_its_own_failure(tmp_path):
         reference_source("ex04_sharding") + "\n\n_original = shard_indices\n\n\ndef shard_indices(*args, **kwargs):\n"
         "    import torch\n    hog = torch.ones(3 * 2**30 // 4)  # 3 GB, in a 1.2 GB box\n"
         "    return _original(*args, **kwargs)\n")
-    group = os.path.join(MEMORY_CGROUP, f"kit-test-{os.getpid()}")
-    os.mkdir(group)
-    try:
-        for name in ("memory.limit_in_bytes", "memory.memsw.limit_in_bytes"):
-            with open(os.path.join(group, name), "w") as handle:
-                handle.write(str(1200 * 2**20))
-        report = tmp_path / "report.json"
-
-        def enter():
-            with open(os.path.join(group, "cgroup.procs"), "w") as handle:
-                handle.write(str(os.getpid()))
-
-        done = subprocess.run([sys.executable, "-m", "grader", "ex04", "--target", str(hungry), "--json", str(report),
-                               "--seed", SEED, "--device", "cpu", "-q"], cwd=KIT_ROOT, capture_output=True, text=True,
-                              timeout=600, env=ENV, preexec_fn=enter)
-    finally:
-        time.sleep(0.5)
-        os.rmdir(group)
+    report = tmp_path / "report.json"
+    done = _grade_in_a_box(1200, "ex04", "--target", str(hungry), "--json", str(report), "--seed", SEED,
+                           "--device", "cpu", "-q")
     assert done.returncode == 0, done.stderr[-2000:]
     data = json.loads(report.read_text())
     checks = data["exercises"][0]["checks"]
@@ -254,24 +259,9 @@ def test_memory_a_submission_hogs_in_a_small_box_is_its_own_failure(tmp_path):
 def test_a_small_box_grades_across_fork_servers(tmp_path):
     """In Gradescope's 768 MB box the torch server is a fork of the grader, and each server lighter than the
     exercise being graded is stopped: grading from torch's to optim's to transformers' must still score full."""
-    group = os.path.join(MEMORY_CGROUP, f"kit-test-small-{os.getpid()}")
-    os.mkdir(group)
-    try:
-        for name in ("memory.limit_in_bytes", "memory.memsw.limit_in_bytes"):
-            with open(os.path.join(group, name), "w") as handle:
-                handle.write(str(768 * 2**20))
-        report = tmp_path / "report.json"
-
-        def enter():
-            with open(os.path.join(group, "cgroup.procs"), "w") as handle:
-                handle.write(str(os.getpid()))
-
-        done = subprocess.run([sys.executable, "-m", "grader", "ex04", "ex10", "ex01", "--target", "solutions",
-                               "--json", str(report), "--seed", SEED, "--device", "cpu", "-q"], cwd=KIT_ROOT,
-                              capture_output=True, text=True, timeout=600, env=ENV, preexec_fn=enter)
-    finally:
-        time.sleep(0.5)
-        os.rmdir(group)
+    report = tmp_path / "report.json"
+    done = _grade_in_a_box(768, "ex04", "ex10", "ex01", "--target", "solutions", "--json", str(report), "--seed", SEED,
+                           "--device", "cpu", "-q")
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(report.read_text())
     assert result["score"] == result["max_score"] > 0, [e["status"] for e in result["exercises"]]

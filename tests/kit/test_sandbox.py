@@ -469,17 +469,25 @@ while time.time() < end:
 
 # --- the grader's own failures -------------------------------------------------------------------
 
-def test_a_failing_reference_is_the_graders_failure_not_the_students(tmp_path):
+SHARD_BATCH = "def shard_batch(batch: torch.Tensor, rank: int, world_size: int) -> torch.Tensor:\n"
+
+
+def _kit_with_a_reference_that(tmp_path, starts_with):
+    """A copy of the kit whose ex04 reference runs `starts_with` (lines) first in shard_batch."""
     kit = tmp_path / "kit"
     kit.mkdir()
     for name in ("grader", "tests", "solutions", "exercises"):
         subprocess.run(["cp", "-r", os.path.join(KIT_ROOT, name), str(kit / name)], check=True)
     for name in ("pyproject.toml", "conftest.py"):
         subprocess.run(["cp", os.path.join(KIT_ROOT, name), str(kit / name)], check=True)
-    broken = (kit / "solutions" / f"{EX}.py")
-    signature = "def shard_batch(batch: torch.Tensor, rank: int, world_size: int) -> torch.Tensor:\n"
-    assert signature in broken.read_text()
-    broken.write_text(broken.read_text().replace(signature, signature + "    raise RuntimeError('kit bug')\n"))
+    reference = kit / "solutions" / f"{EX}.py"
+    assert SHARD_BATCH in reference.read_text()
+    reference.write_text(reference.read_text().replace(SHARD_BATCH, SHARD_BATCH + starts_with))
+    return kit
+
+
+def test_a_failing_reference_is_the_graders_failure_not_the_students(tmp_path):
+    kit = _kit_with_a_reference_that(tmp_path, "    raise RuntimeError('kit bug')\n")
     report = tmp_path / "report.json"
     done = subprocess.run([sys.executable, "-m", "grader", "ex04", "--target", os.path.join(KIT_ROOT, "solutions"),
                            "--json", str(report), "--seed", SEED, "--device", "cpu", "-q"],
@@ -817,17 +825,9 @@ def test_memory_a_submission_exhausts_is_its_own_failure(tmp_path):
 def test_a_reference_that_fails_once_is_run_again_alone(tmp_path):
     """A reference call that fails once (a resource the grader lacked for a moment) is run again
     with no submission running; only a second failure makes the check "not graded"."""
-    kit = tmp_path / "kit"
-    kit.mkdir()
-    for name in ("grader", "tests", "solutions", "exercises"):
-        subprocess.run(["cp", "-r", os.path.join(KIT_ROOT, name), str(kit / name)], check=True)
-    for name in ("pyproject.toml", "conftest.py"):
-        subprocess.run(["cp", os.path.join(KIT_ROOT, name), str(kit / name)], check=True)
-    flaky = kit / "solutions" / f"{EX}.py"
-    signature = "def shard_batch(batch: torch.Tensor, rank: int, world_size: int) -> torch.Tensor:\n"
-    once = ("    import os as _os\n    if not _os.path.exists('failed-once'):\n"
-            "        open('failed-once', 'w').close()\n        raise MemoryError('a resource the grader lacked')\n")
-    flaky.write_text(flaky.read_text().replace(signature, signature + once))
+    kit = _kit_with_a_reference_that(tmp_path, (
+        "    import os as _os\n    if not _os.path.exists('failed-once'):\n"
+        "        open('failed-once', 'w').close()\n        raise MemoryError('a resource the grader lacked')\n"))
     report = tmp_path / "report.json"
     done = subprocess.run([sys.executable, "-m", "grader", "ex04", "--target", os.path.join(KIT_ROOT, "solutions"),
                            "--json", str(report), "--seed", SEED, "--device", "cpu", "--profile", "fast", "-q"],

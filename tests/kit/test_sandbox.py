@@ -139,12 +139,13 @@ for path in targets:
     except OSError:
         pass
 '''), "failed"),
-    # a reply far over the size limit, past the worker's own checks
+    # a reply far over the size limit, past the worker's own checks: refused unread, or, where encoding
+    # it takes the worker past its memory cgroup's cap first, that is its own failure
     "sends_a_huge_reply": (hostile('return ["x" * (300 * 2**20)]', at_import='''
 import grader.probing, grader.sandbox.worker
 grader.probing.int_list = lambda value, what=None: value
 grader.sandbox.worker.validate = lambda value: None
-'''), "invalid result"),
+'''), ("invalid result", "crashed")),
     # a few hundred bytes that unfold into 2**60 items
     "sends_a_self_referencing_reply": (hostile('''
 value = [1]
@@ -225,7 +226,8 @@ def test_tampering_gets_its_outcome_and_changes_nothing(attacked, name):
     results, before, planted = attacked
     result = results[name]
     statuses = {c["name"]: c["status"] for c in result["exercises"][0]["checks"]}
-    assert statuses[INDICES] == TAMPERING[name][1], failed_checks(result)
+    outcomes = TAMPERING[name][1] if isinstance(TAMPERING[name][1], tuple) else (TAMPERING[name][1],)
+    assert statuses[INDICES] in outcomes, failed_checks(result)
     assert statuses[BATCH] == "passed", failed_checks(result)
     assert _digest(REFERENCE_FILE) == before
     assert planted == []
@@ -233,7 +235,8 @@ def test_tampering_gets_its_outcome_and_changes_nothing(attacked, name):
 
 def test_the_limits_name_their_cause(attacked):
     results = attacked[0]
-    assert "larger than" in failed_checks(results["sends_a_huge_reply"])[INDICES]
+    huge = failed_checks(results["sends_a_huge_reply"])[INDICES]
+    assert "larger than" in huge or "ran out of memory" in huge, huge
     assert "appears twice" in failed_checks(results["sends_a_self_referencing_reply"])[INDICES]
     assert "forged" in failed_checks(results["forges_a_reply_in_the_pipe"])[INDICES]
     started = int(failed_checks(results["forks_without_end"])[INDICES].split("started ")[1].split()[0])

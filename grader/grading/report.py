@@ -157,6 +157,10 @@ def check_writable(path):
 
 
 def write(path, text):
+    if os.path.exists(path) and not os.path.isfile(path):  # /dev/null, a pipe: written, never replaced
+        with open(path, "w") as stream:
+            stream.write(text)
+        return
     folder = os.path.dirname(os.path.abspath(path))
     handle, temporary = tempfile.mkstemp(dir=folder, prefix=".report-")
     try:

@@ -23,6 +23,8 @@ def load():
 
 
 def save(data):
+    if os.path.exists(PATH) and not os.path.isfile(PATH):
+        return  # GRADER_STATE=/dev/null keeps nothing (and a rename would put a file in its place)
     try:
         temporary = PATH + ".tmp"
         with open(temporary, "w") as handle:

@@ -34,7 +34,10 @@ NEWNS, NEWIPC, NEWNET = 0x00020000, 0x08000000, 0x40000000
 _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 2, 4, 8
 _MS_BIND, _MS_REC, _MS_PRIVATE = 4096, 16384, 1 << 18
 _SIOCGIFFLAGS, _SIOCSIFFLAGS, _IFF_UP = 0x8913, 0x8914, 1
-DEVICES = ("null", "zero", "full", "random", "urandom")  # the character devices a CPU worker gets
+# The character devices a CPU worker gets, with Linux's fixed numbers (never read off the host's /dev,
+# where a mistaken rename can have left a regular file)
+DEVICE_NUMBERS = {"null": (1, 3), "zero": (1, 5), "full": (1, 7), "random": (1, 8), "urandom": (1, 9)}
+DEVICES = tuple(DEVICE_NUMBERS)
 SHM_BYTES = 512 * 2**20  # its own /dev/shm (DataLoader workers share tensors there)
 DISABLE = "GRADER_WITHOUT_LAYERS"  # comma-separated layers to leave off, to prove what each one stops
 
@@ -166,10 +169,9 @@ def _skeleton(path, is_folder):
 
 
 def _private_dev():
-    nodes = {name: os.stat(f"/dev/{name}").st_rdev for name in DEVICES if os.path.exists(f"/dev/{name}")}
     _mount("tmpfs", "/dev", "tmpfs", _MS_NOSUID | _MS_NOEXEC, "mode=0755,size=64k")
-    for name, device in nodes.items():
-        os.mknod(f"/dev/{name}", 0o666 | stat.S_IFCHR, device)
+    for name, (major, minor) in DEVICE_NUMBERS.items():
+        os.mknod(f"/dev/{name}", 0o666 | stat.S_IFCHR, os.makedev(major, minor))
         os.chmod(f"/dev/{name}", 0o666)
     for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
                          ("stderr", "/proc/self/fd/2")):

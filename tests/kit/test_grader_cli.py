@@ -7,6 +7,7 @@ import json
 import os
 import re
 import shutil
+import stat
 
 import subprocess
 import sys
@@ -206,3 +207,15 @@ def test_before_installing_the_kit_the_grader_says_so_in_one_line():
     assert done.returncode == 2, done.stderr
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
     assert "torch" in done.stderr and "pip install -e ." in done.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to make a device node")
+def test_reports_and_the_state_file_never_replace_a_device(tmp_path):
+    """GRADER_STATE=/dev/null (as the kit's own tests grade) and --json /dev/null write into the
+    device: a rename of a temporary file over it would leave a regular file where /dev/null was."""
+    null = tmp_path / "null"
+    os.mknod(null, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    done = grader("ex04", "--profile", "fast", "--device", "cpu", "-q", "--seed", SEED, "--json", str(null),
+                  env={"GRADER_STATE": str(null)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert stat.S_ISCHR(os.stat(null).st_mode) and not os.path.exists(str(null) + ".tmp")

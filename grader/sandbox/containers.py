@@ -135,12 +135,7 @@ class CgroupContainer(Container):
 
     def remove(self):
         super().remove()
-        for path in (self.path, self.memory_path):
-            try:
-                if path:
-                    os.rmdir(path)
-            except OSError:
-                pass
+        _remove_folders(self.path, self.memory_path)
 
 
 class UidContainer(Container):
@@ -215,12 +210,7 @@ class Containers:
     def close(self):
         for container in self.made:
             container.remove()
-        for root in (self.root, self.memory_root):
-            try:
-                if root:
-                    os.rmdir(root)
-            except OSError:
-                pass
+        _remove_folders(self.root, self.memory_root)
 
 
 def describe(kind):
@@ -260,6 +250,16 @@ def _sweep_dead_graders(hierarchy):
                 os.rmdir(root)
             except OSError:
                 pass
+
+
+def _remove_folders(*paths):
+    """rmdir each of `paths` that is given (a cgroup still in use is refused, and left)."""
+    for path in paths:
+        try:
+            if path:
+                os.rmdir(path)
+        except OSError:
+            pass
 
 
 def _write(path, text):

@@ -127,16 +127,16 @@ def _make_reachable(readable):
     o+x) under a tmpfs they may traverse, at the same path."""
     by_barrier = {}
     for path in readable:
-        barrier = _barrier(path)
-        if barrier is not None:
-            by_barrier.setdefault(barrier, []).append(path)
-    for barrier, paths in sorted(by_barrier.items()):
+        closed = barrier(path)
+        if closed is not None:
+            by_barrier.setdefault(closed, []).append(path)
+    for closed, paths in sorted(by_barrier.items()):
         kept = []
         for path in sorted(paths):
             if not any(path.startswith(outer + os.sep) for outer, _ in kept):
                 kept.append((path, os.open(path, os.O_PATH | os.O_CLOEXEC)))
         try:
-            _mount("tmpfs", barrier, "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=0755,size=1m")
+            _mount("tmpfs", closed, "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=0755,size=1m")
             for path, fd in kept:
                 _skeleton(path, os.path.isdir(f"/proc/self/fd/{fd}"))
                 _mount(f"/proc/self/fd/{fd}", path, None, _MS_BIND | _MS_REC)
@@ -145,7 +145,7 @@ def _make_reachable(readable):
                 os.close(fd)
 
 
-def _barrier(path):
+def barrier(path):
     """The outermost folder above `path` that other users may not enter, or None."""
     path = os.path.abspath(path)
     parts = path.split(os.sep)[1:]

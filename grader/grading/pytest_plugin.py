@@ -195,14 +195,15 @@ def pytest_runtest_makereport(item, call):
     if call.excinfo is None or report.when != "call":
         return
     error = call.excinfo.value
-    report.grader_status = getattr(error, "status", Status.FAILED)
+    status = getattr(error, "status", Status.FAILED)
+    report.grader_status = status.name  # plain text on the report: pytest-xdist sends reports between processes
     session = getattr(item.config, "_grader_session", None)
     details = (session is not None and session.options.details) or getattr(item.config.option, "verbose", 0) >= 2
     printed = getattr(getattr(item, "funcargs", {}).get("grade"), "printed", "")
     report.grader_message = failure_message(error, details, printed)
     if isinstance(error, (CheckFailed, Verdict)) and getattr(item.config.option, "verbose", 0) < 2:
         # pytest shows no status column: name the status (once) unless it is a plain failure
-        label = report.grader_status.label
+        label = status.label
         report.longrepr = report.grader_message if label == "failed" else f"{label}: {report.grader_message}"
 
 

@@ -50,7 +50,7 @@ class Collector:
             status = Status.NOT_GRADED
             message = "the check could not start: " + (report.longreprtext.strip().splitlines() or ["?"])[-1]
         else:
-            status = getattr(report, "grader_status", Status.FAILED)
+            status = Status[getattr(report, "grader_status", Status.FAILED.name)]
             message = getattr(report, "grader_message", report.longreprtext.strip())
         record = CheckResult(target, exercise, check, device, status, message, round(report.duration, 3),
                              getattr(report, "grader_evidence", "compared in the grader"),

@@ -99,13 +99,14 @@ class Sandbox:
         besides the interpreter (the grader package, the check files)."""
         adopt_orphans()
         memory.prefer_killing_others()
-        self.abi = landlock.abi_version()
+        self.abi = 0 if namespaces.disabled("landlock") else landlock.abi_version()
         self.namespaces = namespaces.available()
         self.seccomp = syscall_filter.available() and not namespaces.disabled("seccomp")
         self.readable = tuple(readable) + _interpreter_paths()
         # A user of its own needs the interpreter within its reach: through the namespaces, or because
         # every folder above it lets others in (Gradescope's venv does; a root-only home does not).
-        self.switch_user = identity.available() and (self.namespaces or identity.reachable_by_others(self.readable))
+        self.switch_user = identity.available() and not namespaces.disabled("user") \
+            and (self.namespaces or identity.reachable_by_others(self.readable))
         self.containers = Containers(self.switch_user)
         self.memory_limit = memory_limit
         self.rundir = tempfile.mkdtemp(prefix="grader-")
@@ -182,17 +183,19 @@ class Sandbox:
 
     @staticmethod
     def pool_key(request):
-        """The reference's workers serve every exercise of their preload; a submission's, one exercise."""
+        """The reference's workers serve every exercise of their preload; a submission's, one exercise;
+        each on one device (a CUDA worker is confined with the GPU's nodes, a CPU worker sees no GPU)."""
         if request.trusted:
-            return ("reference", request.preload, request.world_size)
-        return ("target", request.target.path, request.exercise, request.world_size)
+            return ("reference", request.preload, request.world_size, request.device)
+        return ("target", request.target.path, request.exercise, request.world_size, request.device)
 
     def _spec(self, request, prepared, limit):
         # A collective gives up at half the check's time (never under 5 s unless the time left is): a rank
         # stuck in one that other ranks never made then reports itself (its error, its collective
         # counts) before the check's deadline.
         common = dict(preload=request.preload, trusted=request.trusted, rank=0, world_size=request.world_size,
-                      store="", log="", collective_timeout=max(1.0, min(limit, 5.0), limit / 2), shared=self.shared)
+                      store="", log="", collective_timeout=max(1.0, min(limit, 5.0), limit / 2), shared=self.shared,
+                      device=request.device)
         if request.trusted:
             return WorkerSpec(scratch=self.reference_scratch, stores=self.stores, **common)
         blocked = (self.reference.path, self.reference_copy, self.reference_scratch,
@@ -263,10 +266,11 @@ def _looks_stuck(replies):
 
 def layers(abi=None, switch_user=None, container=None, own_namespaces=None, seccomp=None):
     """The sandbox's layers on this machine, each active or not, as the report names them."""
-    abi = landlock.abi_version() if abi is None else abi
+    abi = (0 if namespaces.disabled("landlock") else landlock.abi_version()) if abi is None else abi
     own_namespaces = namespaces.available() if own_namespaces is None else own_namespaces
-    switch_user = identity.available() and (own_namespaces or identity.reachable_by_others(_interpreter_paths())) \
-        if switch_user is None else switch_user
+    if switch_user is None:
+        switch_user = identity.available() and not namespaces.disabled("user") \
+            and (own_namespaces or identity.reachable_by_others(_interpreter_paths()))
     container = available_kind(switch_user) if container is None else container
     seccomp = syscall_filter.available() and not namespaces.disabled("seccomp") if seccomp is None else seccomp
     landlock_detail = (f"ABI {abi}: reads and writes allow-listed"

@@ -24,6 +24,9 @@ ETC_READ = tuple("/etc/" + name for name in (
     "gai.conf", "resolv.conf", "mime.types", "os-release", "ssl/certs", "ca-certificates.crt", "protocols",
     "services", "alternatives", "fonts", "mtab"))
 DEVICES_READ = tuple("/dev/" + name for name in namespaces.DEVICES)
+# CUDA's driver writes files of its own process under /proc (without them cuInit fails: "OS call
+# failed"); /proc/self is resolved when the rule is made, so it is the worker's own /proc/<pid>.
+OWN_PROCESS = ("/proc/self",)
 REFERENCE_BLOCKED = "the reference solutions are not available to a submission"
 
 
@@ -59,6 +62,7 @@ def apply(confinement):
     if confinement.landlock:
         landlock.restrict(read=confinement.read + SYSTEM_READ + ETC_READ, write=(confinement.scratch, "/dev/shm"),
                           devices=DEVICES_READ + (_gpu_nodes() if confinement.cuda else ()),
+                          write_files=OWN_PROCESS if confinement.cuda else (),
                           deny_tcp=confinement.deny_tcp)
     else:
         _audit_hook(confinement.blocked, confinement.own, confinement.scratch)

@@ -73,9 +73,10 @@ def _handled_fs(abi):
     return rights
 
 
-def restrict(read=(), write=(), devices=(), deny_tcp=False):
+def restrict(read=(), write=(), devices=(), write_files=(), deny_tcp=False):
     """Restrict this process for good: read `read`, read and write `write` (folders or files),
-    read and write device files under `devices`; with `deny_tcp`, no TCP bind or connect.
+    read and write device files under `devices`, read and write (never create) the files under
+    `write_files`; with `deny_tcp`, no TCP bind or connect.
     Returns the ABI enforced. Paths that do not exist are skipped."""
     abi = abi_version()
     if abi < 1:
@@ -88,6 +89,7 @@ def restrict(read=(), write=(), devices=(), deny_tcp=False):
     try:
         grants = [(path, READ) for path in read] + [(path, WRITE) for path in write]
         grants += [(path, READ | WRITE_FILE | IOCTL_DEV) for path in devices]
+        grants += [(path, READ | WRITE_FILE | TRUNCATE) for path in write_files]
         for path, rights in grants:
             _allow(ruleset, path, rights & handled)
         if _libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:

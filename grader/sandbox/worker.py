@@ -45,6 +45,7 @@ class WorkerSpec:
     origin: str = ""  # the submission's own folder, shown in messages instead of the copy
     nonce: str = ""  # echoed in the ready reply (each request brings a token of its own)
     shared: str = ""  # what the reference builds for every target to read (see Context)
+    device: str = "cpu"  # a CPU worker never sees a GPU, so a check means the same on any machine
 
 
 class Context:
@@ -143,6 +144,8 @@ def _isolate(spec, channel):
     os.environ.update(OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", HF_HUB_DISABLE_PROGRESS_BARS="1",
                       TOKENIZERS_PARALLELISM="false")
     os.environ.update(confine.scratch_environment(spec.scratch))
+    if spec.device != "cuda":
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""  # read when CUDA first starts, which no fork server did
     sys.dont_write_bytecode = True
     import tempfile
 

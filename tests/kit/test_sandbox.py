@@ -644,6 +644,7 @@ found["sysv_segment"] = segment
 found["reference_scratch_refused"] = refused(lambda: os.listdir(os.path.join(os.getcwd(), "..", "..", "..",
                                                                               "reference-scratch")))
 found["ptrace_refused"] = libc.ptrace(16, os.getppid(), 0, 0) != 0  # PTRACE_ATTACH
+found["cuda_visible_devices"] = os.environ.get("CUDA_VISIBLE_DEVICES")
 raise RuntimeError("inventory " + json.dumps(found, sort_keys=True))''')
 
 
@@ -676,6 +677,7 @@ def test_a_worker_starts_from_nothing(tmp_path):
                                             "urandom", "zero"]) and found["disk_refused"], found
     assert found["processes_of_others"] == 0 and found["command_lines_with_the_mark"] == 0, found
     assert found["sysv_segment"] == -1 and found["reference_scratch_refused"] and found["ptrace_refused"], found
+    assert found["cuda_visible_devices"] == "", found  # a CPU check means the same on a machine with a GPU
 
 
 @needs_every_layer
@@ -764,6 +766,32 @@ print(before, after, ctypes.get_errno())
     if done.stdout.startswith("-1 "):
         pytest.skip("this kernel refuses TIOCSTI to everyone (dev.tty.legacy_tiocsti = 0)")
     assert done.stdout.split() == ["0", "[-1,", "-1]", "1"], done.stdout + done.stderr
+
+
+@needs_landlock
+def test_a_cuda_worker_may_rewrite_its_own_proc_files_and_no_one_elses():
+    """CUDA's driver writes files of its own process under /proc, truncating them (without that, on
+    an H200: "cudaGetDeviceCount ... Error 304: OS call failed"). A CUDA worker's Landlock rules let
+    it do so for its own /proc/<pid> alone; a CPU worker's do not."""
+    script = '''
+import os, sys
+from grader.sandbox import confinement, landlock
+parent = os.getppid()
+own = confinement.OWN_PROCESS if sys.argv[1] == "cuda" else ()
+landlock.restrict(read=confinement.SYSTEM_READ + (os.getcwd(),), write_files=own)
+def rewrites(path):
+    try:
+        with open(path, "w") as f:
+            f.write("renamed")
+        return True
+    except OSError:
+        return False
+print(rewrites(f"/proc/self/task/{os.getpid()}/comm"), rewrites(f"/proc/{parent}/task/{parent}/comm"))
+'''
+    found = {device: subprocess.run([sys.executable, "-c", script, device], cwd=KIT_ROOT, capture_output=True,
+                                    text=True, timeout=60) for device in ("cuda", "cpu")}
+    assert found["cuda"].stdout.split() == ["True", "False"], found["cuda"].stdout + found["cuda"].stderr
+    assert found["cpu"].stdout.split() == ["False", "False"], found["cpu"].stdout + found["cpu"].stderr
 
 
 def _reaches_a_listener(port):

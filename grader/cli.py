@@ -63,6 +63,9 @@ def build_parser():
                         help="grade N submissions at once, each part in a grader process of its own")
     parser.add_argument("--budget", type=positive, default=None, metavar="SECONDS",
                         help="the longest all the checks of one submission may take together")
+    parser.add_argument("--only-checks", metavar="JSON",
+                        help='grade each named submission folder on the named checks only: a JSON file '
+                             '{"folder": ["test_...", ...]} (the kit\'s own tests grade each wrong implementation so)')
     parser.add_argument("--require-sandbox", action="store_true",
                         help="refuse to grade where the kernel lacks a layer of the sandbox (for instructors)")
     parser.add_argument("-q", "--quiet", action="store_true", help="print only the report")
@@ -209,6 +212,7 @@ def grade(args, staged):
         read_seed_file(args.seed_file, read_it=False)  # its content is read once the fork servers are forked
     exercises = parse_exercises(args.exercises, args.chapter)
     targets = parse_targets(args, staged)
+    only_checks = read_only_checks(args.only_checks) if args.only_checks else None
     for option in ("json", "gradescope", "csv"):
         path = getattr(args, option)
         problem = path and report.check_writable(path)
@@ -240,7 +244,8 @@ def grade(args, staged):
     options = Options(targets=tuple(targets), devices=tuple(chosen), timeout=args.timeout,
                       seed=args.seed if args.seed is not None else random.SystemRandom().randrange(2**31),
                       profile=args.profile or default_profile(), details=args.verbose,
-                      require_sandbox=args.require_sandbox, budget=args.budget)
+                      require_sandbox=args.require_sandbox, budget=args.budget,
+                      only_checks=only_checks)
     release = Recordings.meta(KIT_ROOT)
     if release is not None:  # a student release grades the inputs its reference was recorded on
         options = dataclasses.replace(options, devices=tuple(release["devices"]), seed=release["seed"],
@@ -298,7 +303,24 @@ def part_arguments(args, exercises, options):
         arguments += ["--budget", str(args.budget)]
     if args.require_sandbox:
         arguments.append("--require-sandbox")
+    if args.only_checks:
+        arguments += ["--only-checks", os.path.abspath(args.only_checks)]
     return arguments
+
+
+def read_only_checks(path):
+    """--only-checks: {submission folder name: [check name, ...]}, or a usage error."""
+    import json
+
+    try:
+        with open(path) as handle:
+            chosen = json.load(handle)
+    except (OSError, ValueError) as error:
+        raise UsageError(f"--only-checks {path}: {error}")
+    if not isinstance(chosen, dict) or not all(isinstance(v, list) and all(isinstance(c, str) for c in v)
+                                               for v in chosen.values()):
+        raise UsageError(f'--only-checks {path}: expected {{"folder": ["test_...", ...]}}')
+    return {folder: frozenset(checks) for folder, checks in chosen.items()}
 
 
 def argv_is_ours():

@@ -16,6 +16,14 @@ class Options:
     details: bool = False  # the learner's traceback and output in every message
     require_sandbox: bool = False  # refuse to grade without the sandbox's kernel layers
     recordings: object = None  # homework.recordings.Recordings to fill while making a release
+    only_checks: dict | None = None  # {target folder name: check names}: grade those targets on those checks only
+
+    def selects(self, target, check):
+        """Whether `check` is graded for `target` (every check, unless --only-checks names its folder)."""
+        if not self.only_checks:
+            return True
+        chosen = self.only_checks.get(os.path.basename(os.path.normpath(target.label)))
+        return chosen is None or check in chosen
 
 
 def default_profile():

@@ -140,6 +140,17 @@ def pytest_generate_tests(metafunc):
 def pytest_collection_modifyitems(session, config, items):
     """All of one exercise's checks together (workers are freed between exercises), and the
     exercises whose workers need less first: their fork server is ready sooner."""
+    grader_session = getattr(config, "_grader_session", None)
+    if grader_session is not None and grader_session.options.only_checks:
+        kept, dropped = [], []
+        for item in items:
+            callspec = getattr(item, "callspec", None)
+            chosen = callspec is None or "grade" not in callspec.params or \
+                grader_session.options.selects(callspec.params["grade"][0], item.originalname)
+            (kept if chosen else dropped).append(item)
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+            items[:] = kept
     order = {}
     items.sort(key=lambda item: (_preload_rank(item), order.setdefault(str(item.path), len(order)),
                                  _target_index(item)))

@@ -1,0 +1,46 @@
+"""Where an exercise's four files live: its stub, its reference, its checks and its wrong
+implementations. The one place that knows the kit's layout; the grader, `dev` and the kit's
+own tests ask it rather than spelling paths of their own."""
+
+import os
+from dataclasses import dataclass
+
+from grader import KIT_ROOT
+
+STUBS = "exercises"
+REFERENCES = "solutions"
+CHECKS = "tests"
+CATCHES = os.path.join("tests", "kit", "catches")
+
+
+@dataclass(frozen=True)
+class ExerciseFiles:
+    """An exercise's files, relative to the kit's root (see `absolute`)."""
+
+    stub: str  # exercises/exNN_name.py: what the learner fills in
+    reference: str  # solutions/exNN_name.py: the reference solution
+    checks: str  # tests/test_exNN_name.py: the property checks, plain pytest
+    catches: str  # tests/kit/catches/exNN_name.py: wrong implementations and right variants, as data
+
+    def absolute(self, root: str = KIT_ROOT) -> "ExerciseFiles":
+        return ExerciseFiles(*(os.path.join(root, path) for path in (self.stub, self.reference, self.checks,
+                                                                      self.catches)))
+
+    def all(self) -> tuple:
+        return (self.stub, self.reference, self.checks, self.catches)
+
+
+def files(exercise_id: str) -> ExerciseFiles:
+    """The files of exercise `exercise_id` (ex04_sharding), relative to the kit's root."""
+    return ExerciseFiles(stub=os.path.join(STUBS, f"{exercise_id}.py"),
+                         reference=os.path.join(REFERENCES, f"{exercise_id}.py"),
+                         checks=os.path.join(CHECKS, f"test_{exercise_id}.py"),
+                         catches=os.path.join(CATCHES, f"{exercise_id}.py"))
+
+
+def checks_file(exercise_id: str, root: str = KIT_ROOT) -> str:
+    return os.path.join(root, files(exercise_id).checks)
+
+
+def reference_file(exercise_id: str, root: str = KIT_ROOT) -> str:
+    return os.path.join(root, files(exercise_id).reference)

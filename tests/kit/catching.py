@@ -1,0 +1,47 @@
+"""The records an exercise's catches file declares (tests/kit/catches/exNN_name.py): its wrong
+implementations, each with the check it must fail and the diagnosis it must get, and its right
+variants, each of which must score full marks. Data only: tests/kit/test_catches.py grades them."""
+
+import importlib.util
+import os
+from dataclasses import dataclass, field
+
+from grader import layout
+from tests.kit.harness import KIT_ROOT, mutate, reference_source
+
+__all__ = ["Catches", "Right", "Wrong", "load", "mutate", "reference_source"]
+
+
+@dataclass(frozen=True)
+class Wrong:
+    """A mistake a learner makes: `source` is the whole exercise module with the mistake in it."""
+
+    name: str
+    source: str
+    check: str  # the check that must fail it (graded on that check only)
+    diagnosis: str | None = None  # text the failure message must hold: the cause, named
+    on_a_gpu: bool = False  # shown on a GPU only: graded on cuda, skipped where there is none
+
+
+@dataclass(frozen=True)
+class Right:
+    """Another right way to do it: every check must pass."""
+
+    name: str
+    source: str
+
+
+@dataclass(frozen=True)
+class Catches:
+    exercise: str
+    wrong: tuple = field(default_factory=tuple)  # of Wrong
+    right: tuple = field(default_factory=tuple)  # of Right
+
+
+def load(exercise_id):
+    """The WRONG and RIGHT lists of an exercise's catches file, as a Catches record."""
+    path = os.path.join(KIT_ROOT, layout.files(exercise_id).catches)
+    spec = importlib.util.spec_from_file_location(f"tests.kit.catches.{exercise_id}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return Catches(exercise_id, tuple(getattr(module, "WRONG", ())), tuple(getattr(module, "RIGHT", ())))

@@ -43,7 +43,7 @@ def probe_collectives_alone(ctx, seed):
 
 def main():
     sys.path.insert(0, ROOT)
-    from grader.checks import Grade
+    from grader.grading.grade import Grade
     from grader.grading.options import Options
     from grader.sandbox.forkservers import warm_up
     from grader.grading.session import Session

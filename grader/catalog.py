@@ -1,5 +1,7 @@
-"""The catalog: the chapters (each a homework assignment) and one entry per exercise (id, title, chapter,
-points, hints, preload), read from catalog.toml."""
+"""The catalog: the chapters (each a homework assignment), one entry per exercise (id, title, chapter,
+points, hints, preload) and the kinds of worker (what each kind's fork server imports), read from catalog.toml.
+
+The bottom layer of the grader with `grader.records`: it imports nothing of the grader's."""
 
 import difflib
 import os
@@ -10,8 +12,6 @@ except ModuleNotFoundError:  # Python 3.10 (Gradescope's Ubuntu 22.04 image)
     import tomli as tomllib
 from dataclasses import dataclass
 
-from grader.sandbox.forkservers import PRELOADS
-
 
 @dataclass(frozen=True)
 class Exercise:
@@ -21,7 +21,7 @@ class Exercise:
     chapter: int
     points: float
     hints: tuple
-    preload: str  # which fork server its workers come from (processes.PRELOADS); "transformers" when unsaid
+    preload: str  # which kind of worker runs its checks (a Preload's kind); "transformers" when unsaid
 
     @property
     def number(self):
@@ -46,9 +46,22 @@ class Chapter:
         return sum(exercise.points for exercise in self.exercises)
 
 
-def load():
+@dataclass(frozen=True)
+class Preload:
+    """A kind of worker: what its fork server imports, after those of the kind it is forked from."""
+
+    kind: str
+    base: str | None
+    imports: tuple[str, ...]
+
+
+def load() -> tuple[list[Exercise], list[Chapter], dict[str, Preload]]:
     with open(os.path.join(os.path.dirname(__file__), "catalog.toml"), "rb") as handle:
         data = tomllib.load(handle)
+    preloads = {p["kind"]: Preload(p["kind"], p.get("base"), tuple(p["imports"])) for p in data["preload"]}
+    for preload in preloads.values():
+        if preload.base is not None and preload.base not in preloads:
+            raise ValueError(f"catalog.toml: preload {preload.kind}: base {preload.base!r} is not a preload's kind")
     topics = {int(c["number"]): c["topic"] for c in data["chapter"]}
     for entry in data["exercise"]:
         if int(entry["chapter"]) not in topics:
@@ -56,14 +69,14 @@ def load():
     exercises = [Exercise(e["id"], e["title"], topics[int(e["chapter"])], int(e["chapter"]), float(e["points"]),
                           tuple(e["hints"]), e.get("preload", "transformers")) for e in data["exercise"]]
     for exercise in exercises:
-        if exercise.preload not in PRELOADS:
-            raise ValueError(f"catalog.toml: {exercise.id}: preload must be one of {sorted(PRELOADS)}")
+        if exercise.preload not in preloads:
+            raise ValueError(f"catalog.toml: {exercise.id}: preload must be one of {sorted(preloads)}")
     chapters = [Chapter(int(c["number"]), c["topic"], c["about"],
                         tuple(e for e in exercises if e.chapter == int(c["number"]))) for c in data["chapter"]]
-    return exercises, chapters
+    return exercises, chapters, preloads
 
 
-EXERCISES, CHAPTERS = load()
+EXERCISES, CHAPTERS, PRELOADS = load()
 CHAPTER_NAME = re.compile(r"(?:chapter|ch)[ _-]?0*(\d+)")
 
 
@@ -77,6 +90,14 @@ def find_chapter(name):
             return None
         number = int(match.group(1))
     return next((chapter for chapter in CHAPTERS if chapter.number == number), None)
+
+
+def preload_chain(kind: str) -> list[Preload]:
+    """The kinds a kind's server is forked through, lightest first, ending with `kind` itself."""
+    chain = [PRELOADS[kind]]
+    while chain[0].base is not None:
+        chain.insert(0, PRELOADS[chain[0].base])
+    return chain
 
 
 def find(name):

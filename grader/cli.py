@@ -13,12 +13,13 @@ import random
 import sys
 
 from grader import KIT_ROOT, catalog
-from grader.homework import versions
-from grader.homework.recordings import Recordings
+from grader.grading import versions
+from grader.grading.recordings import Recordings
 from grader.grading import report, text
 from grader.learner import state
+from grader.learner.commands import count, positive
 from grader.grading.options import Options, default_profile
-from grader.grading.status import Status
+from grader.records import Status
 from grader.sandbox import forkservers
 
 
@@ -71,26 +72,6 @@ def build_parser():
     parser.add_argument("-q", "--quiet", action="store_true", help="print only the report")
     parser.add_argument("-v", "--verbose", action="store_true", help="full messages and tracebacks")
     return parser
-
-
-def count(text):
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}")
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1: {text!r}")
-    return value
-
-
-def positive(text):
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}")
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
-    return value
 
 
 def main(argv=None):

@@ -16,7 +16,7 @@ import tempfile
 from grader import KIT_ROOT
 from grader.grading import submissions
 from grader.grading.session import resolve_target
-from grader.grading.status import TargetResult
+from grader.records import TargetResult
 from grader.sandbox import Target
 
 KIT_FOLDERS = ("exercises", "solutions")

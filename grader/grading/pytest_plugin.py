@@ -15,14 +15,14 @@ import pytest
 from hypothesis import HealthCheck, Phase, settings
 
 from grader import KIT_ROOT, catalog
-from grader.checks import Grade
+from grader.grading.grade import Grade
 from grader.devices import NoSuchDevice, select as select_devices
 from grader.grading.options import Options
-from grader.grading.outcomes import CheckFailed, Verdict
+from grader.records import CheckFailed, Verdict
 from grader.grading.text import shown
 from grader.grading.session import Session, exercise_of, resolve_target
-from grader.grading.status import Status
-from grader.homework.recordings import Recordings
+from grader.records import Status
+from grader.grading.recordings import Recordings
 from grader.sandbox import missing as missing_layers
 from grader.sandbox.forkservers import depth
 

@@ -13,8 +13,8 @@ import os
 import tempfile
 
 from grader.grading import text
-from grader.grading.status import Status
-from grader.homework import versions
+from grader.records import Status
+from grader.grading import versions
 
 REPEATING = (Status.NOT_STARTED, Status.MISSING, Status.IMPORT_ERROR, Status.USES_REFERENCE)
 

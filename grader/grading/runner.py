@@ -14,7 +14,7 @@ import pytest
 from grader.grading.pytest_plugin import OptionsCarrier
 from grader.sandbox import scan
 from grader import KIT_ROOT
-from grader.grading.status import CheckResult, ExerciseResult, Status, TargetResult
+from grader.records import CheckResult, ExerciseResult, Status, TargetResult
 
 
 class Collector:

@@ -4,7 +4,7 @@ import glob
 import os
 
 from grader import GRADER_DIR, KIT_ROOT, catalog
-from grader.homework.recordings import Recordings, reference_folder
+from grader.grading.recordings import Recordings, reference_folder
 from grader.sandbox import Target, forkservers
 
 
@@ -33,7 +33,7 @@ class Session:
         self.sandbox = Sandbox(reference_folder(KIT_ROOT), readable=(GRADER_DIR, *check_files(), *probe_files))
         self.reference_cache = {}
         self.target_cache = {}
-        self.retried = set()  # the reference calls run again alone after a failure (see checks.Grade)
+        self.retried = set()  # the reference calls run again alone after a failure (see grading.grade.Grade)
         self.current_exercise = None
         self.current_target = None
 

@@ -16,10 +16,9 @@ import stat
 import zipfile
 
 from grader import KIT_ROOT, catalog
-from grader.cli import positive
 from grader.grading.report import VISIBILITIES
-from grader.homework import versions
-from grader.learner.commands import command_parser
+from grader.grading import versions
+from grader.learner.commands import command_parser, positive
 
 KIT_FILES = ("pyproject.toml", "conftest.py", "README.md")
 KIT_FOLDERS = ("grader", "solutions", "exercises")

@@ -12,7 +12,7 @@ import random
 import shutil
 
 from grader import KIT_ROOT, catalog
-from grader.homework.recordings import FOLDER, Recordings
+from grader.grading.recordings import FOLDER, Recordings
 from grader.learner.commands import command_parser
 
 STUDENT_README = """# Efficient AI model training with PyTorch: exercises
@@ -84,7 +84,7 @@ def record(seed, profile):
     """Grade the references once with the release's seed and profile, keeping what they observed."""
     from grader.grading import runner
     from grader.grading.options import Options
-    from grader.grading.status import Status
+    from grader.records import Status
     from grader.sandbox import Target
     from grader.sandbox.forkservers import warm_up
 

@@ -11,6 +11,26 @@ from grader.learner import state
 from grader import KIT_ROOT
 
 
+def count(text):
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}")
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1: {text!r}")
+    return value
+
+
+def positive(text):
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}")
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
+    return value
+
+
 def list_exercises(argv):
     parser = command_parser("list", "Each chapter and its exercises: status of the last grade, points, devices.")
     parser.parse_args(argv)

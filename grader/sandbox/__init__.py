@@ -38,7 +38,7 @@ from grader.sandbox.containers import Containers, available_kind, describe as de
 from grader.sandbox.forkservers import ABSTRACT_ADDRESSES, adopt_orphans, kill_descendants
 from grader.sandbox.pools import Pools, WorkerFailure
 from grader.sandbox.worker import WorkerSpec
-from grader.grading.status import Layer, Status
+from grader.records import Layer, Status
 
 OUTPUT_LIMIT = 8 * 2**20  # bytes a submission may print per call before writes fail
 MEMORY_LIMIT = 12 * 2**30  # address space of one untrusted CPU worker

@@ -19,15 +19,18 @@ import threading
 import types
 from multiprocessing import connection, context as mp_context, forkserver, popen_forkserver
 
+from grader import catalog
 from grader.sandbox import landlock, memory
 
-# What each kind of worker starts with: exercises name theirs in the catalog (`preload`).
-PRELOADS = {
-    "torch": ["grader.sandbox.preload"],  # torch, torch.distributed, accelerate: about 1.5 s to import here
-    "optim": ["grader.sandbox.preload_optim"],  # and what building an optimizer imports, and datasets: 1.2 s more
-    "transformers": ["grader.sandbox.preload_transformers"],  # and transformers' models: 1.5 s more
-    "data": ["grader.sandbox.preload_data"],  # and Pillow, the processors and the Trainer
-}
+# What a kind's fork server runs once its imports (the catalog's `[[preload]]`) are done.
+SETTLE = {"torch": "grader.sandbox.preload", "optim": "grader.sandbox.preload_optim",
+          "transformers": "grader.sandbox.preload_transformers", "data": "grader.sandbox.preload_data"}
+
+
+def preload_modules(kind: str) -> list[str]:
+    """What a kind's fork server imports, in order: each kind's of its chain (see catalog.preload_chain) and
+    then that kind's settling module. A chained server has its base's already and imports only its own."""
+    return [name for preload in catalog.preload_chain(kind) for name in (*preload.imports, SETTLE[preload.kind])]
 ABSTRACT_ADDRESSES = sys.platform == "linux" and landlock.abi_version() >= 6
 
 
@@ -40,8 +43,6 @@ def _address():
 # multiprocessing's ForkServer asks `connection.arbitrary_address` for its address, and uses
 # the module for nothing else: the base server gets the same addresses as the chained ones.
 forkserver.connection = types.SimpleNamespace(arbitrary_address=lambda family: _address())
-# A server forked from another's imports only what that one lacks.
-BASES = {"optim": "torch", "transformers": "optim", "data": "transformers"}
 
 _servers = {}
 _chosen = threading.local()  # the server a launch in this thread goes to
@@ -53,12 +54,12 @@ class Server:
     """A fork server of its own kind, with its own preload.
 
     Workers that need only torch start as soon as torch is imported, while the servers forked
-    from that one (see BASES) are still importing what they add.
+    from that one (the catalog's `base`) are still importing what they add.
     """
 
     def __init__(self, kind):
         self.kind = kind
-        base = BASES.get(kind)
+        base = catalog.PRELOADS[kind].base
         if base and sys.version_info < (3, 14):  # 3.14's fork servers authenticate their clients
             self.forkserver = ChainedForkServer(server(base))
             self.forkserver.kind = kind
@@ -70,7 +71,7 @@ class Server:
             self.forkserver = forkserver.ForkServer()
         self.base = base
         self.retired = False
-        self.forkserver.set_forkserver_preload(PRELOADS[kind])
+        self.forkserver.set_forkserver_preload(preload_modules(kind))
 
     def start(self):
         self.forkserver.ensure_running()
@@ -131,13 +132,11 @@ class GraderFork:
             return multiprocessing.get_context("spawn").Process(**kwargs)
         GraderFork.forked = True
         import gc
+        import importlib
 
-        import hypothesis  # noqa: F401
-        import pytest  # noqa: F401
-        import torch  # noqa: F401
-
-        import grader.checks  # noqa: F401  (the fork server's preload imports these too)
-        import grader.sandbox.worker  # noqa: F401
+        lightest = next(preload for preload in catalog.PRELOADS.values() if preload.base is None)
+        for name in (*lightest.imports, "grader.sandbox.worker"):
+            importlib.import_module(name)  # the lightest fork server's preload imports these too
 
         gc.freeze()  # the grader's own collections then leave the pages it shares alone
         return multiprocessing.get_context("fork").Process(**kwargs)
@@ -256,7 +255,7 @@ def _connect_to_chosen_server(fds):
 
 def depth(kind):
     """How many servers a kind's server is forked through: the lower, the sooner it is ready."""
-    return depth(BASES[kind]) + 1 if kind in BASES else 0
+    return len(catalog.preload_chain(kind)) - 1
 
 
 def server(kind):
@@ -275,8 +274,7 @@ def warm_up(kinds):
     kinds = set(kinds)
     if kinds and memory.worker_budget() is not None:
         kinds = {min(kinds, key=depth)}
-    while not {BASES[kind] for kind in kinds if kind in BASES} <= kinds:
-        kinds |= {BASES[kind] for kind in kinds if kind in BASES}
+    kinds = {preload.kind for kind in kinds for preload in catalog.preload_chain(kind)}
     for kind in sorted(kinds, key=depth):
         chosen = server(kind)
         if chosen.base:

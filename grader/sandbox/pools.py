@@ -19,7 +19,7 @@ import uuid
 from grader.sandbox import memory, worker
 from grader.sandbox.forkservers import ServerStuck, server
 from grader.sandbox.wire import MAX_REPLY_BYTES, InvalidResult, decode
-from grader.grading.status import WORKER_STATUSES, Reply, Status
+from grader.records import WORKER_STATUSES, Reply, Status
 
 GRACE_AFTER_FAILURE = 1.0  # seconds the other ranks get once one rank has failed
 # A call's time counts only while its ranks could run: the time they spent waiting for a CPU (the

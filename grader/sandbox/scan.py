@@ -10,7 +10,7 @@ no score: exercises that legitimately use one of these tools are rare, and say w
 import ast
 import os
 
-from grader.grading.status import ReviewFlag
+from grader.records import ReviewFlag
 
 MAX_BYTES = 1_000_000  # larger files are flagged as such, not parsed
 MODULES = {

@@ -1,0 +1,237 @@
+"""The `grade` fixture's object: a check's client of the session's sandbox.
+
+A check asks `grade.compare(probe, *args)` for the reference's and the target's observations of
+the same probe on the same input (each run in its own worker); this module builds the requests,
+caches the observations and turns the workers' replies into verdicts and failures.
+"""
+
+import os
+import time
+
+from grader import catalog
+from grader.grading.recordings import RECORDED_ONLY, RUN
+from grader.records import CheckFailed, Reply, Status, Verdict, most_telling
+from grader.sandbox import Request, WorkerFailure
+from grader.sandbox.confinement import REFERENCE_BLOCKED
+from grader.sandbox.pools import HANG_BOUND
+
+
+class Grade:
+    """One check on one target and one device; reused across Hypothesis examples.
+
+    A thin client of the session's sandbox: it builds requests, caches observations (the
+    reference's across targets and shrinking, the target's across the exercise's checks) and
+    turns replies into verdicts and failures.
+    """
+
+    def __init__(self, session, target, exercise, device):
+        self.session = session
+        self.target = target
+        self.exercise = exercise
+        self.device = device
+        self.budget_left = session.budget_left(target)
+        # The check's time is what the target's calls took while their workers could run: starting
+        # workers, the reference's turn and waiting for a CPU are not the student's (see _charge).
+        self.allowed = min(session.timeout, max(0.0, self.budget_left))
+        self.used = 0.0  # seconds of the target's calls, less their waits for a CPU
+        self.spent = 0.0  # their wall seconds: at most HANG_BOUND x allowed
+        self.printed = ""  # what the target's code printed in its latest call: `-v` shows it beside a wrong value
+
+    def __repr__(self):
+        return f"<{self.exercise} on {self.device}>"
+
+    # --- running probes -------------------------------------------------------------
+
+    def compare(self, probe, *args, world_size=1):
+        """(expected, actual): the probe's observation on the reference and on the target.
+
+        Both run at once, each in its own workers, so the two cores share the work.
+        """
+        reference = self._start(probe, args, world_size, trusted=True)
+        try:
+            target = self._start(probe, args, world_size, trusted=False)
+        except BaseException:
+            self._settle(reference)  # keep the reference's workers in step
+            raise
+        try:
+            self._finish(target)  # first: its time is charged as its replies arrive (see _charge)
+        finally:
+            self._settle(reference)
+        expected = self._reference_value(probe, args, world_size)
+        return expected, self._target_value(probe, args, world_size)
+
+    def reference(self, probe, *args, world_size=1):
+        """The reference's observation (cached: shrinking and other targets reuse it)."""
+        self._settle(self._start(probe, args, world_size, trusted=True))
+        return self._reference_value(probe, args, world_size)
+
+    def _settle(self, started):
+        """Finish a reference call; workers that did not start become its failed reply."""
+        try:
+            self._finish(started)
+        except Verdict as verdict:
+            self.session.reference_cache[started[0]] = [Reply(verdict.status, message=str(verdict))]
+
+    def run(self, probe, *args, world_size=1):
+        """The target's observation; its failures become CheckFailed or a Verdict."""
+        self._finish(self._start(probe, args, world_size, trusted=False))
+        return self._target_value(probe, args, world_size)
+
+    def _key(self, probe, args, world_size, trusted):
+        who = "reference" if trusted else self.target.path
+        return (who, self.exercise, probe.__name__, repr(args), world_size, self.device)
+
+    def _start(self, probe, args, world_size, trusted):
+        """(cache key, call in flight or None when cached)."""
+        key = self._key(probe, args, world_size, trusted)
+        if not trusted:
+            self.printed = ""
+        cache = self.session.reference_cache if trusted else self.session.target_cache
+        if key in cache:
+            return key, None, trusted
+        if not trusted and self.budget_left <= 0:
+            raise Verdict(Status.TIMED_OUT, f"the submission's time budget ({self.session.options.budget:g} s, "
+                                            "--budget) ran out before this check")
+        request = Request(target=self.target, exercise=self.exercise, preload=catalog.find(self.exercise).preload,
+                          probe_file=os.path.abspath(probe.__code__.co_filename), probe_name=probe.__name__,
+                          args=args, device=self.device, world_size=world_size, trusted=trusted,
+                          deadline=time.monotonic() + self._time_left())
+        try:
+            return key, self.session.sandbox.start(request), trusted
+        except WorkerFailure as error:
+            if error.status is Status.TIMED_OUT:
+                raise Verdict(Status.TIMED_OUT, f"the check ran out of time ({self.session.timeout:g} s, --timeout)")
+            raise Verdict(error.status, str(error))
+
+    def _finish(self, started):
+        key, call, trusted = started
+        cache = self.session.reference_cache if trusted else self.session.target_cache
+        if call is not None:
+            try:
+                cache[key] = self.session.sandbox.finish(call)
+            except WorkerFailure as error:
+                raise Verdict(error.status, str(error))
+            finally:
+                if not trusted:
+                    self._charge(call)
+        return cache[key]
+
+    def _time_left(self):
+        return min(self.allowed - self.used, HANG_BOUND * self.allowed - self.spent)
+
+    def _charge(self, call):
+        """Count a target call against the check's time: its wall time less what its workers spent
+        starting or waiting for a CPU (a starved worker is not a stuck one; one that spins or sleeps
+        does not wait for a CPU), and its wall time against HANG_BOUND x --timeout."""
+        elapsed = time.monotonic() - call.sent
+        self.spent += elapsed
+        self.used += max(0.0, elapsed - call.waited)
+
+    def _reference_value(self, probe, args, world_size):
+        """The reference's settled observation. A reference that failed is run once more with no
+        submission running (the target's workers, and all it started, killed first): only when it
+        fails again is the check "not graded", the grader's own failure."""
+        key = self._key(probe, args, world_size, trusted=True)
+        replies = self.session.reference_cache[key]
+        recordings = self.session.recordings
+        bad = [reply for reply in replies if not reply.ok]
+        if bad and recordings is not None and RECORDED_ONLY in bad[0].message:
+            try:
+                return recordings.lookup(self._portable(key), self.session.sandbox.rundir)
+            except KeyError:
+                raise Verdict(Status.NOT_GRADED, "this input was not recorded when the release was made "
+                                                 "(the release grades with its recorded seed and profile)")
+        if bad and key not in self.session.retried:
+            self.session.retried.add(key)
+            self.session.sandbox.release(self.target)
+            del self.session.reference_cache[key]
+            self._settle(self._start(probe, args, world_size, trusted=True))
+            return self._reference_value(probe, args, world_size)
+        if bad:
+            raise Verdict(Status.NOT_GRADED, bad[0].message + " (and again with no submission running)",
+                          bad[0].traceback)
+        value = _unwrap(replies)
+        if recordings is not None:
+            recordings.record(self._portable(key), value, self.session.sandbox.rundir)
+        return value
+
+    def _portable(self, key):
+        """The key without this run's scratch folder (a checkpoint's path differs from run to run)."""
+        return repr(key).replace(self.session.sandbox.rundir, RUN)
+
+    def _target_value(self, probe, args, world_size):
+        replies = self.session.target_cache[self._key(probe, args, world_size, trusted=False)]
+        self.printed = _printed(replies)
+        if any(not reply.ok for reply in replies):
+            raise _failure(replies, args)
+        return _unwrap(replies)
+
+
+def _unwrap(replies):
+    values = [reply.value for reply in replies]
+    return values[0] if len(replies) == 1 else values
+
+
+def _printed(replies):
+    """What the code under test printed, each rank's under its name when there are several."""
+    if len(replies) == 1:
+        return replies[0].output.strip()
+    return "\n".join(f"rank {rank}:\n{reply.output.strip()}" for rank, reply in enumerate(replies)
+                     if reply.output.strip())
+
+
+def _failure(replies, args):
+    """The most telling failure among the ranks' replies.
+
+    The status names the kind of failure (reports print its label), so the message does not
+    repeat it. A collective only some ranks made ends the check at once: each example that
+    repeats it would wait out the group's timeout again while Hypothesis shrinks.
+    """
+    status = most_telling([reply.status for reply in replies if not reply.ok])
+    reply = next(reply for reply in replies if reply.status is status)
+    several = len(replies) > 1
+    rank = f"rank {replies.index(reply)}: " if several else ""
+    message = reply.message
+    if REFERENCE_BLOCKED in message:
+        status = Status.USES_REFERENCE
+    printed = _printed(replies)
+    details = reply.traceback + (f"\nyour code printed:\n{printed}" if printed else "")
+    uneven = _uneven_collectives(replies) if several else []
+    others = "".join("\n" + line for line in uneven + (_other_ranks(replies, reply) if several else []))
+    if status.fatal:
+        if status in (Status.CRASHED, Status.TIMED_OUT, Status.EXITED, Status.STUCK):
+            message = f"{message} (input: {_short(args)})"
+        raise Verdict(Status.TIMED_OUT if status is Status.STUCK else status, rank + message + others, details)
+    label = "raised " if status is Status.EXCEPTION else ""
+    status = Status.INVALID if status is Status.INVALID else Status.FAILED
+    if uneven:  # the ranks that made more waited for the others until the group's timeout: a hang
+        raise Verdict(Status.TIMED_OUT, rank + label + message + others, details)
+    raise CheckFailed(rank + label + message + others, status=status, details=details)
+
+
+def _uneven_collectives(replies):
+    """One line per collective the ranks made different numbers of times."""
+    lines = []
+    calls = [reply.collectives for reply in replies]
+    for name in sorted({name for counts in calls for name in counts}):
+        made = [counts.get(name, 0) for counts in calls]
+        if len(set(made)) > 1:
+            lines.append("a collective only some ranks made: " +
+                         ", ".join(f"rank {rank} made {count} {name} call{'s' if count != 1 else ''}"
+                                   for rank, count in enumerate(made)))
+    return lines
+
+
+def _other_ranks(replies, shown):
+    """The other ranks' own errors, whole."""
+    lines = []
+    for rank, reply in enumerate(replies):
+        same = (reply.status, reply.message) == (shown.status, shown.message)
+        if reply is not shown and not reply.ok and reply.status is not Status.STUCK and not same:
+            lines.append(f"rank {rank}: {reply.status.label}: {reply.message}")
+    return lines
+
+
+def _short(args, limit=160):
+    text = ", ".join(repr(a) for a in args)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -1,0 +1,275 @@
+"""How a call, a check and an exercise end: one vocabulary, and the typed records built on it.
+
+The bottom layer of the grader: the sandbox, grading and the commands above them all import it,
+and it imports nothing of theirs (the catalog alone, for a target's chapters).
+
+A worker's reply, a check's result and an exercise's row all carry a `Status`. Each status
+knows its label (what reports print), whether it is fatal (it ends the whole check at once:
+Hypothesis must not re-run a hang or a crash while shrinking) and its precedence (the most
+telling status wins when several ranks or checks disagree: lower first).
+"""
+
+import enum
+from dataclasses import dataclass, field
+
+from grader import catalog
+
+
+class Status(enum.Enum):
+    # name = (label, fatal, precedence)
+    OK = ("ok", False, 100)
+    READY = ("ready", False, 101)
+    PASSED = ("passed", False, 99)
+    MISSING = ("missing", True, 0)
+    USES_REFERENCE = ("uses the reference solutions", True, 1)
+    IMPORT_ERROR = ("error at import", True, 2)
+    NOT_STARTED = ("not started", True, 3)
+    EXCEPTION = ("failed", False, 4)  # the learner's code raised
+    EXITED = ("exited", True, 5)
+    INVALID = ("invalid result", False, 6)
+    CRASHED = ("crashed", True, 7)
+    TIMED_OUT = ("timed out", True, 8)
+    STUCK = ("timed out", True, 9)  # waited in a collective after another rank failed
+    FAILED = ("failed", False, 10)
+    NOT_GRADED = ("not graded", True, -1)  # the grader's own failure: it outweighs anything a rank did
+
+    @property
+    def label(self):
+        return self.value[0]
+
+    @property
+    def fatal(self):
+        return self.value[1]
+
+    @property
+    def precedence(self):
+        return self.value[2]
+
+    @classmethod
+    def from_label(cls, label):
+        """The status a report's label names (the first of those that share it)."""
+        return next(status for status in cls if status.label == label)
+
+    @classmethod
+    def parse(cls, name):
+        """A Status from its name ('not_started') or itself; InvalidStatus for anything else."""
+        if isinstance(name, cls):
+            return name
+        try:
+            return cls[str(name).upper()]
+        except KeyError:
+            raise ValueError(f"no such status: {name!r}") from None
+
+
+# What an untrusted worker may say about itself. Anything else it sends is an invalid result:
+# a submission must not be able to claim, say, that the grader failed ("not graded").
+WORKER_STATUSES = frozenset({Status.OK, Status.READY, Status.NOT_STARTED, Status.IMPORT_ERROR,
+                             Status.EXCEPTION, Status.EXITED, Status.INVALID})
+
+
+def most_telling(statuses):
+    return min(statuses, key=lambda status: status.precedence)
+
+
+@dataclass
+class Reply:
+    """One rank's answer to one request (or the grader's account of why there was none)."""
+
+    status: Status
+    value: object = None
+    message: str = ""
+    traceback: str = ""
+    output: str = ""
+    seconds: float = 0.0
+    collectives: dict = field(default_factory=dict)  # {"all_reduce": 3, ...}: the calls this rank made
+
+    @property
+    def ok(self):
+        return self.status is Status.OK
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One layer of the sandbox, as the report names it."""
+
+    name: str
+    active: bool
+    detail: str
+
+    def as_dict(self):
+        return {"name": self.name, "active": self.active, "detail": self.detail}
+
+
+@dataclass(frozen=True)
+class ReviewFlag:
+    """A line of a submission that reaches for the grader's machinery: for a person to look at."""
+
+    file: str
+    line: int
+    reason: str
+
+    def __str__(self):
+        return f"{self.file}:{self.line}: {self.reason}"
+
+    @classmethod
+    def parse(cls, text):
+        file, line, reason = text.split(":", 2)
+        return cls(file, int(line), reason.strip())
+
+
+@dataclass
+class CheckResult:
+    target: str
+    exercise: str
+    check: str
+    device: str
+    status: Status
+    message: str = ""
+    seconds: float = 0.0
+    evidence: str = "compared in the grader"  # or what the worker measured about itself
+    title: str = ""  # what the check proves, in words (its docstring's first line)
+
+    def as_dict(self):
+        return {"name": self.check, "title": self.title or self.check, "device": self.device,
+                "status": self.status.label, "message": self.message, "seconds": self.seconds,
+                "evidence": self.evidence}
+
+    @classmethod
+    def from_dict(cls, data, target, exercise):
+        return cls(target, exercise, data["name"], data["device"], Status.from_label(data["status"]),
+                   data["message"], data["seconds"], data["evidence"], data.get("title", ""))
+
+
+@dataclass
+class ExerciseResult:
+    id: str
+    title: str
+    chapter: int
+    score: float
+    max_score: float
+    status: Status
+    checks: list
+
+    @property
+    def passed(self):
+        return sum(check.status is Status.PASSED for check in self.checks)
+
+    @property
+    def total(self):
+        return len(self.checks)
+
+    @property
+    def devices(self):
+        return sorted({check.device for check in self.checks})
+
+    @property
+    def graded(self):
+        return self.status is not Status.NOT_GRADED
+
+    def as_dict(self):
+        return {"id": self.id, "title": self.title, "chapter": self.chapter, "score": self.score,
+                "max_score": self.max_score, "status": self.status.label, "graded": self.graded,
+                "passed": self.passed, "total": self.total, "devices": self.devices,
+                "checks": [check.as_dict() for check in self.checks]}
+
+    @classmethod
+    def from_dict(cls, data, target):
+        checks = [CheckResult.from_dict(check, target, data["id"]) for check in data["checks"]]
+        return cls(data["id"], data["title"], data["chapter"], data["score"], data["max_score"],
+                   Status.from_label(data["status"]), checks)
+
+
+@dataclass(frozen=True)
+class ChapterScore:
+    """A chapter's part of a target's score: the homework assignment's own total."""
+
+    number: int
+    topic: str
+    score: float
+    max_score: float
+
+    @property
+    def label(self):
+        return f"chapter {self.number} ({self.topic})"
+
+    def as_dict(self):
+        return {"chapter": self.number, "topic": self.topic, "score": self.score, "max_score": self.max_score}
+
+
+@dataclass
+class TargetResult:
+    target: str
+    exercises: list
+    execution_time: float
+    seed: int = 0
+    profile: str = ""
+    sandbox: list = field(default_factory=list)  # [Layer]
+    review: list = field(default_factory=list)  # [ReviewFlag]
+    notes: list = field(default_factory=list)  # which file was graded for which exercise
+    problem: str = ""  # why nothing of the submission could be graded
+
+    @property
+    def score(self):
+        return round(sum(e.score for e in self.exercises if e.graded), 2)
+
+    @property
+    def max_score(self):
+        return sum(e.max_score for e in self.exercises if e.graded)
+
+    @property
+    def devices(self):
+        return sorted({device for e in self.exercises for device in e.devices})
+
+    @property
+    def chapters(self):
+        """One ChapterScore per chapter graded, in the catalog's order (out of its graded exercises)."""
+        scores = []
+        for chapter in catalog.CHAPTERS:
+            rows = [e for e in self.exercises if e.chapter == chapter.number and e.graded]
+            if any(e.chapter == chapter.number for e in self.exercises):
+                scores.append(ChapterScore(chapter.number, chapter.topic, round(sum(e.score for e in rows), 2),
+                                           sum(e.max_score for e in rows)))
+        return scores
+
+    @property
+    def not_graded(self):
+        return [e.id for e in self.exercises if not e.graded]
+
+    def as_dict(self):
+        return {"target": self.target, "score": self.score, "max_score": self.max_score, "devices": self.devices,
+                "chapters": [chapter.as_dict() for chapter in self.chapters],
+                "execution_time": self.execution_time, "seed": self.seed, "profile": self.profile,
+                "not_graded": self.not_graded, "sandbox": [layer.as_dict() for layer in self.sandbox],
+                "review": [str(flag) for flag in self.review], "notes": list(self.notes), "problem": self.problem,
+                "exercises": [e.as_dict() for e in self.exercises]}
+
+    @classmethod
+    def from_dict(cls, data):
+        """A result read back from a report (a batch's parts graded by other processes)."""
+        exercises = [ExerciseResult.from_dict(row, data["target"]) for row in data["exercises"]]
+        layers = [Layer(**layer) for layer in data["sandbox"]]
+        review = [ReviewFlag.parse(text) for text in data["review"]]
+        return cls(data["target"], exercises, data["execution_time"], data["seed"], data["profile"], layers, review,
+                   data["notes"], data["problem"])
+
+
+# --- how a check ends, other than by passing ------------------------------------------------
+# `CheckFailed` is an ordinary failure (a wrong value, an exception in learner code): Hypothesis
+# shrinks it to the smallest input. A `Verdict` is final for the whole check (not started,
+# missing, crashed, timed out, ...): it derives from BaseException so that Hypothesis stops at
+# once instead of re-running a hang or a crash while shrinking.
+
+
+class CheckFailed(AssertionError):
+    def __init__(self, message, status=Status.FAILED, hint=None, details=""):
+        super().__init__(message)
+        self.status = Status.parse(status)
+        self.hint = hint
+        self.details = details
+
+
+class Verdict(BaseException):
+    def __init__(self, status, message, details=""):
+        super().__init__(message)
+        self.status = Status.parse(status)
+        self.details = details

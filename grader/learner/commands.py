@@ -63,6 +63,9 @@ def hint(argv):
     args = parser.parse_args(argv)
     exercise = find(args.exercise)
     hints = exercise.hints
+    if not hints:
+        print(f"{exercise.id} has no hints yet: its checks' messages say what went wrong")
+        return 0
     if args.all:
         for number, text in enumerate(hints, 1):
             print(f"hint {number}/{len(hints)} for {exercise.id}: {text}")

@@ -413,7 +413,8 @@ def _named_checks(exercise_id):
         sys.path.insert(0, KIT_ROOT)
     from tests.kit import catching
 
-    return {wrong.check for wrong in catching.load(exercise_id).wrong}
+    # a Wrong is graded on its own check and on the one that names its cause (`checks`, where the record has it)
+    return {check for wrong in catching.load(exercise_id).wrong for check in getattr(wrong, "checks", (wrong.check,))}
 
 
 def wrong_implementations():

@@ -6,19 +6,16 @@ one line and never a traceback.
 """
 
 import argparse
-import dataclasses
 import gc
 import os
-import random
 import sys
 
 from grader import KIT_ROOT, catalog
 from grader.grading import versions
-from grader.grading.recordings import Recordings
 from grader.grading import report, text
 from grader.learner import state
 from grader.learner.commands import count, positive
-from grader.grading.options import Options, default_profile
+from grader.grading.options import Options, resolve
 from grader.records import Status
 from grader.sandbox import forkservers
 
@@ -222,15 +219,10 @@ def grade(args, staged):
     if args.seed_file is not None:  # now: a fork server forked from this process never holds it (small box)
         args.seed = read_seed_file(args.seed_file)
     gc.disable()  # while torch, pytest and the checks are imported (0.3 s); the plugin turns it back on
-    options = Options(targets=tuple(targets), devices=tuple(chosen), timeout=args.timeout,
-                      seed=args.seed if args.seed is not None else random.SystemRandom().randrange(2**31),
-                      profile=args.profile or default_profile(), details=args.verbose,
-                      require_sandbox=args.require_sandbox, budget=args.budget,
-                      only_checks=only_checks)
-    release = Recordings.meta(KIT_ROOT)
-    if release is not None:  # a student release grades the inputs its reference was recorded on
-        options = dataclasses.replace(options, devices=tuple(release["devices"]), seed=release["seed"],
-                                      profile=release["profile"])
+    options = resolve(Options(targets=tuple(targets), devices=tuple(chosen), timeout=args.timeout, seed=args.seed,
+                              profile=args.profile or "", details=args.verbose,
+                              require_sandbox=args.require_sandbox, budget=args.budget, only_checks=only_checks),
+                      KIT_ROOT)
     if parallel:
         from grader.grading.batch import run_in_parallel
 

@@ -61,6 +61,19 @@ class Status(enum.Enum):
             raise ValueError(f"no such status: {name!r}") from None
 
 
+class Cause(enum.Enum):
+    """A fact about a failed reply that a decision rests on (never read from its message)."""
+
+    NONE = "none"
+    FORGED = "forged"  # the reply channel carried a message the worker did not write (the grader's finding)
+    REACHES_REFERENCE = "reaches_reference"  # the code reached for the reference solutions, and was refused
+    RECORDED_ONLY = "recorded_only"  # a release's placeholder reference: its recorded observation stands in
+
+
+# What a worker may say of its own failure (FORGED is the grader's alone).
+WORKER_CAUSES = frozenset({Cause.NONE, Cause.REACHES_REFERENCE, Cause.RECORDED_ONLY})
+
+
 # What an untrusted worker may say about itself. Anything else it sends is an invalid result:
 # a submission must not be able to claim, say, that the grader failed ("not graded").
 WORKER_STATUSES = frozenset({Status.OK, Status.READY, Status.NOT_STARTED, Status.IMPORT_ERROR,
@@ -82,6 +95,7 @@ class Reply:
     output: str = ""
     seconds: float = 0.0
     collectives: dict = field(default_factory=dict)  # {"all_reduce": 3, ...}: the calls this rank made
+    cause: Cause = Cause.NONE
 
     @property
     def ok(self):

@@ -9,10 +9,9 @@ import os
 import time
 
 from grader import catalog
-from grader.grading.recordings import RECORDED_ONLY, RUN
-from grader.records import CheckFailed, Reply, Status, Verdict, most_telling
+from grader.grading.recordings import RUN
+from grader.records import Cause, CheckFailed, Reply, Status, Verdict, most_telling
 from grader.sandbox import Request, WorkerFailure
-from grader.sandbox.confinement import REFERENCE_BLOCKED
 from grader.sandbox.pools import HANG_BOUND
 
 
@@ -135,7 +134,7 @@ class Grade:
         replies = self.session.reference_cache[key]
         recordings = self.session.recordings
         bad = [reply for reply in replies if not reply.ok]
-        if bad and recordings is not None and RECORDED_ONLY in bad[0].message:
+        if bad and recordings is not None and bad[0].cause is Cause.RECORDED_ONLY:
             try:
                 return recordings.lookup(self._portable(key), self.session.sandbox.rundir)
             except KeyError:
@@ -192,7 +191,7 @@ def _failure(replies, args):
     several = len(replies) > 1
     rank = f"rank {replies.index(reply)}: " if several else ""
     message = reply.message
-    if REFERENCE_BLOCKED in message:
+    if reply.cause is Cause.REACHES_REFERENCE:
         status = Status.USES_REFERENCE
     printed = _printed(replies)
     details = reply.traceback + (f"\nyour code printed:\n{printed}" if printed else "")

@@ -6,9 +6,7 @@ through this plugin; the grader only adds a collector and its own report, and ha
 line).
 """
 
-import dataclasses
 import gc
-import os
 import time
 
 import pytest
@@ -17,12 +15,11 @@ from hypothesis import HealthCheck, Phase, settings
 from grader import KIT_ROOT, catalog
 from grader.grading.grade import Grade
 from grader.devices import NoSuchDevice, select as select_devices
-from grader.grading.options import Options
+from grader.grading.options import Options, resolve
 from grader.records import CheckFailed, Verdict
 from grader.grading.text import shown
 from grader.grading.session import Session, exercise_of, resolve_target
 from grader.records import Status
-from grader.grading.recordings import Recordings
 from grader.sandbox import missing as missing_layers
 from grader.sandbox.forkservers import depth
 
@@ -36,7 +33,6 @@ for _name in ("fast", "thorough"):
     # inputs that were never recorded.
     settings.register_profile(f"{_name}-release", parent=settings.get_profile(_name),
                               phases=[Phase.explicit, Phase.generate])
-settings.load_profile("thorough" if os.environ.get("CI", "").lower() in ("1", "true") else "fast")
 
 
 def pytest_addoption(parser):
@@ -60,23 +56,19 @@ def pytest_configure(config):
     if not hasattr(config.option, "target"):
         return
     given = [plugin for plugin in config.pluginmanager.get_plugins() if isinstance(plugin, OptionsCarrier)]
-    options = given[0].options if given else _options_from_command_line(config)
-    meta = Recordings.meta(KIT_ROOT)
-    if meta is not None:  # a release: the inputs must be those the reference was recorded on
-        options = dataclasses.replace(options, devices=tuple(meta["devices"]), seed=meta["seed"],
-                                      profile=meta["profile"])
-        from hypothesis import core
+    options = given[0].options if given else resolve(_options_from_command_line(config), KIT_ROOT)
+    from hypothesis import core
 
-        core.global_force_seed = meta["seed"]
-        settings.load_profile(meta["profile"])
+    core.global_force_seed = options.seed  # every run has a seed, printed, so any failure can be replayed
+    settings.load_profile(options.profile)
     if options.require_sandbox and missing_layers():
         raise pytest.UsageError("--require-sandbox: missing " + "; ".join(
             f"{layer.name} ({layer.detail})" for layer in missing_layers()))
     config._grader_session = Session(options)
-    config._grader_seed = _seed(config)
 
 
-def _options_from_command_line(config):
+def _options_from_command_line(config: pytest.Config) -> Options:
+    """What plain pytest was given (its own options and Hypothesis's --hypothesis-seed / -profile)."""
     targets = [resolve_target(name) for name in config.option.target or ["exercises"]]
     for name, target in zip(config.option.target or ["exercises"], targets):
         if target is None:
@@ -85,9 +77,15 @@ def _options_from_command_line(config):
         devices = select_devices(config.option.device)
     except NoSuchDevice as error:
         raise pytest.UsageError(str(error))
-    return Options(targets=tuple(targets), devices=tuple(devices),
+    seed = config.getoption("hypothesis_seed", None)
+    try:
+        seed = None if seed is None else int(seed)
+    except ValueError:
+        raise pytest.UsageError(f"--hypothesis-seed {seed}: the grader replays whole-number seeds")
+    return Options(targets=tuple(t for t in targets if t is not None), devices=tuple(devices),
                    timeout=config.option.check_timeout, details=config.option.details,
-                   require_sandbox=config.option.require_sandbox)
+                   require_sandbox=config.option.require_sandbox, seed=seed,
+                   profile=config.getoption("hypothesis_profile", None) or "")
 
 
 class OptionsCarrier:
@@ -97,26 +95,13 @@ class OptionsCarrier:
         self.options = options
 
 
-def _seed(config):
-    """Every run has a seed, printed in the header, so any failure can be replayed."""
-    seed = config.getoption("hypothesis_seed", None)
-    if seed is None:
-        import random
-
-        from hypothesis import core
-
-        seed = random.randrange(2**31)
-        core.global_force_seed = seed
-    return seed
-
-
 def pytest_report_header(config):
     session = getattr(config, "_grader_session", None)
     if session is None:
         return None
     targets = ", ".join(t.label for t in session.targets)
     return (f"grader: target {targets}; devices {', '.join(session.devices)}; "
-            f"replay with --hypothesis-seed={config._grader_seed}")
+            f"replay with --hypothesis-seed={session.options.seed}")
 
 
 def pytest_unconfigure(config):
@@ -193,7 +178,8 @@ def grade(request):
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
-    """Label each report with its case and, on failure, the learner's message (for any listener)."""
+    """Label each report with its case and the check's status and message (for any listener): the one
+    place a check's status is derived from how pytest ran it."""
     outcome = yield
     report = outcome.get_result()
     callspec = getattr(item, "callspec", None)
@@ -203,6 +189,12 @@ def pytest_runtest_makereport(item, call):
         report.grader_title = ((item.function.__doc__ or "").strip().splitlines() or [""])[0]
         marker = item.get_closest_marker("measured_in_worker")
         report.grader_evidence = f"measured inside the worker: {marker.args[0]}" if marker else "compared in the grader"
+        if report.when == "setup" and not report.passed:  # plain text: pytest-xdist sends reports between processes
+            report.grader_status = Status.NOT_GRADED.name
+            report.grader_message = "the check could not start: " + (report.longreprtext.strip().splitlines()
+                                                                     or ["?"])[-1]
+        elif report.when == "call" and report.passed:
+            report.grader_status, report.grader_message = Status.PASSED.name, ""
     if call.excinfo is None or report.when != "call":
         return
     error = call.excinfo.value

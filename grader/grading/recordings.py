@@ -16,7 +16,9 @@ PLACEHOLDER = f'''"""Placeholder: this release ships recorded observations of th
 
 
 def __getattr__(name):
-    raise NotImplementedError({RECORDED_ONLY!r})
+    error = NotImplementedError({RECORDED_ONLY!r})
+    error.recorded_only = True  # the worker's mark: the grader answers with the recorded observation
+    raise error
 '''
 FOLDER = os.path.join("grader", "recorded")
 RUN = "<run>"  # stands for the scratch folder of the run that made an observation

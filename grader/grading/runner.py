@@ -41,17 +41,11 @@ class Collector:
 
     def pytest_runtest_logreport(self, report):
         case = getattr(report, "grader_case", None)
-        if case is None or not (report.when == "call" or (report.when == "setup" and not report.passed)):
+        status = getattr(report, "grader_status", None)  # the plugin's (pytest_runtest_makereport)
+        if case is None or status is None:
             return
         target, exercise, check, device = case
-        if report.passed:
-            status, message = Status.PASSED, ""
-        elif report.when == "setup":
-            status = Status.NOT_GRADED
-            message = "the check could not start: " + (report.longreprtext.strip().splitlines() or ["?"])[-1]
-        else:
-            status = Status[getattr(report, "grader_status", Status.FAILED.name)]
-            message = getattr(report, "grader_message", report.longreprtext.strip())
+        status, message = Status[status], report.grader_message
         record = CheckResult(target, exercise, check, device, status, message, round(report.duration, 3),
                              getattr(report, "grader_evidence", "compared in the grader"),
                              getattr(report, "grader_title", ""))
@@ -71,8 +65,7 @@ def run(options, exercises, progress=None):
         "--rootdir", KIT_ROOT, "-c", os.path.join(KIT_ROOT, "pyproject.toml"),
         "-p", "_hypothesis_pytestplugin", "-p", "no:cacheprovider", "-p", "no:terminal",
         "-p", "no:unraisableexception", "--assert=plain", "--import-mode=importlib",
-        f"--hypothesis-seed={options.seed}", f"--hypothesis-profile={options.profile}",
-    ]
+    ]  # the seed and the profile travel in `options` (see pytest_plugin.pytest_configure)
     with _quiet_stdout(options.details), _only_hypothesis_plugin():
         code = pytest.main(args, plugins=[collector, OptionsCarrier(options)])
     if code == pytest.ExitCode.INTERRUPTED and collector.interrupted:

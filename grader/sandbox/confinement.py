@@ -30,6 +30,14 @@ OWN_PROCESS = ("/proc/self",)
 REFERENCE_BLOCKED = "the reference solutions are not available to a submission"
 
 
+def refused(kind: type[Exception]) -> Exception:
+    """The error a reach for the reference raises, marked as such: the worker tells it apart by this mark
+    (`reaches_reference`), never by its text."""
+    error = kind(REFERENCE_BLOCKED)
+    error.reaches_reference = True  # type: ignore[attr-defined]
+    return error
+
+
 @dataclass(frozen=True)
 class Confinement:
     scratch: str  # the one folder it may write
@@ -90,7 +98,7 @@ def _audit_hook(blocked, own, scratch):
     def hook(event, args):
         if event == "import" and args and isinstance(args[0], str):
             if args[0] == "solutions" or args[0].startswith("solutions."):
-                raise ImportError(REFERENCE_BLOCKED)
+                raise refused(ImportError)
             return
         if event in CHANGES:  # renames, links, removals: every path they name must be its own to change
             for path in args[:CHANGES[event]]:
@@ -102,7 +110,7 @@ def _audit_hook(blocked, own, scratch):
             return
         real = _real(args[0])
         if real.startswith(blocked) and not real.startswith(own):
-            raise PermissionError(REFERENCE_BLOCKED)
+            raise refused(PermissionError)
         if event == "open" and _writes(args) and not real.startswith(writable):
             raise PermissionError(f"a submission may write only in its scratch folder, not {args[0]}")
 

@@ -19,7 +19,7 @@ import uuid
 from grader.sandbox import memory, worker
 from grader.sandbox.forkservers import ServerStuck, server
 from grader.sandbox.wire import MAX_REPLY_BYTES, InvalidResult, decode
-from grader.records import WORKER_STATUSES, Reply, Status
+from grader.records import WORKER_CAUSES, WORKER_STATUSES, Cause, Reply, Status
 
 GRACE_AFTER_FAILURE = 1.0  # seconds the other ranks get once one rank has failed
 # A call's time counts only while its ranks could run: the time they spent waiting for a CPU (the
@@ -150,7 +150,7 @@ class Ranks:
                                       message="was still waiting (in a collective?) after another rank failed")
             else:
                 replies[rank] = Reply(Status.TIMED_OUT, message="did not finish in time")
-        if pending or any(r.status is Status.INVALID and "forged" in r.message for r in replies):
+        if pending or any(r.cause is Cause.FORGED for r in replies):
             self.kill()
         if any(r.status not in (Status.OK, Status.READY) for r in replies):
             own = self._ran_out_of_memory()
@@ -205,7 +205,8 @@ class Ranks:
         # reply, while starting, may well be followed by the answer to the request sent meanwhile).
         extra = not starting and connection.poll(0)
         if type(fields) is not dict or fields.get("nonce") != (self.nonce if starting else self.token) or extra:
-            return Reply(Status.INVALID, message="the reply channel was forged (a message the worker did not write)")
+            return Reply(Status.INVALID, message="the reply channel was forged (a message the worker did not write)",
+                         cause=Cause.FORGED)
         try:
             status = Status.parse(fields.get("status"))
         except ValueError:
@@ -217,8 +218,9 @@ class Ranks:
                 ("message", "traceback", "output")}
         seconds = fields.get("seconds")
         collectives = fields.get("collectives")
+        cause = next((cause for cause in WORKER_CAUSES if cause.value == fields.get("cause")), Cause.NONE)
         return Reply(status, value=fields.get("value"), seconds=seconds if type(seconds) is float else 0.0,
-                     collectives=collectives if type(collectives) is dict else {}, **text)
+                     collectives=collectives if type(collectives) is dict else {}, cause=cause, **text)
 
     def _crash_reply(self, rank):
         process = self.processes[rank]

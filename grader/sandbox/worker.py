@@ -67,7 +67,9 @@ class Context:
 
 
 class TargetImportError(Exception):
-    pass
+    def __init__(self, message, cause="none"):
+        super().__init__(message)
+        self.cause = cause
 
 
 def main(conn, spec):
@@ -102,7 +104,7 @@ def main(conn, spec):
                 modules[path] = _load_target(path, request["module_name"], spec)
             reply = _serve(modules[path], request, spec)
         except TargetImportError as error:
-            reply = {"status": "import_error", "message": str(error)}
+            reply = {"status": "import_error", "message": str(error), "cause": error.cause}
         token = request.get("token")
         reply.update(seconds=time.perf_counter() - started, output=_output_tail(), nonce=token,
                      collectives=dict(counts))
@@ -187,7 +189,7 @@ class _NoSolutions(importlib.abc.MetaPathFinder):
 
     def find_spec(self, name, path=None, target=None):
         if name == "solutions" or name.startswith("solutions."):
-            raise ImportError(confine.REFERENCE_BLOCKED)
+            raise confine.refused(ImportError)
         return None
 
 
@@ -248,7 +250,7 @@ def _load_target(path, name, spec):
         sys.modules[name] = module
         module_spec.loader.exec_module(module)
     except BaseException as error:  # noqa: BLE001 - SyntaxError, SystemExit, anything
-        raise TargetImportError(_one_line(error, path, spec, importing=True))
+        raise TargetImportError(_one_line(error, path, spec, importing=True), _cause(error, spec))
     return module
 
 
@@ -296,13 +298,22 @@ def _classify(error, module_file, spec):
     message = _one_line(error, module_file, spec)
     full = _shown("".join(traceback.format_exception(error)), spec)
     raised_here = bool(frames) and os.path.realpath(frames[-1].filename) == os.path.realpath(module_file)
+    cause = _cause(error, spec)
     if isinstance(error, NotImplementedError) and raised_here:  # the stub's own raise, not torch's
-        return {"status": "not_started", "message": message, "traceback": full}
+        return {"status": "not_started", "message": message, "traceback": full, "cause": cause}
     if isinstance(error, SystemExit):
         return {"status": "exited", "message": f"called sys.exit({error.code!r})", "traceback": full}
     if own:
-        return {"status": "exception", "message": message, "traceback": full}
-    return {"status": "invalid", "message": message, "traceback": full}
+        return {"status": "exception", "message": message, "traceback": full, "cause": cause}
+    return {"status": "invalid", "message": message, "traceback": full, "cause": cause}
+
+
+def _cause(error, spec):
+    """The fact the grader decides on (a records.Cause's value): the code reached for the reference, or the
+    reference is a release's placeholder (its recorded observation stands in)."""
+    if getattr(error, "recorded_only", False):
+        return "recorded_only"
+    return "reaches_reference" if _reaches_reference(error, spec) else "none"
 
 
 def _one_line(error, module_file, spec, importing=False):
@@ -325,7 +336,7 @@ def _one_line(error, module_file, spec, importing=False):
 
 def _reaches_reference(error, spec):
     """A refused read of the reference (or the kit's solutions folder) is named as such."""
-    if confine.REFERENCE_BLOCKED in str(error):
+    if getattr(error, "reaches_reference", False):
         return True
     name = getattr(error, "filename", None)
     if not isinstance(error, PermissionError) or not isinstance(name, (str, bytes)) or spec.confinement is None:

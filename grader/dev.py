@@ -4,8 +4,8 @@
 catches file: where `grader.layout` puts them) and adds its entry to grader/catalog.toml.
 
 `dev update` regenerates what is derived from the catalog: the README's course map and exercise table
-(between their `<!-- ... -->` markers). It says which chapter's points do not add up to 100 and what to edit
-(`--rebalance` applies the edit it proposes). A second run changes nothing.
+(between their `<!-- ... -->` markers). It says which chapter's points do not add up to 100 and what to edit,
+and exits 1 while one does (`--rebalance` applies the edit it proposes). A second run changes nothing.
 
 `dev check` checks the kit against itself. First what can be read without running anything: the catalog
 against the files (each id has its four files, and no file lacks its id), the ids, the points per chapter,

@@ -21,6 +21,20 @@ class Wrong:
     check: str  # the check that must fail it (graded on that check only)
     diagnosis: str | None = None  # text the failure message must hold: the cause, named
     on_a_gpu: bool = False  # shown on a GPU only: graded on cuda, skipped where there is none
+    # The check whose message must hold the diagnosis, where it is another than `check` (that one must fail too):
+    diagnosed_by: str | None = None
+    status: str | None = None  # the status its checks must end with, where "not passed" is not enough ("timed out")
+    also_fails: tuple = ()  # other checks it must fail too (graded with it, the same status where one is given)
+
+    @property
+    def checks(self) -> tuple:
+        """The checks it is graded on: its own, those it also fails, and the one that names its cause."""
+        named = (self.check, *self.also_fails, *((self.diagnosed_by,) if self.diagnosed_by else ()))
+        return tuple(dict.fromkeys(named))
+
+    @property
+    def diagnosing_check(self) -> str:
+        return self.diagnosed_by or self.check
 
 
 @dataclass(frozen=True)
@@ -36,6 +50,7 @@ class Catches:
     exercise: str
     wrong: tuple = field(default_factory=tuple)  # of Wrong
     right: tuple = field(default_factory=tuple)  # of Right
+    timeout: float | None = None  # the grader's --timeout for its checks (TIMEOUT in the file): what a hang costs
 
 
 def load(exercise_id):
@@ -44,4 +59,5 @@ def load(exercise_id):
     spec = importlib.util.spec_from_file_location(f"tests.kit.catches.{exercise_id}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return Catches(exercise_id, tuple(getattr(module, "WRONG", ())), tuple(getattr(module, "RIGHT", ())))
+    return Catches(exercise_id, tuple(getattr(module, "WRONG", ())), tuple(getattr(module, "RIGHT", ())),
+                   getattr(module, "TIMEOUT", None))

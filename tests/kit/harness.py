@@ -32,13 +32,18 @@ def grader(*args, timeout=1800, env=None):
                           timeout=timeout, env=environment)
 
 
-def grade_submissions(tmp_path, exercise, submissions, *args, profile="thorough", device="cpu"):
-    """Grade {name: source of exercise's module} in one call; returns {name: that target's result}."""
+def grade_submissions(tmp_path, exercise, submissions, *args, profile="thorough", device="cpu", only_checks=None):
+    """Grade {name: source of exercise's module} in one call; returns {name: that target's result}.
+    only_checks {name: [check, ...]}: those submissions on those checks only (--only-checks)."""
     root = tmp_path / "submissions"
     for name, source in submissions.items():
         folder = root / name
         folder.mkdir(parents=True)
         (folder / f"{exercise}.py").write_text(textwrap.dedent(source))
+    if only_checks:
+        chosen = tmp_path / "only-checks.json"
+        chosen.write_text(json.dumps({name: sorted(checks) for name, checks in only_checks.items()}))
+        args = ("--only-checks", str(chosen), *args)
     report = tmp_path / "report.json"
     done = grader(exercise, "--submissions", str(root), "--json", str(report), "--seed", SEED,
                   "--profile", profile, "--device", device, "-q", *args)
@@ -48,46 +53,11 @@ def grade_submissions(tmp_path, exercise, submissions, *args, profile="thorough"
     return {os.path.basename(r["target"]): r for r in results}
 
 
-def assert_caught_on_a_gpu(tmp_path, exercise, on_a_gpu):
-    """{name: (source, check)} of mistakes only a GPU shows: graded on cuda, each caught by its check.
-    The caller skips (never passes) where there is no GPU."""
-    results = grade_submissions(tmp_path, exercise, {name: source for name, (source, _) in on_a_gpu.items()},
-                                device="cuda")
-    assert_caught(results, {name: check for name, (_, check) in on_a_gpu.items()})
+def checks_of(result):
+    """{check name: that check's record} of one target's result (the checks graded)."""
+    return {c["name"]: c for e in result["exercises"] for c in e["checks"]}
 
 
 def failed_checks(result):
     """{check name: message} of the checks that did not pass."""
     return {c["name"]: c["message"] for e in result["exercises"] for c in e["checks"] if c["status"] != "passed"}
-
-
-def assert_caught(results, expected):
-    """Every wrong submission scores below full, and the named check is among those failed."""
-    problems = []
-    for name, check in expected.items():
-        result = results[name]
-        failed = failed_checks(result)
-        if result["score"] >= result["max_score"]:
-            problems.append(f"{name}: scored full marks")
-        elif check and check not in failed:
-            problems.append(f"{name}: {check} passed (failed: {sorted(failed)})")
-    assert not problems, "\n".join(problems)
-
-
-def assert_diagnosed(results, expected):
-    """{name: (check, text)}: that check failed for that submission, and its message holds the text."""
-    problems = []
-    for name, (check, text) in expected.items():
-        message = failed_checks(results[name]).get(check)
-        if message is None:
-            problems.append(f"{name}: {check} passed")
-        elif text not in message:
-            problems.append(f"{name}: {check}'s message lacks {text!r}:\n{message}")
-    assert not problems, "\n".join(problems)
-
-
-def assert_full_marks(results, names):
-    """Right implementations written otherwise than the references: every check passes."""
-    wrongly_failed = {name: failed_checks(results[name]) for name in names
-                      if results[name]["score"] < results[name]["max_score"]}
-    assert not wrongly_failed, wrongly_failed

@@ -1,0 +1,86 @@
+"""ex12's wrong implementations, as data: the Accelerate training-loop mistakes learners really make, each with
+the check that must fail it (and the cause its message must name where one is given), and other right ways
+to do it, which must score full marks. tests/kit/test_catches.py grades them."""
+
+from tests.kit.catching import Right, Wrong, mutate
+
+EX = "ex12_accelerator_loop"
+
+PREPARE = "model, optimizer, dataloader, lr_scheduler = accelerator.prepare(model, optimizer, dataloader, lr_scheduler)"
+BACKWARD = "accelerator.backward(loss)"
+SCHEDULER = "            lr_scheduler.step()\n"
+ZERO_GRAD = "            optimizer.zero_grad()\n"
+GATHER = "losses.append(accelerator.gather(loss.detach().reshape(1)))  # one value per process"
+EPOCH = "        epoch_losses.append("
+
+
+WRONG = [
+    # loss.backward(): the same gradients on the CPU, but accelerate never sees the loss
+    Wrong("loss_backward", mutate(EX, (BACKWARD, "loss.backward()")),
+          "test_train_backpropagates_with_accelerator_backward", diagnosis="not loss.backward()"),
+    # the scheduler stepped once per epoch
+    Wrong("scheduler_per_epoch", mutate(EX, (SCHEDULER, ""), (EPOCH, "        lr_scheduler.step()\n" + EPOCH)),
+          "test_train_steps_the_scheduler_after_every_batch", diagnosis="once per epoch"),
+    # zero_grad forgotten: every step adds the earlier batches' gradients
+    Wrong("no_zero_grad", mutate(EX, (ZERO_GRAD, "")), "test_train_steps_on_each_global_batchs_gradient",
+          diagnosis="optimizer.zero_grad()"),
+    # the losses not gathered: each rank's own mean
+    Wrong("local_losses", mutate(EX, (GATHER, "losses.append(loss.detach().reshape(1))")),
+          "test_train_returns_the_gathered_epoch_losses", diagnosis="mean of its own batches' losses"),
+    # the dataloader not prepared: every rank trains on all the data
+    Wrong("unprepared_dataloader", mutate(EX, (PREPARE, "model, optimizer, lr_scheduler = accelerator.prepare(model, optimizer, lr_scheduler)")),
+          "test_train_each_rank_trains_on_its_own_batches", diagnosis="every rank trained on every sample"),
+    # the model not prepared: no DistributedDataParallel, each rank steps on its own gradient
+    Wrong("unprepared_model", mutate(EX, (PREPARE, "optimizer, dataloader, lr_scheduler = accelerator.prepare(optimizer, dataloader, lr_scheduler)")),
+          "test_train_steps_on_each_global_batchs_gradient", diagnosis="prepare the model too"),
+    # the scheduler not prepared: one scheduler step per batch instead of one per process
+    Wrong("unprepared_scheduler", mutate(EX, (PREPARE, "model, optimizer, dataloader = accelerator.prepare(model, optimizer, dataloader)")),
+          "test_train_steps_the_scheduler_after_every_batch", diagnosis="one per process"),
+    # gradients cleared between backward and step: the optimizer steps on nothing
+    Wrong("zero_grad_before_step", mutate(EX, (ZERO_GRAD, ""), ("            optimizer.step()\n", ZERO_GRAD + "            optimizer.step()\n")),
+          "test_train_ends_equal_to_the_single_process_baseline"),
+    # tensors returned instead of floats
+    Wrong("returns_tensors", mutate(EX, ("torch.cat(losses).to(torch.float64).mean().item()", "torch.cat(losses).to(torch.float64).mean()")),
+          "test_train_returns_the_gathered_epoch_losses"),
+    # only the last batch's losses reported
+    Wrong("last_batch_loss", mutate(EX, ("torch.cat(losses)", "losses[-1]")),
+          "test_train_returns_the_gathered_epoch_losses"),
+    # The check on the accelerator's device runs in one process on every device; the multi-rank checks run
+    # on the CPU. A batch moved to the CPU by hand fails only where the accelerator's device is a GPU.
+    Wrong("batch_moved_to_the_cpu", mutate(EX, ("loss = loss_fn(model(inputs), targets)",
+                                                "loss = loss_fn(model(inputs.cpu()), targets.cpu())")),
+          "test_train_on_the_accelerators_device", on_a_gpu=True),
+]
+
+RIGHT = [
+    # zero_grad at the start of each batch (the model arrives without gradients), set_to_none=False
+    Right("zero_grad_first", mutate(EX, (ZERO_GRAD, ""), ("            loss = loss_fn(", "            optimizer.zero_grad(set_to_none=False)\n            loss = loss_fn("))),
+    # losses gathered with gather_for_metrics (equal on the sizes where losses are compared)
+    Right("gather_for_metrics", mutate(EX, (GATHER, "losses.append(accelerator.gather_for_metrics(loss.detach()[None]))"))),
+    # a running Python sum, prepared one by one
+    Right("running_sum", '''
+import torch
+
+
+def train(accelerator, model, optimizer, dataloader, lr_scheduler, loss_fn, num_epochs):
+    model = accelerator.prepare(model)
+    optimizer = accelerator.prepare(optimizer)
+    dataloader = accelerator.prepare(dataloader)
+    lr_scheduler = accelerator.prepare(lr_scheduler)
+    result = []
+    for epoch in range(num_epochs):
+        total, count = 0.0, 0
+        for inputs, targets in dataloader:
+            outputs = model(inputs)
+            loss = loss_fn(outputs, targets)
+            accelerator.backward(loss)
+            optimizer.step()
+            lr_scheduler.step()
+            optimizer.zero_grad()
+            gathered = accelerator.gather(loss.detach().unsqueeze(0))
+            total += gathered.sum().item()
+            count += gathered.numel()
+        result.append(total / count)
+    return result
+'''),
+]

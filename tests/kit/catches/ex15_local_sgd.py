@@ -1,0 +1,110 @@
+"""ex15's wrong implementations, as data: the local SGD mistakes learners really make, each with the check that
+must fail it (and the cause its message must name where one is given), and other right ways to do it, which
+must score full marks. tests/kit/test_catches.py grades them."""
+
+from tests.kit.catching import Right, Wrong, mutate
+
+EX = "ex15_local_sgd"
+
+BOUNDARY = "if step % local_steps == 0 or step == len(batches):"
+AVERAGE = "            dist.all_reduce(param.data, op=dist.ReduceOp.SUM)\n            param.data.div_(world_size)\n"
+PARAMETERS = "        for param in model.parameters():\n"
+STEP = "        optimizer.step()\n"
+
+# the gradients averaged before every step, as data parallelism does; the "rounds" counted all the same
+AVERAGE_GRADIENTS = mutate(EX, ("        optimizer.step()\n        if",
+                                "        for param in model.parameters():\n"
+                                "            dist.all_reduce(param.grad, op=dist.ReduceOp.SUM)\n"
+                                "            param.grad.div_(dist.get_world_size())\n"
+                                "        optimizer.step()\n        if"),
+                           ("            _average_parameters(model)\n", ""))
+
+# the optimizer's momentum / moments averaged along with the parameters
+AVERAGE_STATE = mutate(EX, ("            _average_parameters(model)\n",
+                            "            _average_parameters(model)\n"
+                            "            for state in optimizer.state.values():\n"
+                            "                for key, value in state.items():\n"
+                            "                    if key != 'step' and isinstance(value, torch.Tensor):\n"
+                            "                        dist.all_reduce(value, op=dist.ReduceOp.SUM)\n"
+                            "                        value.div_(dist.get_world_size())\n"))
+
+# averages at the start of a round, before its first step: the last round's steps are never averaged
+AVERAGE_FIRST = mutate(EX, (BOUNDARY, "if (step - 1) % local_steps == 0:"),
+                       ("        optimizer.zero_grad(set_to_none=True)\n        loss_fn",
+                        "        if (step - 1) % local_steps == 0:\n            _average_parameters(model)\n"
+                        "        optimizer.zero_grad(set_to_none=True)\n        loss_fn"),
+                       ("            _average_parameters(model)\n            rounds += 1", "            rounds += 1"))
+
+# all parameters in one flat vector: one collective a round
+FLATTENED = mutate(EX, (PARAMETERS + AVERAGE,
+                        "        vector = torch.nn.utils.parameters_to_vector(model.parameters())\n"
+                        "        dist.all_reduce(vector, op=dist.ReduceOp.SUM)\n"
+                        "        torch.nn.utils.vector_to_parameters(vector / world_size, model.parameters())\n"))
+
+# the previous round's average made at the top of the next step, with names imported from torch.distributed
+AVERAGE_LATER = '''
+import math
+
+import torch
+from torch.distributed import ReduceOp, all_reduce, get_world_size
+
+
+def local_sgd_train(model, optimizer, batches, loss_fn, local_steps):
+    def average():
+        with torch.no_grad():
+            for p in model.parameters():
+                all_reduce(p, op=ReduceOp.AVG)
+
+    for i, (x, y) in enumerate(batches):
+        if i and i % local_steps == 0:
+            average()
+        optimizer.zero_grad()
+        loss_fn(model(x), y).backward()
+        optimizer.step()
+    if batches:
+        average()
+    return math.ceil(len(batches) / local_steps)
+'''
+
+PARAMETER_CHECK = "test_parameters_match_a_simulation_of_the_replicas"
+ROUNDS_CHECK = "test_averages_only_at_round_boundaries"
+STATE_CHECK = "test_buffers_and_optimizer_state_stay_each_ranks_own"
+
+
+WRONG = [
+    Wrong("average_gradients", AVERAGE_GRADIENTS, PARAMETER_CHECK,
+          diagnosis="the gradients were averaged on every step"),
+    # averaging after every step: all the communication local SGD saves
+    Wrong("every_step", mutate(EX, (BOUNDARY, "if True:")), PARAMETER_CHECK, diagnosis="averaged after every step"),
+    # no average after a short last round
+    Wrong("no_final_round", mutate(EX, (BOUNDARY, "if step % local_steps == 0:")), PARAMETER_CHECK,
+          diagnosis="no average after the last step"),
+    # the SUM all-reduce without the division
+    Wrong("sum_not_average", mutate(EX, ("            param.data.div_(world_size)\n", "")), PARAMETER_CHECK,
+          diagnosis="summed, not averaged"),
+    # the state_dict's floating tensors averaged: BatchNorm's running statistics too
+    Wrong("state_dict_average", mutate(EX, (PARAMETERS, "        for param in (t for t in model.state_dict().values() if t.is_floating_point()):\n")),
+          STATE_CHECK, diagnosis="buffers such as BatchNorm's running statistics"),
+    # parameters and buffers
+    Wrong("buffers_too", mutate(EX, (PARAMETERS, "        for param in list(model.parameters()) + [b for b in model.buffers() if b.is_floating_point()]:\n")),
+          STATE_CHECK, diagnosis="buffers such as BatchNorm's running statistics"),
+    Wrong("optimizer_state_averaged", AVERAGE_STATE, STATE_CHECK, diagnosis="the optimizer's state was averaged too"),
+    # averaged at the start of each round instead of its end
+    Wrong("average_at_round_start", AVERAGE_FIRST, PARAMETER_CHECK),
+    # rank 0's parameters broadcast instead of an average
+    Wrong("broadcast_from_rank_0", mutate(EX, (AVERAGE, "            dist.broadcast(param.data, src=0)\n")),
+          PARAMETER_CHECK, diagnosis="every rank took rank 0's parameters"),
+    # no zero_grad: each step's gradient adds to all the earlier ones
+    Wrong("no_zero_grad", mutate(EX, ("        optimizer.zero_grad(set_to_none=True)\n", "")), PARAMETER_CHECK),
+    # the number of rounds as a float
+    Wrong("returns_float", mutate(EX, ("    return rounds", "    return float(rounds)")), ROUNDS_CHECK),
+]
+
+RIGHT = [
+    # one flat vector a round
+    Right("flattened", FLATTENED),
+    # the average made before the next round's first step, with names imported from torch.distributed
+    Right("average_later", AVERAGE_LATER),
+    # ReduceOp.AVG on the parameters themselves
+    Right("reduce_op_avg", mutate(EX, (AVERAGE, "            dist.all_reduce(param, op=dist.ReduceOp.AVG)\n"))),
+]

@@ -1,0 +1,89 @@
+"""ex16's wrong implementations, as data: the mixed-precision mistakes learners really make, each with the
+check that must fail it (and the cause its message must name where one is given), and other right ways to do
+it, which must score full marks. tests/kit/test_catches.py grades them."""
+
+from tests.kit.catching import Right, Wrong, mutate
+
+EX = "ex16_mixed_precision"
+
+FORWARD = "    with torch.autocast(device_type, dtype=dtype):\n        return model(inputs)\n"
+STEP_AUTOCAST = "    with torch.autocast(inputs.device.type, dtype=dtype):\n        loss = loss_fn(model(inputs), targets)\n"
+BACKWARD = "    scaler.scale(loss).backward()"
+SCALER_STEP = "    scaler.step(optimizer)"
+UPDATE = "    scaler.update()"
+ZERO_GRAD = "    optimizer.zero_grad(set_to_none=True)\n"
+RETURN = "    return loss.item()\n"
+
+MATCHES, WEIGHTS = "test_autocast_forward_matches_torch_autocast", "test_autocast_forward_leaves_the_weights_float32"
+LOOP, OVERFLOW, LOSS, CLEARS = ("test_scaled_step_matches_a_grad_scaler_loop",
+                                "test_an_overflowing_step_is_skipped_and_the_scale_lowered",
+                                "test_scaled_step_returns_the_loss",
+                                "test_scaled_step_clears_gradients_and_keeps_float32_weights")
+
+
+WRONG = [
+    # the forward pass without autocast: float32 output
+    Wrong("forward_outside_autocast", mutate(EX, (FORWARD, "    return model(inputs)\n")), MATCHES,
+          diagnosis="ran outside autocast"),
+    # autocast without dtype: the device's default (bfloat16 on the CPU)
+    Wrong("autocast_default_dtype", mutate(EX, (FORWARD, FORWARD.replace(", dtype=dtype", ""))), MATCHES,
+          diagnosis="pass dtype=dtype"),
+    # the model cast to the low precision instead of autocast
+    Wrong("model_cast_to_dtype", mutate(EX, (FORWARD, "    model.to(dtype)\n    return model(inputs.to(dtype))\n")),
+          WEIGHTS, diagnosis="do not call model.half()"),
+    # autocast hard-coded for CUDA: nothing is autocast for tensors on the CPU
+    Wrong("autocast_hard_coded_cuda", mutate(EX, (FORWARD, FORWARD.replace("device_type, dtype", '"cuda", dtype'))),
+          MATCHES, diagnosis="ran outside autocast"),
+    # the output cast back to float32
+    Wrong("output_cast_to_float32", mutate(EX, ("        return model(inputs)\n", "        return model(inputs).float()\n")),
+          MATCHES, diagnosis="no .float()"),
+    # an inference-style forward: no graph
+    Wrong("forward_without_grad", mutate(EX, (FORWARD, FORWARD.replace("with torch.autocast", "with torch.no_grad(), "
+                                                                       "torch.autocast"))), MATCHES,
+          diagnosis="no torch.no_grad()"),
+    # scaler.update forgotten: the scale never moves (a second call raises)
+    Wrong("no_update", mutate(EX, (UPDATE, "    pass")), LOOP,
+          diagnosis="call scaler.update() after scaler.step(optimizer)"),
+    # unscale_ then optimizer.step: an overflowing step is not skipped
+    Wrong("optimizer_step_direct", mutate(EX, (SCALER_STEP, "    scaler.unscale_(optimizer)\n    optimizer.step()")),
+          OVERFLOW, diagnosis="not optimizer.step()", diagnosed_by=LOOP),
+    # optimizer.step on the scaled gradients, no scaler.step (update then raises)
+    Wrong("optimizer_step_scaled", mutate(EX, (SCALER_STEP, "    optimizer.step()")), LOOP),
+    # zero_grad forgotten: gradients pile up across calls
+    Wrong("no_zero_grad", mutate(EX, (ZERO_GRAD, "")), CLEARS, diagnosis="gradients of earlier calls were added in",
+          diagnosed_by=LOOP),
+    # zero_grad at the start instead of the end: gradients left after the call
+    Wrong("zero_grad_first", mutate(EX, (ZERO_GRAD, ""), (STEP_AUTOCAST, ZERO_GRAD + STEP_AUTOCAST)), CLEARS),
+    # the forward and the loss outside autocast in the training step
+    Wrong("step_outside_autocast", mutate(EX, (STEP_AUTOCAST, "    loss = loss_fn(model(inputs), targets)\n")), LOOP,
+          diagnosis="ran in float32"),
+    # the scaled loss made but the plain one back-propagated: scaler.step divides small gradients by the scale
+    Wrong("backward_unscaled", mutate(EX, (BACKWARD, "    scaler.scale(loss)\n    loss.backward()")), LOOP,
+          diagnosis="without scaler.scale"),
+    # no scaler.scale at all: GradScaler refuses to step
+    Wrong("no_scale", mutate(EX, (BACKWARD, "    loss.backward()")), LOOP),
+    # the weights cast to the low precision in the training step
+    Wrong("weights_cast_in_step", mutate(EX, (STEP_AUTOCAST, "    model.to(dtype)\n" + STEP_AUTOCAST)), CLEARS,
+          diagnosis="the weights stay float32"),
+    # the scaled loss returned
+    Wrong("returns_scaled_loss", mutate(EX, (BACKWARD, "    scaled = scaler.scale(loss)\n    scaled.backward()"),
+                                        (RETURN, "    return scaled.item()\n")), LOSS, diagnosis="not the scaled loss"),
+    # the loss tensor returned
+    Wrong("returns_tensor", mutate(EX, (RETURN, "    return loss.detach()\n")), LOSS),
+]
+
+RIGHT = [
+    # keyword arguments, torch.amp.autocast, gradients zeroed rather than freed, float(loss)
+    Right("keywords_and_zeros", mutate(EX, (FORWARD, "    with torch.amp.autocast(device_type=device_type, dtype=dtype):\n"
+                                            "        out = model(inputs)\n    return out\n"),
+                                       (ZERO_GRAD, "    optimizer.zero_grad(set_to_none=False)\n"),
+                                       (RETURN, "    return float(loss.detach())\n"))),
+    # explicit unscale_ before scaler.step (the gradient-clipping pattern), zero_grad at both ends
+    Right("unscale_then_step", mutate(EX, (SCALER_STEP, "    scaler.unscale_(optimizer)\n" + SCALER_STEP),
+                                      (STEP_AUTOCAST, "    model.zero_grad()\n" + STEP_AUTOCAST))),
+    # the loss computed outside the model call's autocast block but still inside autocast
+    Right("loss_in_own_block", mutate(EX, (STEP_AUTOCAST, "    with torch.autocast(inputs.device.type, dtype=dtype):\n"
+                                           "        outputs = model(inputs)\n"
+                                           "    with torch.autocast(inputs.device.type, dtype=dtype):\n"
+                                           "        loss = loss_fn(outputs, targets)\n"))),
+]

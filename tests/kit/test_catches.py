@@ -1,0 +1,124 @@
+"""The checks catch the mistakes learners really make, and let other right ways pass.
+
+Each exercise declares its wrong implementations and right variants as data in
+tests/kit/catches/<exercise id>.py (see tests/kit/catching.py). Here each wrong implementation is one
+test: it must score below full marks, fail the check named to catch it, and that check's message must
+name its cause (its diagnosis). Each right variant is one test: full marks on every check.
+
+The tests only read results: an exercise's catches are graded once a session, in one grader call
+(`--submissions`, `--json`), each wrong implementation on its own checks only (`--only-checks`) in the
+fast profile, each right variant on every check in the environment's default profile (thorough under
+CI=true). Where that default is fast too, both go in the one call; mistakes only a GPU shows go in a
+call of their own on cuda, and are skipped (never passed) where there is no GPU.
+"""
+
+import pytest
+
+from grader import catalog
+from grader.devices import cuda_present
+from grader.grading.options import default_profile
+from tests.kit import catching
+from tests.kit.harness import checks_of, failed_checks, grade_submissions
+
+CATCHES = {exercise.id: catching.load(exercise.id) for exercise in catalog.EXERCISES}
+GPU = any(wrong.on_a_gpu for catches in CATCHES.values() for wrong in catches.wrong) and cuda_present()
+NO_GPU = pytest.mark.skipif(not GPU, reason="a mistake only a GPU shows: there is no GPU here")
+
+
+def _cases(kind):
+    cases = []
+    for exercise, catches in CATCHES.items():
+        for entry in getattr(catches, kind):
+            marks = [pytest.mark.xdist_group(exercise)]  # one worker grades an exercise's catches (--dist loadgroup)
+            if getattr(entry, "on_a_gpu", False):
+                marks.append(NO_GPU)
+            cases.append(pytest.param(exercise, entry, id=f"{exercise}-{entry.name}", marks=marks))
+    return cases
+
+
+class Gradings:
+    """Each exercise's catches graded once, in as few grader calls as the profiles allow; a call's
+    failure is every test's failure that reads it, without grading again."""
+
+    def __init__(self, tmp_path_factory):
+        self.tmp_path_factory = tmp_path_factory
+        self.done = {}
+
+    @staticmethod
+    def call(entry):
+        """Which grader call grades `entry`: "cuda", "wrong", "right", or "cpu" (both, where the default is fast)."""
+        if isinstance(entry, catching.Wrong):
+            return "cuda" if entry.on_a_gpu else "cpu" if default_profile() == "fast" else "wrong"
+        return "cpu" if default_profile() == "fast" else "right"
+
+    def result(self, exercise, entry):
+        key = (exercise, self.call(entry))
+        if key not in self.done:
+            try:
+                self.done[key] = self.grade(exercise, key[1])
+            except Exception as error:  # noqa: BLE001 - reported by every test that reads this call
+                self.done[key] = error
+        outcome = self.done[key]
+        if isinstance(outcome, Exception):
+            pytest.fail(f"grading {exercise}'s catches ({key[1]}) failed: {outcome}", pytrace=False)
+        return outcome[entry.name]
+
+    def grade(self, exercise, call):
+        catches = CATCHES[exercise]
+        wrong = [w for w in catches.wrong if call in ("cpu", "wrong", "cuda") and w.on_a_gpu == (call == "cuda")]
+        right = list(catches.right) if call in ("cpu", "right") else []
+        names = [entry.name for entry in wrong + right]
+        assert len(set(names)) == len(names), f"{exercise}: a name used twice in {sorted(names)}"
+        args = ("--timeout", str(catches.timeout)) if catches.timeout else ()
+        return grade_submissions(self.tmp_path_factory.mktemp(f"{exercise}-{call}"), exercise,
+                                 {entry.name: entry.source for entry in wrong + right}, *args,
+                                 profile="fast" if call != "right" else default_profile(),
+                                 device="cuda" if call == "cuda" else "cpu",
+                                 only_checks={w.name: w.checks for w in wrong})
+
+
+@pytest.fixture(scope="session")
+def gradings(tmp_path_factory):
+    return Gradings(tmp_path_factory)
+
+
+@pytest.mark.parametrize("exercise, wrong", _cases("wrong"))
+def test_wrong_is_caught(gradings, exercise, wrong):
+    result = gradings.result(exercise, wrong)
+    checks = checks_of(result)
+    assert result["score"] < result["max_score"], f"{wrong.name} scored full marks"
+    for name in wrong.checks:
+        assert name in checks, f"{name} was not graded (graded: {sorted(checks)})"
+        assert checks[name]["status"] != "passed", f"{wrong.name}: {name} passed"
+    for name in (wrong.check, *wrong.also_fails) if wrong.status is not None else ():
+        check = checks[name]
+        assert check["status"] == wrong.status, check
+        if wrong.status == "timed out":  # ended by the check's timeout, not by some later limit
+            assert check["seconds"] < (CATCHES[exercise].timeout or 60) + 10, check
+    if wrong.diagnosis is not None:
+        message = checks[wrong.diagnosing_check]["message"]
+        assert wrong.diagnosis in message, f"{wrong.diagnosing_check}'s message lacks {wrong.diagnosis!r}:\n{message}"
+
+
+@pytest.mark.parametrize("exercise, right", _cases("right"))
+def test_right_scores_full_marks(gradings, exercise, right):
+    result = gradings.result(exercise, right)
+    assert result["score"] >= result["max_score"], failed_checks(result)
+
+
+def test_every_exercise_declares_its_catches():
+    """A catches file per exercise, its records well formed, each name once."""
+    problems = []
+    for exercise, catches in CATCHES.items():
+        names = [entry.name for entry in catches.wrong + catches.right]
+        if not catches.wrong:
+            problems.append(f"{exercise}: no wrong implementation")
+        if len(set(names)) != len(names):
+            problems.append(f"{exercise}: a name used twice")
+        for entry in catches.wrong:
+            if not isinstance(entry, catching.Wrong) or not entry.check.startswith("test_"):
+                problems.append(f"{exercise}: {entry!r} is not a Wrong naming a check")
+        for entry in catches.right:
+            if not isinstance(entry, catching.Right):
+                problems.append(f"{exercise}: {entry!r} is not a Right")
+    assert not problems, "\n".join(problems)

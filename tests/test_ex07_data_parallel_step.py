@@ -16,15 +16,11 @@ import math
 import torch
 from hypothesis import given, strategies as st
 
-from grader import probing
+from grader import probing, training
 from grader.checks import close, expect_close, expect_equal, explicit_examples, fail
 
 LOSSES = ["mse_loss", "cross_entropy"]
-LOSS_MODULES = {"mse_loss": "MSELoss", "cross_entropy": "CrossEntropyLoss"}  # the stub's example passes a module
 OPTIMIZERS = ["sgd", "sgd_momentum", "adam"]
-OPTIMIZER_NAMES = {"sgd": "SGD(lr=0.1)", "sgd_momentum": "SGD(lr=0.1, momentum=0.9)", "adam": "Adam(lr=0.05)"}
-
-
 @st.composite
 def steps_case(draw):
     world_size = draw(st.integers(2, 4), label="world_size")
@@ -64,33 +60,11 @@ with_examples = explicit_examples(EXAMPLES)
 def describe(case):
     return (f"{case['world_size']} ranks, a batch of {case['rows']} rows, "
             f"Linear({case['in_features']}, {case['hidden']})-Tanh-Linear({case['hidden']}, {case['out_features']}) "
-            f"in float64, loss_fn={_loss_text(case)}, {OPTIMIZER_NAMES[case['optimizer']]}, "
+            f"in float64, loss_fn={training.loss_text(case['loss'], case['loss_kind'])}, {training.OPTIMIZER_NAMES[case['optimizer']]}, "
             f"{case['steps']} consecutive call(s), stale gradients in .grad before the first")
 
 
-def _loss_text(case):
-    if case["loss_kind"] == "module":
-        return f"torch.nn.{LOSS_MODULES[case['loss']]}()"
-    return f"torch.nn.functional.{case['loss']}"
-
-
 # --- probes: these run in the workers -----------------------------------------------------
-
-
-def _model(case, device):
-    model = torch.nn.Sequential(
-        torch.nn.Linear(case["in_features"], case["hidden"]),
-        torch.nn.Tanh(),
-        torch.nn.Linear(case["hidden"], case["out_features"]),
-    ).to(device=device, dtype=torch.float64)
-    return probing.seeded_parameters(model, case["seed"])
-
-
-def _optimizer(case, model):
-    kind = case["optimizer"]
-    if kind == "adam":
-        return torch.optim.Adam(model.parameters(), lr=0.05)
-    return torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9 if kind == "sgd_momentum" else 0.0)
 
 
 def _batch(case, step, device):
@@ -105,28 +79,12 @@ def _batch(case, step, device):
     return inputs, targets
 
 
-def _stale_gradients(model, case, rank, device):
-    """Garbage in every .grad, different on every rank: what an earlier backward could leave."""
-    for i, param in enumerate(model.parameters()):
-        param.grad = 3.0 * probing.seeded(case["seed"] + 7919 * (rank + 1) + i, param.shape, torch.float64, device)
-
-
-def _parameters(model):
-    return {name: param.detach().cpu().clone() for name, param in model.named_parameters()}
-
-
-def _loss_fn(case):
-    if case["loss_kind"] == "module":
-        return getattr(torch.nn, LOSS_MODULES[case["loss"]])()
-    return getattr(torch.nn.functional, case["loss"])
-
-
 def probe_steps(ctx, case):
     """Run data_parallel_step `steps` times on this rank; record parameters, losses and the rows seen."""
     device = ctx.torch_device()
-    model = _model(case, device)
-    optimizer = _optimizer(case, model)
-    _stale_gradients(model, case, ctx.rank, device)
+    model = training.tiny_mlp(case["in_features"], case["hidden"], case["out_features"], case["seed"], device)
+    optimizer = training.optimizer(case["optimizer"], model)
+    training.stale_gradients(model, case["seed"], ctx.rank)
     seen = []
     hook = model.register_forward_pre_hook(lambda module, args, kwargs: _record_input(seen, args, kwargs),
                                            with_kwargs=True)
@@ -135,15 +93,15 @@ def probe_steps(ctx, case):
     for step in range(case["steps"]):
         inputs, targets = _batch(case, step, device)
         with torch.no_grad():  # the loss of the whole batch, and of each shard, on this rank's model before the call
-            record["losses_before"].append(_loss_fn(case)(model(inputs), targets).item())
+            record["losses_before"].append(training.loss_fn(case["loss"], case["loss_kind"])(model(inputs), targets).item())
             record["shard_losses_before"].append(
-                [_loss_fn(case)(model(x), y).item() for x, y in zip(torch.tensor_split(inputs, case["world_size"]),
+                [training.loss_fn(case["loss"], case["loss_kind"])(model(x), y).item() for x, y in zip(torch.tensor_split(inputs, case["world_size"]),
                                                                       torch.tensor_split(targets, case["world_size"]))])
         seen.clear()
-        loss = ctx.module.data_parallel_step(model, optimizer, inputs, targets, _loss_fn(case))
+        loss = ctx.module.data_parallel_step(model, optimizer, inputs, targets, training.loss_fn(case["loss"], case["loss_kind"]))
         record["loss_types"].append(f"{type(loss).__module__}.{type(loss).__qualname__}")
         record["losses"].append(float(loss) if type(loss) is float else None)
-        record["parameters"].append(_parameters(model))
+        record["parameters"].append(training.parameters(model))
         record["rows_seen"].append(probing.rows_of(seen, inputs))
     hook.remove()
     record["devices"] = sorted({param.device.type for param in model.parameters()})
@@ -162,18 +120,18 @@ def _record_input(seen, args, kwargs):
 def probe_baseline(ctx, case):
     """Trusted plain torch, one process: the same steps on the whole batch. Does not use the module."""
     device = ctx.torch_device()
-    model = _model(case, device)
-    optimizer = _optimizer(case, model)
-    _stale_gradients(model, case, 0, device)
+    model = training.tiny_mlp(case["in_features"], case["hidden"], case["out_features"], case["seed"], device)
+    optimizer = training.optimizer(case["optimizer"], model)
+    training.stale_gradients(model, case["seed"], 0)
     record = {"parameters": [], "losses": []}
     for step in range(case["steps"]):
         inputs, targets = _batch(case, step, device)
         optimizer.zero_grad()
-        loss = _loss_fn(case)(model(inputs), targets)
+        loss = training.loss_fn(case["loss"], case["loss_kind"])(model(inputs), targets)
         loss.backward()
         optimizer.step()
         record["losses"].append(loss.item())
-        record["parameters"].append(_parameters(model))
+        record["parameters"].append(training.parameters(model))
     return record
 
 
@@ -183,16 +141,16 @@ def probe_mistakes(ctx, case):
     device = ctx.torch_device()
     world, total = case["world_size"], case["rows"]
     inputs, targets = _batch(case, 0, device)
-    model = _model(case, device)
+    model = training.tiny_mlp(case["in_features"], case["hidden"], case["out_features"], case["seed"], device)
     shards = []  # each shard's mean-loss gradient, and its rows
     for x, y in zip(torch.tensor_split(inputs, world), torch.tensor_split(targets, world)):
         model.zero_grad()
-        _loss_fn(case)(model(x), y).backward()
+        training.loss_fn(case["loss"], case["loss_kind"])(model(x), y).backward()
         shards.append(([p.grad.clone() for p in model.parameters()], len(x)))
     stale = []
     for rank in range(world):
-        leftover = _model(case, device)
-        _stale_gradients(leftover, case, rank, device)
+        leftover = training.tiny_mlp(case["in_features"], case["hidden"], case["out_features"], case["seed"], device)
+        training.stale_gradients(leftover, case["seed"], rank)
         stale.append([p.grad for p in leftover.parameters()])
 
     def mixed(weights, extra=()):
@@ -211,12 +169,12 @@ def probe_mistakes(ctx, case):
     for mistake, per_rank in gradients.items():
         stepped[mistake] = []
         for grads in per_rank:
-            replica = _model(case, device)
-            optimizer = _optimizer(case, replica)
+            replica = training.tiny_mlp(case["in_features"], case["hidden"], case["out_features"], case["seed"], device)
+            optimizer = training.optimizer(case["optimizer"], replica)
             for param, grad in zip(replica.parameters(), grads):
                 param.grad = grad.clone()
             optimizer.step()
-            stepped[mistake].append(_parameters(replica))
+            stepped[mistake].append(training.parameters(replica))
     return stepped
 
 
@@ -225,14 +183,14 @@ def probe_stale(ctx, case):
     device = ctx.torch_device()
     results = {}
     for label in ("clean", "stale"):
-        model = _model(case, device)
-        optimizer = _optimizer(case, model)
+        model = training.tiny_mlp(case["in_features"], case["hidden"], case["out_features"], case["seed"], device)
+        optimizer = training.optimizer(case["optimizer"], model)
         if label == "stale":
-            _stale_gradients(model, case, ctx.rank, device)
+            training.stale_gradients(model, case["seed"], ctx.rank)
         for step in range(case["steps"]):
             inputs, targets = _batch(case, step, device)
-            ctx.module.data_parallel_step(model, optimizer, inputs, targets, _loss_fn(case))
-        results[label] = _parameters(model)
+            ctx.module.data_parallel_step(model, optimizer, inputs, targets, training.loss_fn(case["loss"], case["loss_kind"]))
+        results[label] = training.parameters(model)
     return results
 
 
@@ -240,12 +198,6 @@ def probe_stale(ctx, case):
 
 WEIGHT_HINT = ("shards may differ in size: back-propagate local_loss * local_rows / total_rows and all-reduce the "
                "SUM of the gradients (a plain mean over ranks over-weights the rows of smaller shards)")
-
-
-def _expect_parameters(actual, expected, what, hint):
-    expect_equal(sorted(actual), sorted(expected), f"{what}: the parameter names")
-    for name in expected:
-        expect_close(actual[name], expected[name], f"{what}, parameter {name!r}", hint=hint)
 
 
 MISTAKE_HINTS = {
@@ -291,8 +243,8 @@ def test_every_rank_ends_equal_to_one_step_on_the_whole_batch(grade, case):
             hint = _step_hint(case)
             if step == 0 and not (sorted(got) == sorted(want) and all(close(got[n], v) for n, v in want.items())):
                 hint = _diagnosis(grade, case, rank, got)
-            _expect_parameters(got, want, what + " (compared with plain torch on the whole batch in one process)", hint)
-            _expect_parameters(got, expected[rank]["parameters"][step],
+            training.expect_parameters(got, want, what + " (compared with plain torch on the whole batch in one process)", hint)
+            training.expect_parameters(got, expected[rank]["parameters"][step],
                                what + " (compared with the reference solution)", hint)
         expect_equal(observed["devices"], expected[rank]["devices"], f"{describe(case)}: the devices of rank {rank}'s "
                      "parameters afterwards", hint="the model stays where it is: move the batch's parts, not the model")
@@ -304,7 +256,7 @@ def test_replicas_stay_identical(grade, case):
     actual = grade.run(probe_steps, case, world_size=case["world_size"])
     for rank in range(1, case["world_size"]):
         for step in range(case["steps"]):
-            _expect_parameters(actual[rank]["parameters"][step], actual[0]["parameters"][step],
+            training.expect_parameters(actual[rank]["parameters"][step], actual[0]["parameters"][step],
                                f"{describe(case)}: after call {step + 1}, rank {rank}'s model against rank 0's",
                                "the replicas drift apart: every rank must step on the same all-reduced gradient "
                                "(all_reduce every .grad before optimizer.step(), on every rank)")
@@ -393,7 +345,7 @@ def test_each_rank_computes_on_a_disjoint_part(grade, case):
 def test_stale_gradients_do_not_leak(grade, case):
     actual = grade.run(probe_stale, case, world_size=case["world_size"])
     for rank, observed in enumerate(actual):
-        _expect_parameters(observed["stale"], observed["clean"],
+        training.expect_parameters(observed["stale"], observed["clean"],
                            f"{describe(case)}: rank {rank}'s model when .grad held garbage before the first call, "
                            f"against the same model whose .grad was empty",
                            "gradients from before the call leak into the step: call optimizer.zero_grad() "

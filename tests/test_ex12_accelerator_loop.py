@@ -31,11 +31,10 @@ import pytest
 import torch
 from hypothesis import example, given, strategies as st
 
-from grader import probing
-from grader.checks import close, expect_close, expect_equal, explicit_examples, fail
+from grader import probing, training
+from grader.checks import expect_equal, explicit_examples, fail
 
 LOSSES = ["mse_loss", "cross_entropy"]
-LOSS_MODULES = {"mse_loss": "MSELoss", "cross_entropy": "CrossEntropyLoss"}
 OPTIMIZERS = {"sgd": "SGD(lr=0.1)", "sgd_momentum": "SGD(lr=0.1, momentum=0.9)",
               "adamw": "AdamW(lr=0.05, weight_decay=0.01)"}
 SCHEDULERS = {"step": "StepLR(step_size=3, gamma=0.5)", "linear": "LinearLR(start_factor=0.25, total_iters=6)",
@@ -89,8 +88,7 @@ with_examples = explicit_examples(EXAMPLES)
 
 def describe(case, processes=None):
     processes = case["world_size"] if processes is None else processes
-    loss = (f"torch.nn.{LOSS_MODULES[case['loss']]}()" if case["loss_kind"] == "module"
-            else f"torch.nn.functional.{case['loss']}")
+    loss = training.loss_text(case["loss"], case["loss_kind"])
     where = f"on each of {processes} processes" if processes > 1 else "in one process"
     return (f"train(...) {where}: {case['size']} samples, batch_size={case['batch_size']}, "
             f"{case['epochs']} epoch(s), a float64 Linear({case['in_features']}, {case['hidden']})-Tanh-"
@@ -103,22 +101,6 @@ def is_even(case):
 
 
 # --- probes: these run in the workers -----------------------------------------------------
-
-
-def _model(case, device):
-    model = torch.nn.Sequential(
-        torch.nn.Linear(case["in_features"], case["hidden"]),
-        torch.nn.Tanh(),
-        torch.nn.Linear(case["hidden"], case["out_features"]),
-    ).to(device=device, dtype=torch.float64)
-    return probing.seeded_parameters(model, case["seed"] * 8)
-
-
-def _optimizer(case, model):
-    kind = case["optimizer"]
-    if kind == "adamw":
-        return torch.optim.AdamW(model.parameters(), lr=0.05, weight_decay=0.01)
-    return torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9 if kind == "sgd_momentum" else 0.0)
 
 
 def _scheduler(case, optimizer):
@@ -142,25 +124,13 @@ def _dataset(case):
     return TensorDataset(inputs, targets)
 
 
-def _loss_fn(case):
-    if case["loss_kind"] == "module":
-        return getattr(torch.nn, LOSS_MODULES[case["loss"]])()
-    return getattr(torch.nn.functional, case["loss"])
-
-
-def _parameters(model):
-    return {name: p.detach().cpu().clone() for name, p in model.named_parameters()}
-
-
-
-
 def _train(ctx, case):
     from accelerate import Accelerator
     from torch.utils.data import DataLoader
 
     accelerator = Accelerator(cpu=ctx.device == "cpu")
-    model = _model(case, torch.device("cpu"))
-    optimizer = _optimizer(case, model)
+    model = training.tiny_mlp(case["in_features"], case["hidden"], case["out_features"], case["seed"] * 8, torch.device("cpu"))
+    optimizer = training.optimizer(case["optimizer"], model)
     scheduler = _scheduler(case, optimizer)
     dataset = _dataset(case)
     record = {"lrs": [], "grads": [], "backward_calls": 0}
@@ -186,14 +156,14 @@ def _train(ctx, case):
     hooks = [optimizer.register_step_pre_hook(before_step),
              model.register_forward_pre_hook(before_forward, with_kwargs=True)]
     losses = ctx.module.train(accelerator, model, optimizer, DataLoader(dataset, batch_size=case["batch_size"]),
-                              scheduler, _loss_fn(case), case["epochs"])
+                              scheduler, training.loss_fn(case["loss"], case["loss_kind"]), case["epochs"])
     for hook in hooks:
         hook.remove()
     record["losses_type"] = f"{type(losses).__module__}.{type(losses).__qualname__}"
     if type(losses) is list:
         record["loss_types"] = [f"{type(x).__module__}.{type(x).__qualname__}" for x in losses]
         record["losses"] = [x if type(x) is float else None for x in losses]
-    record["parameters"] = _parameters(model)
+    record["parameters"] = training.parameters(model)
     record["rows"] = probing.rows_of(seen, dataset.tensors[0])
     return record
 
@@ -214,10 +184,10 @@ def probe_baseline(ctx, case):
     # one process: accelerate leaves the batches as they are (no shard, nothing repeated)
     shards = [list(BatchSamplerShard(batches, num_processes=world, process_index=rank, even_batches=True))
               for rank in range(world)] if world > 1 else [list(batches)]
-    model = _model(case, device)
-    optimizer = _optimizer(case, model)
+    model = training.tiny_mlp(case["in_features"], case["hidden"], case["out_features"], case["seed"] * 8, device)
+    optimizer = training.optimizer(case["optimizer"], model)
     scheduler = _scheduler(case, optimizer)
-    loss_fn = _loss_fn(case)
+    loss_fn = training.loss_fn(case["loss"], case["loss_kind"])
     record = {"lrs": [], "grads": [], "local_grads": [], "losses": [], "local_losses": [], "lrs_per_epoch": [],
               "shards": shards}
     for _ in range(case["epochs"]):
@@ -244,7 +214,7 @@ def probe_baseline(ctx, case):
         record["losses"].append(sum(sum(losses) for losses in epoch_losses) / (world * len(epoch_losses)))
         record["local_losses"].append([sum(losses[rank] for losses in epoch_losses) / len(epoch_losses)
                                        for rank in range(world)])
-    record["parameters"] = _parameters(model)
+    record["parameters"] = training.parameters(model)
     # the same schedule stepped once per optimizer step (an unprepared scheduler) and world_size times per epoch
     for per_epoch in (False, True):
         dummy = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=optimizer.defaults["lr"])
@@ -264,15 +234,11 @@ def probe_baseline(ctx, case):
 # --- checks -----------------------------------------------------------------------------
 
 
-def _same(got, want):
-    return sorted(got) == sorted(want) and all(close(got[name], value) for name, value in want.items())
-
-
 def _first_step_hint(case, baseline, observed, rank):
     """The hint for wrong gradients at the first step, from the baseline's per-rank gradients."""
     first = observed["grads"][0] if observed["grads"] else {}
     local = {name: grads[rank] for name, grads in baseline["local_grads"][0].items()}
-    if case["world_size"] > 1 and _same(first, local) and not _same(first, baseline["grads"][0]):
+    if case["world_size"] > 1 and training.same_parameters(first, local) and not training.same_parameters(first, baseline["grads"][0]):
         return ("each rank stepped on its own batch's gradient: prepare the model too (accelerator.prepare("
                 "model, optimizer, dataloader, lr_scheduler)); its DistributedDataParallel wrapper averages the "
                 "gradients over the ranks in the backward pass")
@@ -294,9 +260,9 @@ def _diagnosis(case, baseline, observed, rank):
     if hint:
         return hint
     grads = observed["grads"]
-    if len(grads) >= 2 and _same(grads[0], baseline["grads"][0]) and len(baseline["grads"]) >= 2:
+    if len(grads) >= 2 and training.same_parameters(grads[0], baseline["grads"][0]) and len(baseline["grads"]) >= 2:
         summed = {name: baseline["grads"][1][name] + grads[0][name] for name in grads[0]}
-        if not _same(grads[1], baseline["grads"][1]) and _same(grads[1], summed):
+        if not training.same_parameters(grads[1], baseline["grads"][1]) and training.same_parameters(grads[1], summed):
             return ("the second step's gradient holds the first one's too: clear the gradients after every step "
                     "(optimizer.zero_grad()), or every batch adds to all the earlier ones")
     lrs = _lr_hint(case, baseline, observed["lrs"])
@@ -334,22 +300,16 @@ def _runs(result, world_size):
     return [result] if world_size == 1 else result
 
 
-def _expect_parameters(actual, expected, what, hint):
-    expect_equal(sorted(actual), sorted(expected), f"{what}: the parameter names")
-    for name in expected:
-        expect_close(actual[name], expected[name], f"{what}, parameter {name!r}", hint=hint)
-
-
 def _check_parameters(grade, case, processes, expected, actual):
     baseline = grade.reference(probe_baseline, case)
     for rank, observed in enumerate(actual):
         what = f"{describe(case, processes)}: rank {rank}'s model after training" if processes > 1 else \
             f"{describe(case, processes)}: the model after training"
-        hint = None if _same(observed["parameters"], baseline["parameters"]) else \
+        hint = None if training.same_parameters(observed["parameters"], baseline["parameters"]) else \
             _diagnosis(case, baseline, observed, rank)
-        _expect_parameters(observed["parameters"], baseline["parameters"],
+        training.expect_parameters(observed["parameters"], baseline["parameters"],
                            what + " (compared with plain torch in one process, averaging the ranks' gradients)", hint)
-        _expect_parameters(observed["parameters"], expected[rank]["parameters"],
+        training.expect_parameters(observed["parameters"], expected[rank]["parameters"],
                            what + " (compared with the reference solution)", hint)
 
 
@@ -396,11 +356,11 @@ def test_train_steps_on_each_global_batchs_gradient(grade, case):
         steps = min(len(observed["grads"]), len(baseline["grads"]))
         for step in range(steps):
             got, want = observed["grads"][step], baseline["grads"][step]
-            if _same(got, want):
+            if training.same_parameters(got, want):
                 continue
             hint = (_rows_hint(case, observed) or _first_step_hint(case, baseline, observed, rank)) if step == 0 else \
                 _diagnosis(case, baseline, observed, rank)
-            _expect_parameters(got, want, f"{describe(case)}: the gradients rank {rank}'s optimizer step {step + 1} "
+            training.expect_parameters(got, want, f"{describe(case)}: the gradients rank {rank}'s optimizer step {step + 1} "
                                "used (compared with the mean over the ranks of each rank's batch gradient)", hint)
         expect_equal(len(observed["grads"]), len(baseline["grads"]),
                      f"{describe(case)}: the number of optimizer steps on rank {rank}",

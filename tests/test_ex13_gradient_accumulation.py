@@ -23,15 +23,11 @@ import pytest
 import torch
 from hypothesis import given, strategies as st
 
-from grader import probing
-from grader.checks import close, expect_close, expect_equal, explicit_examples, fail
+from grader import probing, training
+from grader.checks import expect_close, expect_equal, explicit_examples, fail
 
 LOSSES = ["mse_loss", "cross_entropy"]
-LOSS_MODULES = {"mse_loss": "MSELoss", "cross_entropy": "CrossEntropyLoss"}
 OPTIMIZERS = ["sgd", "sgd_momentum", "adam"]
-OPTIMIZER_NAMES = {"sgd": "SGD(lr=0.1)", "sgd_momentum": "SGD(lr=0.1, momentum=0.9)", "adam": "Adam(lr=0.05)"}
-
-
 @st.composite
 def step_case(draw):
     loss = draw(st.sampled_from(LOSSES), label="loss_fn")
@@ -65,15 +61,9 @@ STEP_EXAMPLES = [
 with_step_examples = explicit_examples(STEP_EXAMPLES)
 
 
-def _loss_text(case):
-    if case["loss_kind"] == "module":
-        return f"torch.nn.{LOSS_MODULES[case['loss']]}()"
-    return f"torch.nn.functional.{case['loss']}"
-
-
 def _model_text(case):
     return (f"Linear({case['in_features']}, {case['hidden']})-Tanh-Linear({case['hidden']}, {case['out_features']}) "
-            f"in float64, loss_fn={_loss_text(case)}, {OPTIMIZER_NAMES[case['optimizer']]}")
+            f"in float64, loss_fn={training.loss_text(case['loss'], case['loss_kind'])}, {training.OPTIMIZER_NAMES[case['optimizer']]}")
 
 
 def describe_step(case):
@@ -82,27 +72,6 @@ def describe_step(case):
 
 
 # --- probes: these run in the workers -----------------------------------------------------
-
-
-def _model(case, device):
-    model = torch.nn.Sequential(
-        torch.nn.Linear(case["in_features"], case["hidden"]),
-        torch.nn.Tanh(),
-        torch.nn.Linear(case["hidden"], case["out_features"]),
-    ).to(device=device, dtype=torch.float64)
-    return probing.seeded_parameters(model, case["seed"])
-
-
-def _optimizer(case, model):
-    if case["optimizer"] == "adam":
-        return torch.optim.Adam(model.parameters(), lr=0.05)
-    return torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9 if case["optimizer"] == "sgd_momentum" else 0.0)
-
-
-def _loss_fn(case):
-    if case["loss_kind"] == "module":
-        return getattr(torch.nn, LOSS_MODULES[case["loss"]])()
-    return getattr(torch.nn.functional, case["loss"])
 
 
 def _rows(case, rows, seed, device):
@@ -123,22 +92,12 @@ def _whole(micro_batches):
     return torch.cat([x for x, _ in micro_batches]), torch.cat([y for _, y in micro_batches])
 
 
-def _stale_gradients(model, case, device):
-    """Garbage in every .grad: what an earlier backward could leave."""
-    for i, param in enumerate(model.parameters()):
-        param.grad = 3.0 * probing.seeded(case["seed"] + 7919 + i, param.shape, torch.float64, device)
-
-
-def _parameters(model):
-    return {name: param.detach().cpu().clone() for name, param in model.named_parameters()}
-
-
 def probe_accumulation_step(ctx, case):
     """Call accumulation_step `steps` times; record parameters, losses, each forward's rows and the steps taken."""
     device = ctx.torch_device()
-    model = _model(case, device)
-    optimizer = _optimizer(case, model)
-    _stale_gradients(model, case, device)
+    model = training.tiny_mlp(case["in_features"], case["hidden"], case["out_features"], case["seed"], device)
+    optimizer = training.optimizer(case["optimizer"], model)
+    training.stale_gradients(model, case["seed"])
     forwards, stepped = [], [0]
     model.register_forward_pre_hook(lambda module, args, kwargs: forwards.append(_rows_of(args, kwargs)),
                                     with_kwargs=True)
@@ -148,13 +107,13 @@ def probe_accumulation_step(ctx, case):
     for call in range(case["steps"]):
         micro_batches = _micro_batches(case, call, device)
         with torch.no_grad():  # each micro-batch's loss on the model before the call
-            record["micro_losses"].append([_loss_fn(case)(model(x), y).item() for x, y in micro_batches])
+            record["micro_losses"].append([training.loss_fn(case["loss"], case["loss_kind"])(model(x), y).item() for x, y in micro_batches])
         forwards.clear()
         stepped[0] = 0
-        loss = ctx.module.accumulation_step(model, optimizer, micro_batches, _loss_fn(case))
+        loss = ctx.module.accumulation_step(model, optimizer, micro_batches, training.loss_fn(case["loss"], case["loss_kind"]))
         record["loss_types"].append(f"{type(loss).__module__}.{type(loss).__qualname__}")
         record["losses"].append(float(loss) if type(loss) is float else None)
-        record["parameters"].append(_parameters(model))
+        record["parameters"].append(training.parameters(model))
         record["forward_rows"].append(list(forwards))
         record["optimizer_steps"].append(stepped[0])
     return record
@@ -170,18 +129,18 @@ def _rows_of(args, kwargs):
 def probe_step_baseline(ctx, case):
     """Trusted plain torch, not the module: one ordinary step per call on the concatenated micro-batches."""
     device = ctx.torch_device()
-    model = _model(case, device)
-    optimizer = _optimizer(case, model)
-    _stale_gradients(model, case, device)
+    model = training.tiny_mlp(case["in_features"], case["hidden"], case["out_features"], case["seed"], device)
+    optimizer = training.optimizer(case["optimizer"], model)
+    training.stale_gradients(model, case["seed"])
     record = {"parameters": [], "losses": []}
     for call in range(case["steps"]):
         inputs, targets = _whole(_micro_batches(case, call, device))
         optimizer.zero_grad()
-        loss = _loss_fn(case)(model(inputs), targets)
+        loss = training.loss_fn(case["loss"], case["loss_kind"])(model(inputs), targets)
         loss.backward()
         optimizer.step()
         record["losses"].append(loss.item())
-        record["parameters"].append(_parameters(model))
+        record["parameters"].append(training.parameters(model))
     return record
 
 
@@ -190,14 +149,14 @@ def probe_step_mistakes(ctx, case):
     device = ctx.torch_device()
     micro_batches = _micro_batches(case, 0, device)
     total = sum(x.shape[0] for x, _ in micro_batches)
-    model = _model(case, device)
+    model = training.tiny_mlp(case["in_features"], case["hidden"], case["out_features"], case["seed"], device)
     grads = []  # each micro-batch's mean-loss gradient
     for x, y in micro_batches:
         model.zero_grad()
-        _loss_fn(case)(model(x), y).backward()
+        training.loss_fn(case["loss"], case["loss_kind"])(model(x), y).backward()
         grads.append([p.grad.clone() for p in model.parameters()])
-    leftover = _model(case, device)
-    _stale_gradients(leftover, case, device)
+    leftover = training.tiny_mlp(case["in_features"], case["hidden"], case["out_features"], case["seed"], device)
+    training.stale_gradients(leftover, case["seed"])
     stale = [p.grad for p in leftover.parameters()]
 
     def mixed(weights, extra=None):
@@ -214,12 +173,12 @@ def probe_step_mistakes(ctx, case):
     }
     stepped = {}
     for mistake, gradient in gradients.items():
-        replica = _model(case, device)
-        optimizer = _optimizer(case, replica)
+        replica = training.tiny_mlp(case["in_features"], case["hidden"], case["out_features"], case["seed"], device)
+        optimizer = training.optimizer(case["optimizer"], replica)
         for param, grad in zip(replica.parameters(), gradient):
             param.grad = grad.clone()
         optimizer.step()
-        stepped[mistake] = _parameters(replica)
+        stepped[mistake] = training.parameters(replica)
     return stepped
 
 
@@ -242,23 +201,13 @@ STEP_HINT = ("zero the gradients once, then for each micro-batch back-propagate 
              "total_rows, and call optimizer.step() once at the end")
 
 
-def _expect_parameters(actual, expected, what, hint):
-    expect_equal(sorted(actual), sorted(expected), f"{what}: the parameter names")
-    for name in expected:
-        expect_close(actual[name], expected[name], f"{what}, parameter {name!r}", hint=hint)
-
-
-def _same(got, want):
-    return sorted(got) == sorted(want) and all(close(got[n], v) for n, v in want.items())
-
-
 def _step_diagnosis(grade, case, observed):
     if observed["optimizer_steps"][0] != 1:
         return (f"optimizer.step() ran {observed['optimizer_steps'][0]} times in one call: step once, after the "
                 f"last micro-batch's backward (stepping every micro-batch is no accumulation)")
     mistakes = grade.reference(probe_step_mistakes, case)
     for mistake, parameters in mistakes.items():
-        if _same(observed["parameters"][0], parameters):
+        if training.same_parameters(observed["parameters"][0], parameters):
             return STEP_MISTAKE_HINTS[mistake]
     return STEP_HINT
 
@@ -272,13 +221,13 @@ def test_accumulation_step_equals_one_step_on_the_whole_batch(grade, case):
         what = f"{describe_step(case)}: the model after call {call + 1}"
         got = actual["parameters"][call]
         hint = STEP_HINT
-        if call == 0 and not _same(got, baseline["parameters"][0]):
+        if call == 0 and not training.same_parameters(got, baseline["parameters"][0]):
             hint = _step_diagnosis(grade, case, actual)
         elif actual["optimizer_steps"][call] != 1:
             hint = f"optimizer.step() ran {actual['optimizer_steps'][call]} times in call {call + 1}: step once"
-        _expect_parameters(got, baseline["parameters"][call],
+        training.expect_parameters(got, baseline["parameters"][call],
                            what + " (compared with plain torch, one step on the concatenated micro-batches)", hint)
-        _expect_parameters(got, expected["parameters"][call], what + " (compared with the reference solution)", hint)
+        training.expect_parameters(got, expected["parameters"][call], what + " (compared with the reference solution)", hint)
 
 
 LOSS_HINTS = {
@@ -385,8 +334,8 @@ def _prepared(ctx, case):
     from accelerate import Accelerator
 
     accelerator = Accelerator(cpu=True, gradient_accumulation_steps=case["accumulation_steps"])
-    model = _model(case, torch.device("cpu"))
-    optimizer = _optimizer(case, model)
+    model = training.tiny_mlp(case["in_features"], case["hidden"], case["out_features"], case["seed"], torch.device("cpu"))
+    optimizer = training.optimizer(case["optimizer"], model)
     inputs, targets = _rows(case, case["rows"], case["seed"] * 100 + 3, torch.device("cpu"))
     dataloader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(inputs, targets),
                                              batch_size=case["batch_size"])
@@ -418,10 +367,10 @@ def probe_train(ctx, case):
     accelerator, model, optimizer, dataloader = _prepared(ctx, case)
     counts = _watch(model, optimizer)
     unwrapped = accelerator.unwrap_model(model)
-    result = ctx.module.train_with_accumulation(accelerator, model, optimizer, dataloader, _loss_fn(case))
+    result = ctx.module.train_with_accumulation(accelerator, model, optimizer, dataloader, training.loss_fn(case["loss"], case["loss_kind"]))
     return {"result_type": f"{type(result).__module__}.{type(result).__qualname__}",
             "result": result if type(result) is int else None,
-            "parameters": _parameters(unwrapped), "forwards": counts["forwards"],
+            "parameters": training.parameters(unwrapped), "forwards": counts["forwards"],
             "reduced_backwards": len(counts["reduced"]), "steps_applied": counts["steps"],
             "batches": len(dataloader)}
 
@@ -429,7 +378,7 @@ def probe_train(ctx, case):
 def probe_loop_mistake(ctx, case, mistake):
     """Trusted, not the module: accelerate's loop with one usual mistake; the parameters it leaves."""
     accelerator, model, optimizer, dataloader = _prepared(ctx, case)
-    loss_fn = _loss_fn(case)
+    loss_fn = training.loss_fn(case["loss"], case["loss_kind"])
     for inputs, targets in dataloader:
         if mistake == "every_batch":
             accelerator.backward(loss_fn(model(inputs), targets))
@@ -449,7 +398,7 @@ def probe_loop_mistake(ctx, case, mistake):
             optimizer.step()
             if mistake not in ("no_zero_grad", "zero_grad_first"):
                 optimizer.zero_grad()
-    return _parameters(accelerator.unwrap_model(model))
+    return training.parameters(accelerator.unwrap_model(model))
 
 
 LOOP_MISTAKE_HINTS = {
@@ -473,7 +422,7 @@ MISTAKES = tuple(LOOP_MISTAKE_HINTS)
 def _loop_diagnosis(grade, case, actual):
     for mistake in MISTAKES:
         parameters = grade.reference(probe_loop_mistake, case, mistake, world_size=case["world_size"])
-        if _same(actual[0]["parameters"], parameters[0] if case["world_size"] > 1 else parameters):
+        if training.same_parameters(actual[0]["parameters"], parameters[0] if case["world_size"] > 1 else parameters):
             return LOOP_MISTAKE_HINTS[mistake]
     return LOOP_HINT
 
@@ -487,8 +436,8 @@ def test_train_with_accumulation_matches_accelerates_loop(grade, case):
         expected, actual = [expected], [actual]
     for rank, (want, got) in enumerate(zip(expected, actual)):
         what = f"{describe_loop(case)}: rank {rank}'s parameters after one pass (compared with accelerate's loop)"
-        if not _same(got["parameters"], want["parameters"]):
-            _expect_parameters(got["parameters"], want["parameters"], what, _loop_diagnosis(grade, case, actual))
+        if not training.same_parameters(got["parameters"], want["parameters"]):
+            training.expect_parameters(got["parameters"], want["parameters"], what, _loop_diagnosis(grade, case, actual))
 
 
 @pytest.mark.device_free

@@ -24,13 +24,11 @@ import torch
 import torch.distributed as dist
 from hypothesis import given, strategies as st
 
-from grader import probing
-from grader.checks import close, expect_close, expect_equal, explicit_examples, fail
+from grader import probing, training
+from grader.checks import expect_equal, explicit_examples, fail
 
 LOSSES = ["mse_loss", "cross_entropy"]
 OPTIMIZERS = ["sgd", "sgd_momentum", "adamw"]
-OPTIMIZER_NAMES = {"sgd": "SGD(lr=0.1)", "sgd_momentum": "SGD(lr=0.1, momentum=0.9)",
-                   "adamw": "AdamW(lr=0.05, weight_decay=0.01)"}
 COLLECTIVES = ("all_reduce", "broadcast", "reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter",
                "reduce_scatter_tensor", "gather", "scatter", "all_to_all", "all_reduce_coalesced",
                "all_gather_object", "broadcast_object_list")
@@ -80,7 +78,7 @@ def describe(case):
             f"{case['batches']} batches of {case['rows']} rows each (different on every rank), "
             f"Linear({case['in_features']}, {case['hidden']})-Tanh-BatchNorm1d-Linear({case['hidden']}, "
             f"{case['out_features']}) in float64, loss_fn=torch.nn.functional.{case['loss']}, "
-            f"{OPTIMIZER_NAMES[case['optimizer']]}")
+            f"{training.OPTIMIZER_NAMES[case['optimizer']]}")
 
 
 def boundaries(case):
@@ -90,23 +88,6 @@ def boundaries(case):
 
 
 # --- probes: these run in the workers -----------------------------------------------------
-
-
-def _model(case, device):
-    """The same weights on every rank."""
-    model = torch.nn.Sequential(
-        torch.nn.Linear(case["in_features"], case["hidden"]),
-        torch.nn.Tanh(),
-        torch.nn.BatchNorm1d(case["hidden"]),
-        torch.nn.Linear(case["hidden"], case["out_features"]),
-    ).to(device=device, dtype=torch.float64)
-    return probing.seeded_parameters(model, case["seed"])
-
-
-def _optimizer(case, model):
-    if case["optimizer"] == "adamw":
-        return torch.optim.AdamW(model.parameters(), lr=0.05, weight_decay=0.01)
-    return torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9 if case["optimizer"] == "sgd_momentum" else 0.0)
 
 
 def _batches(case, rank, device):
@@ -122,10 +103,6 @@ def _batches(case, rank, device):
             targets = probing.seeded(seed + 500, (case["rows"], case["out_features"]), torch.float64, device)
         batches.append((inputs, targets))
     return batches
-
-
-def _parameters(model):
-    return {name: param.detach().cpu().clone() for name, param in model.named_parameters()}
 
 
 def _buffers(model):
@@ -178,18 +155,18 @@ class _Counter:
 def probe_local_sgd(ctx, case):
     """Run local_sgd_train on this rank; observe every optimizer step and the collectives between them."""
     device = ctx.torch_device()
-    model = _model(case, device)
-    optimizer = _optimizer(case, model)
+    model = training.tiny_mlp(case["in_features"], case["hidden"], case["out_features"], case["seed"], device, batch_norm=True)
+    optimizer = training.optimizer(case["optimizer"], model)
     record = {"before_step": [], "after_step": [], "collectives_before_step": [], "collectives_after_step": [],
               "state_before_step": [], "state_after_step": [], "buffers_after_step": [], "buffers_at_forward": []}
     with _Counter(ctx.module) as counter:
         def before(*_):
-            record["before_step"].append(_parameters(model))
+            record["before_step"].append(training.parameters(model))
             record["collectives_before_step"].append(counter.count)
             record["state_before_step"].append(_optimizer_state(model, optimizer))
 
         def after(*_):
-            record["after_step"].append(_parameters(model))
+            record["after_step"].append(training.parameters(model))
             record["collectives_after_step"].append(counter.count)
             record["state_after_step"].append(_optimizer_state(model, optimizer))
             record["buffers_after_step"].append(_buffers(model))
@@ -202,7 +179,7 @@ def probe_local_sgd(ctx, case):
         record["collectives"] = counter.count
     record["result_type"] = f"{type(result).__module__}.{type(result).__qualname__}"
     record["result"] = result if type(result) is int else None
-    record["final"] = _parameters(model)
+    record["final"] = training.parameters(model)
     record["final_buffers"] = _buffers(model)
     record["final_state"] = _optimizer_state(model, optimizer)
     return record
@@ -215,8 +192,8 @@ def probe_simulation(ctx, case, mode="right"):
     local SGD averages them (or as mode's mistake does); each replica's parameters after every step and at the end."""
     device = ctx.torch_device()
     world, n, every = case["world_size"], case["batches"], case["local_steps"]
-    models = [_model(case, device) for _ in range(world)]
-    optimizers = [_optimizer(case, model) for model in models]
+    models = [training.tiny_mlp(case["in_features"], case["hidden"], case["out_features"], case["seed"], device, batch_norm=True) for _ in range(world)]
+    optimizers = [training.optimizer(case["optimizer"], model) for model in models]
     batches = [_batches(case, rank, device) for rank in range(world)]
     loss_fn = getattr(torch.nn.functional, case["loss"])
     after = [[] for _ in range(world)]
@@ -240,7 +217,7 @@ def probe_simulation(ctx, case, mode="right"):
                 average([p.grad for p in params])
         for rank, optimizer in enumerate(optimizers):
             optimizer.step()
-            after[rank].append(_parameters(models[rank]))
+            after[rank].append(training.parameters(models[rank]))
         boundary = step % every == 0 or (step == n and mode != "no_final_round")
         if mode == "every_step" or (boundary and mode != "average_gradients"):
             for params in zip(*(m.parameters() for m in models)):
@@ -259,7 +236,7 @@ def probe_simulation(ctx, case, mode="right"):
                     for key in states[0]:
                         if key != "step":
                             average([s[key] for s in states])
-    return [{"after_step": after[rank], "final": _parameters(models[rank]), "final_buffers": _buffers(models[rank]),
+    return [{"after_step": after[rank], "final": training.parameters(models[rank]), "final_buffers": _buffers(models[rank]),
              "final_state": _optimizer_state(models[rank], optimizers[rank])} for rank in range(world)]
 
 
@@ -285,7 +262,7 @@ PARAMETER_HINT = ("each rank: zero_grad, loss_fn(model(x), y).backward(), optimi
 
 
 def _same(got, want):
-    return sorted(got) == sorted(want) and all(close(got[n], v, RTOL, ATOL) for n, v in want.items())
+    return training.same_parameters(got, want, RTOL, ATOL)
 
 
 def _diagnosis(grade, case, actual):
@@ -301,9 +278,7 @@ def _diagnosis(grade, case, actual):
 
 
 def _expect_parameters(actual, expected, what, hint):
-    expect_equal(sorted(actual), sorted(expected), f"{what}: the parameter names")
-    for name in expected:
-        expect_close(actual[name], expected[name], f"{what}, parameter {name!r}", hint=hint, rtol=RTOL, atol=ATOL)
+    training.expect_parameters(actual, expected, what, hint, rtol=RTOL, atol=ATOL)
 
 
 @given(case=local_case())

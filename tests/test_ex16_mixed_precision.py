@@ -25,13 +25,12 @@ import math
 import pytest
 from hypothesis import given, strategies as st
 
-from grader import probing
+from grader import probing, training
 from grader.checks import close, expect_close, expect_equal, explicit_examples, fail
 
 LOW_DTYPES = ("bfloat16", "float16")
 KINDS = ("mlp", "norm", "log_softmax")
 LOSSES = ("mse_loss", "cross_entropy")
-LOSS_MODULES = {"mse_loss": "MSELoss", "cross_entropy": "CrossEntropyLoss"}
 OPTIMIZERS = ("sgd", "sgd_momentum", "adam")
 OPTIMIZER_NAMES = {"sgd": "SGD(lr=0.1)", "sgd_momentum": "SGD(lr=0.1, momentum=0.9)", "adam": "Adam(lr=0.01)"}
 
@@ -117,8 +116,7 @@ def describe_forward(case):
 def describe_steps(case):
     overflow = ("no overflow" if case["overflow_step"] is None
                 else f"an inf input in call {case['overflow_step'] + 1} (the gradients overflow)")
-    loss = (f"torch.nn.{LOSS_MODULES[case['loss']]}()" if case["loss_kind"] == "module"
-            else f"torch.nn.functional.{case['loss']}")
+    loss = training.loss_text(case["loss"], case["loss_kind"])
     return (f"{case['steps']} call(s) of scaled_step(a float32 Linear({case['in_features']}, {case['hidden']})-GELU-"
             f"Linear({case['hidden']}, {case['out_features']}), {OPTIMIZER_NAMES[case['optimizer']]}, "
             f"GradScaler(init_scale={case['init_scale']:g}, growth_interval={case['growth_interval']}), "
@@ -186,22 +184,6 @@ def _step_model(case, device):
                           nn.Linear(case["hidden"], case["out_features"])], case["seed"], device)
 
 
-def _optimizer(case, model):
-    import torch
-
-    if case["optimizer"] == "adam":
-        return torch.optim.Adam(model.parameters(), lr=0.01)
-    return torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9 if case["optimizer"] == "sgd_momentum" else 0.0)
-
-
-def _loss_fn(case):
-    import torch
-
-    if case["loss_kind"] == "module":
-        return getattr(torch.nn, LOSS_MODULES[case["loss"]])()
-    return getattr(torch.nn.functional, case["loss"])
-
-
 def _batch(case, step, device):
     import torch
 
@@ -222,14 +204,14 @@ def _loop(case, device, step_fn):
     import torch
 
     model = _step_model(case, device)
-    optimizer = _optimizer(case, model)
+    optimizer = training.optimizer(case["optimizer"], model, adam_lr=0.01)
     scaler = torch.amp.GradScaler(device.type, init_scale=case["init_scale"], growth_interval=case["growth_interval"])
     dtype = getattr(torch, case["dtype"])
     record = {"losses": [], "loss_types": [], "parameters": [], "scales": [], "trackers": [], "grads_left": [],
               "weight_dtypes": []}
     for step in range(case["steps"]):
         inputs, targets = _batch(case, step, device)
-        loss = step_fn(model, optimizer, scaler, inputs, targets, _loss_fn(case), dtype)
+        loss = step_fn(model, optimizer, scaler, inputs, targets, training.loss_fn(case["loss"], case["loss_kind"]), dtype)
         record["loss_types"].append(f"{type(loss).__module__}.{type(loss).__qualname__}")
         record["losses"].append(float(loss) if type(loss) is float else None)
         record["parameters"].append({name: p.detach().cpu().clone() for name, p in model.named_parameters()})
@@ -388,10 +370,6 @@ STEP_HINT = ("loss under torch.autocast(inputs.device.type, dtype=dtype), then s
              "scaler.step(optimizer), scaler.update(), optimizer.zero_grad()")
 
 
-def _same_parameters(got, want):
-    return sorted(got) == sorted(want) and all(close(got[name], value) for name, value in want.items())
-
-
 def _step_diagnosis(grade, case, actual, baseline, step):
     """The hint for the first call whose parameters are wrong."""
     got = actual["parameters"][step]
@@ -399,11 +377,11 @@ def _step_diagnosis(grade, case, actual, baseline, step):
         return "the weights stay float32: do not call model.half() or model.to(dtype); autocast does the casting"
     if case["overflow_step"] == step:
         before = actual["parameters"][step - 1] if step else baseline["parameters"][step]
-        if not _same_parameters(got, before):
+        if not training.same_parameters(got, before):
             return MISTAKE_HINTS["optimizer_step"]
     mistakes = grade.reference(probe_mistakes, case)
     for name, record in mistakes.items():
-        if _same_parameters(got, record["parameters"][step]) and not _same_parameters(got, baseline["parameters"][step]):
+        if training.same_parameters(got, record["parameters"][step]) and not training.same_parameters(got, baseline["parameters"][step]):
             return MISTAKE_HINTS[name]
     return STEP_HINT
 
@@ -418,7 +396,7 @@ def test_scaled_step_matches_a_grad_scaler_loop(grade, case):
         call = f"{what}: after call {step + 1}"
         for label, want in (("a plain GradScaler loop", baseline), ("the reference solution", expected)):
             got = actual["parameters"][step]
-            if not _same_parameters(got, want["parameters"][step]):
+            if not training.same_parameters(got, want["parameters"][step]):
                 hint = _step_diagnosis(grade, case, actual, baseline, step)
                 expect_equal(sorted(got), sorted(want["parameters"][step]), f"{call}: the parameter names", hint=hint)
                 for name, value in want["parameters"][step].items():
@@ -444,7 +422,7 @@ def test_an_overflowing_step_is_skipped_and_the_scale_lowered(grade, case):
     what = f"{describe_steps(case)}: call {step + 1}, whose gradients overflow"
     before = actual["parameters"][step - 1] if step else _initial(grade, case)
     got = actual["parameters"][step]
-    if not _same_parameters(got, before):
+    if not training.same_parameters(got, before):
         fail(f"{what}: the parameters changed; the step must be skipped", hint=MISTAKE_HINTS["optimizer_step"])
     previous = actual["scales"][step - 1] if step else case["init_scale"]
     expect_equal([actual["scales"][step], actual["trackers"][step]], [baseline["scales"][step], 0],

@@ -6,11 +6,11 @@ import sys
 # What the grader imports from outside the standard library. Checked before anything starts, so
 # that a kit not yet installed ends in one line that says what to do, not in a traceback.
 # Python 3.10 reads catalog.toml with tomli (tomllib came in 3.11).
-DEPENDENCIES = ("torch", "transformers", "accelerate", "hypothesis", "pytest")
+DEPENDENCIES: tuple[str, ...] = ("torch", "transformers", "accelerate", "hypothesis", "pytest")
 DEPENDENCIES += ("tomli",) if sys.version_info < (3, 11) else ()
 
 
-def missing():
+def missing() -> str:
     """One line saying what to install, or '' when the grader can run here."""
     if sys.version_info < (3, 10):
         return "the kit needs Python 3.10 or newer (this is %d.%d)" % sys.version_info[:2]

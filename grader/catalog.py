@@ -38,7 +38,7 @@ class Chapter:
     exercises: tuple
 
     @property
-    def name(self):
+    def name(self) -> str:
         return f"chapter{self.number}"
 
     @property
@@ -80,7 +80,7 @@ EXERCISES, CHAPTERS, PRELOADS = load()
 CHAPTER_NAME = re.compile(r"(?:chapter|ch)[ _-]?0*(\d+)")
 
 
-def find_chapter(name):
+def find_chapter(name: str):
     """A chapter by name ('chapter1', 'ch1', 'chapter 1') or number (an int); None if unknown."""
     if isinstance(name, int):
         number = name
@@ -100,7 +100,7 @@ def preload_chain(kind: str) -> list[Preload]:
     return chain
 
 
-def find(name):
+def find(name: str):
     """An exercise by id ('ex04_sharding'), prefix ('ex04') or number ('4'); None if unknown."""
     name = str(name).strip()
     for exercise in EXERCISES:
@@ -109,7 +109,7 @@ def find(name):
     return None
 
 
-def unknown(name):
+def unknown(name: str) -> str:
     """Why `name` names no exercise, with the likeliest one it meant ('ex4' -> ex04)."""
     text = str(name).strip()
     number = re.fullmatch(r"(?:ex)?0*(\d+)(?:_\w*)?", text.lower())

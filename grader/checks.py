@@ -15,7 +15,7 @@ from grader.sandbox.wire import describe
 # --- explicit examples ------------------------------------------------------------------
 
 
-def explicit_examples(rows, name="case"):
+def explicit_examples(rows, name: str = "case"):
     """A decorator adding each row as Hypothesis's @example(name=row), in the rows' order: the edges
     random draws rarely reach, tried before any drawn input."""
     def decorate(check):
@@ -33,7 +33,7 @@ def fail(message, hint=None, status=Status.FAILED):
     raise CheckFailed(message, status=status, hint=hint)
 
 
-def expect_type(value, kind, what):
+def expect_type(value, kind, what) -> None:
     """Exact type: a subclass that fakes equality is not the real thing."""
     __tracebackhide__ = True
     kinds = kind if isinstance(kind, tuple) else (kind,)
@@ -42,7 +42,7 @@ def expect_type(value, kind, what):
         fail(f"{what}: expected a {names}, got {type(value).__name__} {describe(value)}", status=Status.INVALID)
 
 
-def expect_equal(actual, expected, what, hint=None):
+def expect_equal(actual, expected, what, hint=None) -> None:
     """Exact equality, types included (1 is not 1.0, a tensor's dtype and device count)."""
     __tracebackhide__ = True
     problem = _difference(actual, expected)
@@ -50,7 +50,7 @@ def expect_equal(actual, expected, what, hint=None):
         fail(f"{what}: {problem}", hint)
 
 
-def expect_close(actual, expected, what, hint=None, rtol=None, atol=None):
+def expect_close(actual, expected, what, hint=None, rtol=None, atol=None) -> None:
     """Tensors within the dtype's tolerance (torch.testing's defaults unless given)."""
     __tracebackhide__ = True
     expect_type(actual, torch.Tensor, what)
@@ -86,7 +86,7 @@ def close(actual, expected, rtol=None, atol=None):
     return bool(torch.isclose(actual, expected, rtol=rtol, atol=atol, equal_nan=True).all())
 
 
-def _tensor_layout(actual, expected):
+def _tensor_layout(actual, expected) -> str:
     if tuple(actual.shape) != tuple(expected.shape):
         return f"expected shape {tuple(expected.shape)}, got {tuple(actual.shape)}"
     if actual.dtype != expected.dtype:
@@ -94,7 +94,7 @@ def _tensor_layout(actual, expected):
     return ""
 
 
-def _max_difference(actual, expected):
+def _max_difference(actual, expected) -> str:
     a, b = actual.double(), expected.double()
     if a.numel() == 0:
         return "(empty)"

@@ -18,6 +18,7 @@ from grader.learner.commands import count, positive
 from grader.grading.options import Options, resolve
 from grader.records import Status
 from grader.sandbox import forkservers
+from typing import Sequence
 
 
 class UsageError(Exception):
@@ -94,7 +95,7 @@ def command_names():
     return ("list", "hint", "watch", "demo", "dev", "autograder", "release")
 
 
-def dispatch(name, argv):
+def dispatch(name: str, argv):
     if name == "demo":
         from grader.learner.demo import main as command
     elif name == "autograder":
@@ -113,9 +114,9 @@ def dispatch(name, argv):
         return 130
 
 
-def parse_exercises(names, chapters=()):
+def parse_exercises(names: Sequence[str], chapters=()):
     """The exercises named (ids, numbers, chapter names, --chapter numbers), in the catalog's order."""
-    chosen = set()
+    chosen: set[catalog.Exercise] = set()
     for name in list(names) + list(chapters or ()):
         chapter = catalog.find_chapter(name)
         exercise = None if chapter or isinstance(name, int) else catalog.find(name)
@@ -123,7 +124,7 @@ def parse_exercises(names, chapters=()):
             raise UsageError(catalog.unknown(f"chapter{name}" if isinstance(name, int) else name))
         if chapter is not None and not chapter.exercises:
             raise UsageError(f"chapter {chapter.number} ({chapter.topic}) has no exercises yet")
-        chosen.update(chapter.exercises if chapter else [exercise])
+        chosen.update(chapter.exercises if chapter else [exercise] if exercise else [])
     return [e for e in catalog.EXERCISES if e in chosen] or list(catalog.EXERCISES)
 
 
@@ -183,7 +184,7 @@ def read_seed_file(path: str, read_it: bool = True) -> int | None:
         raise UsageError(f"--seed-file {path}: holds no whole number")
 
 
-def grade(args, staged):
+def grade(args, staged) -> int:
     if args.seed_file is not None:
         if args.seed is not None:
             raise UsageError("give --seed or --seed-file, not both")
@@ -300,7 +301,7 @@ def argv_is_ours():
     return bool(sys.argv) and sys.argv[0].endswith(("grader/__main__.py", "grader"))
 
 
-def strip_seed(text):
+def strip_seed(text: str):
     parts, out, skip = text.split(), [], False
     for part in parts:
         if skip:
@@ -326,17 +327,17 @@ class Progress:
     MARKS = {Status.PASSED: ".", Status.NOT_STARTED: "-", Status.MISSING: "m", Status.NOT_GRADED: "?"}
     LEGEND = "(a mark per check: . passed, F failed, - not started, m missing, ? not graded)"
 
-    def __init__(self, targets, exercises, stream=None):
+    def __init__(self, targets, exercises, stream=None) -> None:
         self.stream = stream or sys.stderr
         self.live = self.stream.isatty()
         self.order = [(target, exercise.id) for target in targets for exercise in exercises]
         self.several = len(targets) > 1
-        self.marks = {}
-        self.finished = set()
+        self.marks: dict[tuple[str, str], str] = {}
+        self.finished: set[tuple[str, str] | None] = set()
         self.written = 0
-        self.current = None
+        self.current: tuple[str, str] | None = None
 
-    def record(self, record):
+    def record(self, record) -> None:
         key = (record.target, record.exercise)
         if not self.marks:
             self._write(self.LEGEND + "\n")
@@ -350,13 +351,13 @@ class Progress:
         if self.live:
             self._write("\r\x1b[K" + self._line(key))
 
-    def done(self):
+    def done(self) -> None:
         if self.marks:
             self.finished.update(self.marks)
             self._flush(final=True)
             self._write("\n")
 
-    def _flush(self, final=False):
+    def _flush(self, final=False) -> None:
         """Write the complete lines that are next in the table's order."""
         while self.written < len(self.order) and (final or self.order[self.written] in self.finished):
             key = self.order[self.written]
@@ -369,6 +370,6 @@ class Progress:
         shown = f"{exercise} {self.marks[key]}"
         return f"{text.one_line(target)}: {shown}" if self.several else shown
 
-    def _write(self, text):
+    def _write(self, text: str) -> None:
         self.stream.write(text)
         self.stream.flush()

@@ -69,7 +69,7 @@ def build_tokenizer(kind="bert", model_max_length=16, padding_side="right"):
                    unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]")
 
 
-def build_image_processor(height, width, image_mean, image_std, resample=2, do_rescale=True, do_normalize=True):
+def build_image_processor(height, width: int, image_mean, image_std, resample=2, do_rescale=True, do_normalize=True):
     """A ViTImageProcessor that resizes every image to (height, width), then rescales and normalises as told.
 
     `resample` is a PIL resampling filter number (0 nearest, 2 bilinear, 3 bicubic). With neither
@@ -120,7 +120,7 @@ def tokenizer_calls(tokenizer):
     backend = getattr(tokenizer, "_tokenizer", None)
     calls, open_frames = [], []
 
-    def profile(frame, event, arg):
+    def profile(frame, event, arg) -> None:
         if event == "call" and frame.f_code in codes and frame.f_locals.get("self") is tokenizer:
             if not open_frames:
                 text = frame.f_locals.get(frame.f_code.co_varnames[1]) if frame.f_code.co_argcount > 1 else None

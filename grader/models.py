@@ -30,7 +30,7 @@ VOCAB_SIZE = 100
 DTYPES = ("float32", "bfloat16", "float16")
 
 
-def tiny_config(architecture, hidden=32, layers=1, vocab_size=VOCAB_SIZE, **extra):
+def tiny_config(architecture, hidden=32, layers=1, vocab_size: int = VOCAB_SIZE, **extra):
     """A PretrainedConfig of `architecture`, tiny; `extra` overrides any field (num_labels=3, ...)."""
     from transformers import AutoConfig
 
@@ -66,12 +66,14 @@ def pretraining_class(architecture):
     return AutoModelForCausalLM if architecture == "gpt2" else AutoModelForMaskedLM
 
 
-def checkpoint_name(architecture, seed=0, hidden=32, layers=1, vocab_size=VOCAB_SIZE, dtype="float32"):
+def checkpoint_name(architecture: str, seed: int = 0, hidden: int = 32, layers: int = 1, vocab_size: int = VOCAB_SIZE,
+                    dtype: str = "float32") -> str:
     """The folder name of one checkpoint: unique per arguments."""
     return f"{architecture}-h{hidden}-l{layers}-v{vocab_size}-s{seed}-{dtype}"
 
 
-def build_checkpoint(folder, architecture, seed=0, hidden=32, layers=1, vocab_size=VOCAB_SIZE, dtype="float32"):
+def build_checkpoint(folder: str, architecture: str, seed: int = 0, hidden: int = 32, layers: int = 1,
+                     vocab_size: int = VOCAB_SIZE, dtype: str = "float32") -> str:
     """Save a random, seeded, tiny checkpoint of `architecture` under `folder`; returns its path.
 
     The same arguments give the same weights (and the same path) every time; a path that

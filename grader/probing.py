@@ -44,13 +44,13 @@ def meta_error(error):
     return None
 
 
-def seeded(seed, shape, dtype, device):
+def seeded(seed: int, shape, dtype, device):
     """A reproducible random tensor: the same seed gives the same values in every worker."""
     generator = torch.Generator().manual_seed(seed)
     return torch.randn(shape, generator=generator, dtype=torch.float64).to(dtype).to(device)
 
 
-def seeded_parameters(model, seed):
+def seeded_parameters(model, seed: int):
     """Every parameter drawn afresh (the i-th from seed + i, in its own dtype): the same model in every
     worker and on every rank, whatever torch's random state."""
     with torch.no_grad():

@@ -46,12 +46,12 @@ class Status(enum.Enum):
         return self.value[2]
 
     @classmethod
-    def from_label(cls, label):
+    def from_label(cls, label: str):
         """The status a report's label names (the first of those that share it)."""
         return next(status for status in cls if status.label == label)
 
     @classmethod
-    def parse(cls, name):
+    def parse(cls, name: str):
         """A Status from its name ('not_started') or itself; InvalidStatus for anything else."""
         if isinstance(name, cls):
             return name
@@ -98,7 +98,7 @@ class Reply:
     cause: Cause = Cause.NONE
 
     @property
-    def ok(self):
+    def ok(self) -> bool:
         return self.status is Status.OK
 
 
@@ -122,11 +122,11 @@ class ReviewFlag:
     line: int
     reason: str
 
-    def __str__(self):
+    def __str__(self) -> str:
         return f"{self.file}:{self.line}: {self.reason}"
 
     @classmethod
-    def parse(cls, text):
+    def parse(cls, text: str):
         file, line, reason = text.split(":", 2)
         return cls(file, int(line), reason.strip())
 
@@ -177,7 +177,7 @@ class ExerciseResult:
         return sorted({check.device for check in self.checks})
 
     @property
-    def graded(self):
+    def graded(self) -> bool:
         return self.status is not Status.NOT_GRADED
 
     def as_dict(self):
@@ -203,7 +203,7 @@ class ChapterScore:
     max_score: float
 
     @property
-    def label(self):
+    def label(self) -> str:
         return f"chapter {self.number} ({self.topic})"
 
     def as_dict(self):
@@ -275,7 +275,7 @@ class TargetResult:
 
 
 class CheckFailed(AssertionError):
-    def __init__(self, message, status=Status.FAILED, hint=None, details=""):
+    def __init__(self, message, status=Status.FAILED, hint=None, details="") -> None:
         super().__init__(message)
         self.status = Status.parse(status)
         self.hint = hint
@@ -283,7 +283,7 @@ class CheckFailed(AssertionError):
 
 
 class Verdict(BaseException):
-    def __init__(self, status, message, details=""):
+    def __init__(self, status, message, details="") -> None:
         super().__init__(message)
         self.status = Status.parse(status)
         self.details = details

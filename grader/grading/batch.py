@@ -18,6 +18,7 @@ from grader.grading import submissions
 from grader.grading.session import resolve_target
 from grader.records import TargetResult
 from grader.sandbox import Target
+from typing import Optional
 
 KIT_FOLDERS = ("exercises", "solutions")
 
@@ -25,12 +26,12 @@ KIT_FOLDERS = ("exercises", "solutions")
 class Staged:
     """The targets of one run, staged in a temporary folder removed at `close`."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.folder = tempfile.mkdtemp(prefix="grader-staged-")
-        self.targets = []
-        self.submissions = {}  # label -> Submission
+        self.targets: list[Target] = []
+        self.submissions: dict[str, submissions.Submission] = {}  # label -> Submission
 
-    def add(self, name, exercise_ids, label=None):
+    def add(self, name: str, exercise_ids, label: Optional[str]=None):
         """Stage `name` (exercises, solutions or a folder); returns its Submission."""
         if name in KIT_FOLDERS:  # the kit's own folders are graded where they are
             target = resolve_target(name)
@@ -45,17 +46,17 @@ class Staged:
         self.submissions[label] = submission
         return submission
 
-    def annotate(self, results):
+    def annotate(self, results) -> None:
         for result in results:
             submission = self.submissions.get(result.target)
             if submission is not None:
                 result.notes, result.problem = list(submission.notes), submission.problem
 
-    def close(self):
+    def close(self) -> None:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
-def run_in_parallel(targets, jobs, arguments, quiet=True):
+def run_in_parallel(targets, jobs, arguments, quiet: bool = True):
     """Grade `targets` in `jobs` grader processes, each given `arguments` besides its targets;
     one TargetResult per target, in the order given. A part whose process fails leaves its
     targets as results saying so (not graded), never the batch without a report."""

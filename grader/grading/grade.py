@@ -23,7 +23,7 @@ class Grade:
     turns replies into verdicts and failures.
     """
 
-    def __init__(self, session, target, exercise, device):
+    def __init__(self, session, target, exercise, device) -> None:
         self.session = session
         self.target = target
         self.exercise = exercise
@@ -36,12 +36,12 @@ class Grade:
         self.spent = 0.0  # their wall seconds: at most HANG_BOUND x allowed
         self.printed = ""  # what the target's code printed in its latest call: `-v` shows it beside a wrong value
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"<{self.exercise} on {self.device}>"
 
     # --- running probes -------------------------------------------------------------
 
-    def compare(self, probe, *args, world_size=1):
+    def compare(self, probe, *args, world_size: int = 1):
         """(expected, actual): the probe's observation on the reference and on the target.
 
         Both run at once, each in its own workers, so the two cores share the work.
@@ -59,28 +59,28 @@ class Grade:
         expected = self._reference_value(probe, args, world_size)
         return expected, self._target_value(probe, args, world_size)
 
-    def reference(self, probe, *args, world_size=1):
+    def reference(self, probe, *args, world_size: int = 1):
         """The reference's observation (cached: shrinking and other targets reuse it)."""
         self._settle(self._start(probe, args, world_size, trusted=True))
         return self._reference_value(probe, args, world_size)
 
-    def _settle(self, started):
+    def _settle(self, started) -> None:
         """Finish a reference call; workers that did not start become its failed reply."""
         try:
             self._finish(started)
         except Verdict as verdict:
             self.session.reference_cache[started[0]] = [Reply(verdict.status, message=str(verdict))]
 
-    def run(self, probe, *args, world_size=1):
+    def run(self, probe, *args, world_size: int = 1):
         """The target's observation; its failures become CheckFailed or a Verdict."""
         self._finish(self._start(probe, args, world_size, trusted=False))
         return self._target_value(probe, args, world_size)
 
-    def _key(self, probe, args, world_size, trusted):
+    def _key(self, probe, args, world_size: int, trusted):
         who = "reference" if trusted else self.target.path
         return (who, self.exercise, probe.__name__, repr(args), world_size, self.device)
 
-    def _start(self, probe, args, world_size, trusted):
+    def _start(self, probe, args, world_size: int, trusted):
         """(cache key, call in flight or None when cached)."""
         key = self._key(probe, args, world_size, trusted)
         if not trusted:
@@ -118,7 +118,7 @@ class Grade:
     def _time_left(self):
         return min(self.allowed - self.used, HANG_BOUND * self.allowed - self.spent)
 
-    def _charge(self, call):
+    def _charge(self, call) -> None:
         """Count a target call against the check's time: its wall time less what its workers spent
         starting or waiting for a CPU (a starved worker is not a stuck one; one that spins or sleeps
         does not wait for a CPU), and its wall time against HANG_BOUND x --timeout."""
@@ -126,7 +126,7 @@ class Grade:
         self.spent += elapsed
         self.used += max(0.0, elapsed - call.waited)
 
-    def _reference_value(self, probe, args, world_size):
+    def _reference_value(self, probe, args, world_size: int):
         """The reference's settled observation. A reference that failed is run once more with no
         submission running (the target's workers, and all it started, killed first): only when it
         fails again is the check "not graded", the grader's own failure."""
@@ -158,7 +158,7 @@ class Grade:
         """The key without this run's scratch folder (a checkpoint's path differs from run to run)."""
         return repr(key).replace(self.session.sandbox.rundir, RUN)
 
-    def _target_value(self, probe, args, world_size):
+    def _target_value(self, probe, args, world_size: int):
         replies = self.session.target_cache[self._key(probe, args, world_size, trusted=False)]
         self.printed = _printed(replies)
         if any(not reply.ok for reply in replies):
@@ -231,6 +231,6 @@ def _other_ranks(replies, shown):
     return lines
 
 
-def _short(args, limit=160):
+def _short(args, limit: int = 160):
     text = ", ".join(repr(a) for a in args)
     return text if len(text) <= limit else text[: limit - 3] + "..."

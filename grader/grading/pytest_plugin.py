@@ -8,6 +8,7 @@ line).
 
 import gc
 import time
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, Phase, settings
@@ -24,8 +25,8 @@ from grader.sandbox import missing as missing_layers
 from grader.sandbox.forkservers import depth
 
 PHASES = [Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink]
-PROFILE = dict(deadline=None, database=None, print_blob=False, report_multiple_bugs=False, phases=PHASES,
-               suppress_health_check=list(HealthCheck))
+PROFILE: dict[str, Any] = dict(deadline=None, database=None, print_blob=False, report_multiple_bugs=False,
+                                phases=PHASES, suppress_health_check=list(HealthCheck))
 settings.register_profile("fast", max_examples=8, **PROFILE)
 settings.register_profile("thorough", max_examples=40, **PROFILE)
 for _name in ("fast", "thorough"):
@@ -35,7 +36,7 @@ for _name in ("fast", "thorough"):
                               phases=[Phase.explicit, Phase.generate])
 
 
-def pytest_addoption(parser):
+def pytest_addoption(parser) -> None:
     group = parser.getgroup("grader")
     group.addoption("--target", action="append", default=None,
                     help="exercises (default), solutions, or a folder of exNN_*.py files; repeatable")
@@ -91,7 +92,7 @@ def _options_from_command_line(config: pytest.Config) -> Options:
 class OptionsCarrier:
     """How `python -m grader` hands its Options to this plugin."""
 
-    def __init__(self, options):
+    def __init__(self, options) -> None:
         self.options = options
 
 
@@ -104,13 +105,13 @@ def pytest_report_header(config):
             f"replay with --hypothesis-seed={session.options.seed}")
 
 
-def pytest_unconfigure(config):
+def pytest_unconfigure(config) -> None:
     session = getattr(config, "_grader_session", None)
     if session is not None:
         session.close()
 
 
-def pytest_generate_tests(metafunc):
+def pytest_generate_tests(metafunc) -> None:
     if "grade" not in metafunc.fixturenames:
         return
     session = metafunc.config._grader_session
@@ -122,12 +123,13 @@ def pytest_generate_tests(metafunc):
     metafunc.parametrize("grade", cases, ids=ids, indirect=True)
 
 
-def pytest_collection_modifyitems(session, config, items):
+def pytest_collection_modifyitems(session, config, items) -> None:
     """All of one exercise's checks together (workers are freed between exercises), and the
     exercises whose workers need less first: their fork server is ready sooner."""
     grader_session = getattr(config, "_grader_session", None)
     if grader_session is not None and grader_session.options.only_checks:
-        kept, dropped = [], []
+        kept: list[pytest.Item] = []
+        dropped: list[pytest.Item] = []
         for item in items:
             callspec = getattr(item, "callspec", None)
             chosen = callspec is None or "grade" not in callspec.params or \
@@ -136,7 +138,7 @@ def pytest_collection_modifyitems(session, config, items):
         if dropped:
             config.hook.pytest_deselected(items=dropped)
             items[:] = kept
-    order = {}
+    order: dict[str, int] = {}
     items.sort(key=lambda item: (_preload_rank(item), order.setdefault(str(item.path), len(order)),
                                  _target_index(item)))
     graded = {exercise_of(item.path) for item in items if "grade" in getattr(item, "fixturenames", ())}

@@ -10,6 +10,7 @@ reference finds a placeholder module, and the grader answers with the recorded o
 
 import json
 import os
+from typing import Optional
 
 RECORDED_ONLY = "the reference is recorded, not shipped"
 PLACEHOLDER = f'''"""Placeholder: this release ships recorded observations of the reference, not its code."""
@@ -27,7 +28,7 @@ RUN = "<run>"  # stands for the scratch folder of the run that made an observati
 class Recordings:
     """Observations by key: collected while recording, looked up while replaying."""
 
-    def __init__(self, replaying, observations=None, seed=None, profile=None):
+    def __init__(self, replaying, observations=None, seed: Optional[int]=None, profile=None) -> None:
         self.replaying = replaying
         self.observations = observations or {}
         self.seed, self.profile = seed, profile
@@ -53,7 +54,7 @@ class Recordings:
         observations = torch.load(os.path.join(folder, "observations.pt"), weights_only=True)
         return cls(True, observations, meta["seed"], meta["profile"])
 
-    def record(self, key, value, rundir):
+    def record(self, key, value, rundir) -> None:
         """Keep `value`, with this run's scratch folder in its strings made portable."""
         if not self.replaying:
             self.observations[key] = _strings(value, lambda text: text.replace(rundir, RUN))
@@ -62,7 +63,7 @@ class Recordings:
         """The recorded observation, its strings pointing into this run's scratch folder; KeyError if none."""
         return _strings(self.observations[key], lambda text: text.replace(RUN, rundir))
 
-    def save(self, kit_root, exercise_ids):
+    def save(self, kit_root, exercise_ids) -> None:
         import torch
 
         folder = os.path.join(kit_root, FOLDER)

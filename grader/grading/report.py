@@ -20,7 +20,7 @@ REPEATING = (Status.NOT_STARTED, Status.MISSING, Status.IMPORT_ERROR, Status.USE
 
 
 printable = text.shown  # the name other modules import
-def terminal(result, verbose=False):
+def terminal(result, verbose: bool = False):
     """The table: each chapter's line with its score, then its exercises, then the total."""
     lines = []
     chapters = {chapter.number: chapter for chapter in result.chapters}
@@ -54,7 +54,7 @@ def terminal(result, verbose=False):
     return "\n".join(lines)
 
 
-def _telling(note):
+def _telling(note) -> bool:
     """A note worth a line: a file graded under another name, or one ignored."""
     words = note.split()
     return not (len(words) == 4 and words[0] == "graded" and words[1] == words[3] + ".py")
@@ -144,7 +144,7 @@ def summary_csv(results):
     return buffer.getvalue()
 
 
-def check_writable(path):
+def check_writable(path) -> str:
     """'' when a report can be written at path, else why not (checked before grading)."""
     folder = os.path.dirname(os.path.abspath(path))
     if os.path.isdir(path):
@@ -156,7 +156,7 @@ def check_writable(path):
     return ""
 
 
-def write(path, text):
+def write(path, text: str):
     if os.path.exists(path) and not os.path.isfile(path):  # /dev/null, a pipe: written, never replaced
         with open(path, "w") as stream:
             stream.write(text)
@@ -173,5 +173,5 @@ def write(path, text):
         raise
 
 
-def write_json(path, data):
+def write_json(path, data) -> None:
     write(path, json.dumps(data, indent=2) + "\n")

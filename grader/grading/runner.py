@@ -14,32 +14,32 @@ import pytest
 from grader.grading.pytest_plugin import OptionsCarrier
 from grader.sandbox import scan
 from grader import KIT_ROOT
-from grader.records import CheckResult, ExerciseResult, Status, TargetResult
+from grader.records import CheckResult, ExerciseResult, Layer, Status, TargetResult
 
 
 class Collector:
     """A pytest plugin that keeps one CheckResult per (target, exercise, check, device)."""
 
-    def __init__(self, progress=None):
-        self.records = []
+    def __init__(self, progress=None) -> None:
+        self.records: list[CheckResult] = []
         self.progress = progress
-        self.layers = []
+        self.layers: list[Layer] = []
         self.interrupted = False  # by Ctrl-C (pytest says "interrupted" for a broken collection too)
-        self.broken = []  # why a check file could not be collected
+        self.broken: list[str] = []  # why a check file could not be collected
 
-    def pytest_keyboard_interrupt(self, excinfo):
+    def pytest_keyboard_interrupt(self, excinfo) -> None:
         self.interrupted = True
 
-    def pytest_collectreport(self, report):
+    def pytest_collectreport(self, report) -> None:
         if report.failed:
             self.broken.append((report.longreprtext.strip().splitlines() or ["?"])[-1])
 
-    def pytest_sessionstart(self, session):
+    def pytest_sessionstart(self, session) -> None:
         grading = getattr(session.config, "_grader_session", None)
         if grading is not None:
             self.layers = grading.sandbox.layers
 
-    def pytest_runtest_logreport(self, report):
+    def pytest_runtest_logreport(self, report) -> None:
         case = getattr(report, "grader_case", None)
         status = getattr(report, "grader_status", None)  # the plugin's (pytest_runtest_makereport)
         if case is None or status is None:
@@ -100,15 +100,15 @@ def _only_hypothesis_plugin():
 class _quiet_stdout:
     """pytest without its terminal reporter still writes a little; keep the report clean."""
 
-    def __init__(self, verbose):
+    def __init__(self, verbose: bool) -> None:
         self.verbose = verbose
 
-    def __enter__(self):
+    def __enter__(self) -> None:
         if not self.verbose:
             self.saved = sys.stdout
             sys.stdout = open(os.devnull, "w")
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc) -> None:
         if not self.verbose:
             sys.stdout.close()
             sys.stdout = self.saved

@@ -5,10 +5,11 @@ import os
 
 from grader import GRADER_DIR, KIT_ROOT, catalog
 from grader.grading.recordings import Recordings, reference_folder
+from grader.records import Reply
 from grader.sandbox import Target, forkservers
 
 
-def resolve_target(name):
+def resolve_target(name: str):
     """'exercises', 'solutions' or a folder; None when there is no such folder."""
     path = os.path.join(KIT_ROOT, name) if name in ("exercises", "solutions") else name
     path = os.path.abspath(path)
@@ -20,24 +21,24 @@ def check_files():
 
 
 class Session:
-    def __init__(self, options, probe_files=()):
+    def __init__(self, options, probe_files=()) -> None:
         """`probe_files`: where probes live besides the check files (workers may read only those)."""
         from grader.sandbox import Sandbox
 
         self.options = options
         self.targets = list(options.targets)
-        self.spent = {}  # seconds each target's checks took so far (its budget's account)
+        self.spent: dict[str, float] = {}  # seconds each target's checks took so far (its budget's account)
         self.devices = list(options.devices)
         self.timeout = options.timeout
         self.recordings = options.recordings or Recordings.load(KIT_ROOT)
         self.sandbox = Sandbox(reference_folder(KIT_ROOT), readable=(GRADER_DIR, *check_files(), *probe_files))
-        self.reference_cache = {}
-        self.target_cache = {}
-        self.retried = set()  # the reference calls run again alone after a failure (see grading.grade.Grade)
+        self.reference_cache: dict[tuple, list[Reply]] = {}
+        self.target_cache: dict[tuple, list[Reply]] = {}
+        self.retried: set[tuple] = set()  # reference calls run again alone after a failure (grading.grade.Grade)
         self.current_exercise = None
         self.current_target = None
 
-    def enter(self, target, exercise):
+    def enter(self, target, exercise) -> None:
         """Free what the checks before no longer need: the workers of the exercise before, and
         within an exercise those of the submission before (a batch's memory stays flat)."""
         if exercise != self.current_exercise:
@@ -55,7 +56,7 @@ class Session:
             return float("inf")
         return self.options.budget - self.spent.get(target.path, 0.0)
 
-    def close(self):
+    def close(self) -> None:
         self.sandbox.close()
 
 

@@ -126,11 +126,11 @@ def mismatches(pins: dict[str, str]) -> list[str]:
             if have.split(".")[:2] != wanted.split(".")[:2]:
                 lines.append(f"python {have} (the zip was built on {wanted})")
             continue
-        have = version_of(name)
-        if have is None:
+        installed = version_of(name)
+        if installed is None:
             lines.append(f"{name} not installed (pinned {wanted})")
-        elif public(have) != public(wanted):
-            lines.append(f"{name} {have} (pinned {wanted})")
+        elif public(installed) != public(wanted):
+            lines.append(f"{name} {installed} (pinned {wanted})")
     return lines
 
 

@@ -70,7 +70,7 @@ exit 0
 """
 
 
-def main(argv):
+def main(argv) -> int:
     parser = command_parser("autograder", "Build a Gradescope autograder zip of the kit.")
     parser.add_argument("out", metavar="OUT.zip")
     parser.add_argument("--visibility", choices=VISIBILITIES, default="visible",
@@ -128,7 +128,7 @@ def _kit_paths():
             yield os.path.join("tests", name)
 
 
-def _add_text(bundle, name, text, executable=False, mode=None):
+def _add_text(bundle, name: str, text: str, executable=False, mode=None) -> None:
     info = zipfile.ZipInfo(name)
     info.external_attr = ((mode or (0o755 if executable else 0o644)) | stat.S_IFREG) << 16
     info.compress_type = zipfile.ZIP_DEFLATED

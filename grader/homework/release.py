@@ -38,7 +38,7 @@ shrunk one. Your instructor's grader draws other inputs too.
 """
 
 
-def main(argv):
+def main(argv) -> int:
     parser = command_parser("release", "Make the student copy of the kit: no solutions, "
                                        "recorded reference observations.")
     parser.add_argument("out", metavar="OUT", help="a folder that does not exist yet")
@@ -65,7 +65,7 @@ def main(argv):
     return 0
 
 
-def copy_kit(out):
+def copy_kit(out) -> None:
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".*")
     shutil.copytree(os.path.join(KIT_ROOT, "grader"), os.path.join(out, "grader"), ignore=ignore)
     shutil.rmtree(os.path.join(out, FOLDER), ignore_errors=True)
@@ -80,7 +80,7 @@ def copy_kit(out):
         handle.write(STUDENT_README)
 
 
-def record(seed, profile):
+def record(seed: int, profile):
     """Grade the references once with the release's seed and profile, keeping what they observed."""
     from grader.grading import runner
     from grader.grading.options import Options

@@ -9,9 +9,10 @@ import time
 from grader import catalog
 from grader.learner import state
 from grader import KIT_ROOT
+from typing import Sequence
 
 
-def count(text):
+def count(text: str):
     try:
         value = int(text)
     except ValueError:
@@ -21,7 +22,7 @@ def count(text):
     return value
 
 
-def positive(text):
+def positive(text: str):
     try:
         value = float(text)
     except ValueError:
@@ -31,7 +32,7 @@ def positive(text):
     return value
 
 
-def list_exercises(argv):
+def list_exercises(argv) -> int:
     parser = command_parser("list", "Each chapter and its exercises: status of the last grade, points, devices.")
     parser.parse_args(argv)
     last = state.load().get("last", {})
@@ -56,7 +57,7 @@ def list_exercises(argv):
     return 0
 
 
-def hint(argv):
+def hint(argv) -> int:
     parser = command_parser("hint", "Show the next hint for an exercise, one at a time.")
     parser.add_argument("exercise")
     parser.add_argument("--all", action="store_true", help="show every hint at once")
@@ -77,7 +78,7 @@ def hint(argv):
     return 0
 
 
-def watch(argv):
+def watch(argv) -> int:
     parser = command_parser("watch", "Grade an exercise now, then again each time its file is saved (Ctrl-C to stop).")
     parser.add_argument("exercise", nargs="?", help="one exercise; every exercise file when omitted")
     parser.add_argument("--target", default="exercises", help="the folder to watch (default: exercises)")
@@ -92,7 +93,7 @@ def watch(argv):
     print(f"watching {', '.join(os.path.relpath(p) for p in files.values())}; save a file to grade it, Ctrl-C to stop",
           flush=True)
 
-    def grade(names):
+    def grade(names: Sequence[str]) -> None:
         subprocess.run([sys.executable, "-m", "grader", *names, "--target", folder, *grader_args], cwd=KIT_ROOT)
         print("watching...", flush=True)
 
@@ -118,14 +119,14 @@ def _mtime(path):
         return None
 
 
-def find(name):
+def find(name: str):
     exercise = catalog.find(name)
     if exercise is None:
         raise SystemExit(_usage(catalog.unknown(name)))
     return exercise
 
 
-def _usage(message):
+def _usage(message) -> int:
     print(f"python -m grader: error: {message}", file=sys.stderr)
     return 2
 
@@ -135,7 +136,7 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(_usage(message))
 
 
-def command_parser(name, description):
+def command_parser(name: str, description: str):
     """A parser for `python -m grader NAME` whose errors are one line and exit 2."""
     return _Parser(prog=f"python -m grader {name}", description=description)
 

@@ -108,7 +108,7 @@ def _only_raises(function):
     return len(body) == 1 and isinstance(body[0], ast.Raise) and "NotImplementedError" in ast.dump(body[0])
 
 
-def sentences(count, seed=0):
+def sentences(count: int, seed: int = 0):
     """Short sentences labelled 1 when positive words outnumber negative ones."""
     rng = random.Random(seed)
     texts, labels = [], []
@@ -122,7 +122,7 @@ def sentences(count, seed=0):
     return texts, labels
 
 
-def build_assets(folder, size=256):
+def build_assets(folder, size: int = 256) -> None:
     from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 

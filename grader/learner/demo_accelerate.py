@@ -19,7 +19,7 @@ LOOP_CAUSES = ("With a right loop it falls well on this easy task, so a piece of
                "cleared. python -m grader ex12 (and ex08, ex10) names the check that fails.")
 
 
-def main():
+def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--assets", required=True)
     parser.add_argument("--target", required=True)
@@ -40,7 +40,7 @@ def main():
     datasets.disable_progress_bars()
     accelerator = Accelerator(cpu=True)
 
-    def say(line):
+    def say(line) -> None:
         if accelerator.is_main_process:
             print(line, flush=True)
 

@@ -14,17 +14,17 @@ import torch
 import torch.distributed as dist
 
 
-def load(folder, name):
+def load(folder, name: str):
     spec = importlib.util.spec_from_file_location(name, os.path.join(folder, name + ".py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
     return module
 
 
 class Classifier(torch.nn.Module):
     """Token ids in, logits out: the plain tensor interface data_parallel_step expects."""
 
-    def __init__(self, model, pad_id):
+    def __init__(self, model, pad_id) -> None:
         super().__init__()
         self.model = model
         self.pad_id = pad_id
@@ -68,7 +68,7 @@ def loss_note(first, last, causes=STEP_CAUSES):
     return f"the loss {what} ({first:.4f} -> {last:.4f}): the model got no better at the task.\n" + causes
 
 
-def main():
+def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--assets", required=True)
     parser.add_argument("--target", required=True)
@@ -98,7 +98,7 @@ def main():
         dist.all_gather(sums, checksum(model))
         return all(torch.equal(s, sums[0]) for s in sums)
 
-    def say(text):
+    def say(text: str) -> None:
         if rank == 0:
             print(text, flush=True)
 
@@ -109,7 +109,8 @@ def main():
 
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
     loss_fn = torch.nn.functional.cross_entropy
-    order, epoch, done = [], 0, 0
+    order: list[int] = []
+    epoch, done = 0, 0
     first_loss = last_loss = None
     while done < args.steps:
         if len(order) < args.batch_size:  # every rank draws the same shuffled order for the epoch

@@ -22,7 +22,7 @@ def load():
         return {}
 
 
-def save(data):
+def save(data) -> None:
     if os.path.exists(PATH) and not os.path.isfile(PATH):
         return  # GRADER_STATE=/dev/null keeps nothing (and a rename would put a file in its place)
     try:
@@ -34,7 +34,7 @@ def save(data):
         pass  # a read-only checkout still grades
 
 
-def remember_grade(result):
+def remember_grade(result) -> None:
     data = load()
     last = data.setdefault("last", {})
     for row in result.exercises:
@@ -43,7 +43,7 @@ def remember_grade(result):
     save(data)
 
 
-def next_hint(exercise_id, count):
+def next_hint(exercise_id, count: int):
     """The index of the hint to show now (cycling once all were shown), and remember it."""
     data = load()
     shown = data.setdefault("hints", {}).get(exercise_id, 0)

@@ -84,7 +84,7 @@ class _Prepared:
 class Call:
     """A request sent to its workers, whose replies are still to be read."""
 
-    def __init__(self, key, ranks, request, deadline):
+    def __init__(self, key, ranks, request, deadline) -> None:
         self.key = key
         self.ranks = ranks
         self.request = request
@@ -94,7 +94,7 @@ class Call:
 
 
 class Sandbox:
-    def __init__(self, reference, readable, memory_limit=MEMORY_LIMIT, budget_mb=None):
+    def __init__(self, reference, readable, memory_limit=MEMORY_LIMIT, budget_mb=None) -> None:
         """`reference`: the folder of reference solutions; `readable`: what every worker must read
         besides the interpreter (the grader package, the check files)."""
         adopt_orphans()
@@ -122,10 +122,10 @@ class Sandbox:
         else:
             os.mkdir(self.reference_copy)
         os.chmod(self.reference_copy, 0o700)
-        self.prepared = {}
+        self.prepared: dict = {}
         self.pools = Pools(self.logs, memory.worker_budget() if budget_mb is None else budget_mb)
 
-    def _folder(self, name, mode):
+    def _folder(self, name: str, mode):
         path = os.path.join(self.rundir, name)
         os.mkdir(path, mode)
         os.chmod(path, mode)
@@ -189,7 +189,7 @@ class Sandbox:
             return ("reference", request.preload, request.world_size, request.device)
         return ("target", request.target.path, request.exercise, request.world_size, request.device)
 
-    def _spec(self, request, prepared, limit):
+    def _spec(self, request, prepared, limit: int):
         # A collective gives up at half the check's time (never under 5 s unless the time left is): a rank
         # stuck in one that other ranks never made then reports itself (its error, its collective
         # counts) before the check's deadline.
@@ -230,7 +230,7 @@ class Sandbox:
 
     # --- lifetimes ----------------------------------------------------------------------
 
-    def end_exercise(self, next_preload=None):
+    def end_exercise(self, next_preload=None) -> None:
         """Free the submissions' workers and kill whatever the submissions started meanwhile.
 
         The reference's workers serve every exercise of their preload, so those of the next
@@ -239,7 +239,7 @@ class Sandbox:
         for prepared in self.prepared.values():
             prepared.container.kill()
 
-    def release(self, target):
+    def release(self, target) -> None:
         """Free one submission's workers and kill whatever it started (it is done for now)."""
         if target is None:
             return
@@ -247,7 +247,7 @@ class Sandbox:
         if target.path in self.prepared:
             self.prepared[target.path].container.kill()
 
-    def close(self):
+    def close(self) -> None:
         self.pools.close()
         self.pools.reap()  # once the ranks are gone, whatever they started is this process's to kill
         self.containers.close()
@@ -296,7 +296,7 @@ def layers(abi=None, switch_user=None, container=None, own_namespaces=None, secc
     ]
 
 
-def missing(required=REQUIRED):
+def missing(required: tuple[str, ...] = REQUIRED) -> list[Layer]:
     """The required layers this machine lacks (for --require-sandbox)."""
     return [layer for layer in layers() if layer.name in required and not layer.active]
 
@@ -310,7 +310,7 @@ def _interpreter_paths():
     return tuple(sorted(path for path in paths if path and os.path.exists(path)))
 
 
-def _copy_tree(source, destination, limit):
+def _copy_tree(source, destination, limit: int) -> None:
     """Copy regular files and folders only (a symlink could point at the reference), up to `limit` bytes."""
     os.makedirs(destination, exist_ok=True)
     budget = limit
@@ -327,7 +327,7 @@ def _copy_tree(source, destination, limit):
             shutil.copyfile(path, os.path.join(into, name), follow_symlinks=False)
 
 
-def _seal(folder, uid):
+def _seal(folder, uid) -> None:
     """Read-only to its submission's user alone."""
     for root, _, files in os.walk(folder):
         for name in files:

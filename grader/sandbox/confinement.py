@@ -56,7 +56,7 @@ class Confinement:
     seccomp: bool = False
 
 
-def apply(confinement):
+def apply(confinement) -> None:
     """Put `confinement` on this process, for good."""
     confinement.container.enter()
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
@@ -90,7 +90,7 @@ def scratch_environment(scratch):
     return dict(folders, USER="worker", LOGNAME="worker")  # getpass.getuser() without /etc/passwd
 
 
-def _audit_hook(blocked, own, scratch):
+def _audit_hook(blocked, own, scratch) -> None:
     blocked = tuple(os.path.realpath(path) + os.sep for path in blocked)
     own = tuple(os.path.realpath(path) + os.sep for path in own)
     writable = (os.path.realpath(scratch) + os.sep, "/dev/")

@@ -23,6 +23,7 @@ import time
 import uuid
 
 from grader.sandbox import memory
+from typing import Sequence
 
 PROCESS_LIMIT = 256  # tasks (threads count) of one submission at once
 CGROUP_PIDS = "/sys/fs/cgroup/pids"
@@ -35,7 +36,7 @@ class Container:
     kind = "none"
     memory_limit = None  # bytes, where the submission has a memory cgroup of its own
 
-    def enter(self):
+    def enter(self) -> None:
         """In the worker, still privileged, before anything untrusted runs."""
 
     def memory_mark(self):
@@ -53,7 +54,7 @@ class Container:
     def pids(self):
         return []
 
-    def kill(self, wait=0.0):
+    def kill(self, wait=0.0) -> bool:
         """SIGKILL everything inside, again and again for up to `wait` s until nothing is left;
         True when it is empty."""
         deadline = time.monotonic() + wait
@@ -69,14 +70,14 @@ class Container:
                 return not pids
             time.sleep(0.01)
 
-    def remove(self):
+    def remove(self) -> None:
         self.kill(wait=5.0)
 
 
 class CgroupContainer(Container):
     kind = "cgroup"
 
-    def __init__(self, path, memory_path=None):
+    def __init__(self, path, memory_path=None) -> None:
         self.path = path
         self.memory_path = None
         os.mkdir(path)
@@ -91,7 +92,7 @@ class CgroupContainer(Container):
             except OSError:
                 pass
 
-    def enter(self):
+    def enter(self) -> None:
         _write(os.path.join(self.path, "cgroup.procs"), str(os.getpid()))
         if self.memory_path:
             _write(os.path.join(self.memory_path, "cgroup.procs"), str(os.getpid()))
@@ -133,7 +134,7 @@ class CgroupContainer(Container):
         except OSError:
             return []
 
-    def remove(self):
+    def remove(self) -> None:
         super().remove()
         _remove_folders(self.path, self.memory_path)
 
@@ -141,10 +142,10 @@ class CgroupContainer(Container):
 class UidContainer(Container):
     kind = "uid"
 
-    def __init__(self, uid):
+    def __init__(self, uid) -> None:
         self.uid = uid
 
-    def enter(self):
+    def enter(self) -> None:
         import resource
 
         resource.setrlimit(resource.RLIMIT_NPROC, (PROCESS_LIMIT, PROCESS_LIMIT))
@@ -174,10 +175,10 @@ def available_kind(can_switch_user):
 class Containers:
     """The session's containers: which kind the machine allows, and one per submission."""
 
-    def __init__(self, can_switch_user):
+    def __init__(self, can_switch_user) -> None:
         self.root = self.memory_root = None
         self.kind = available_kind(can_switch_user)
-        self.made = []
+        self.made: list = []
         if self.kind == "cgroup":
             _sweep_dead_graders(CGROUP_PIDS)
             name = f"grader-{os.getpid()}-{uuid.uuid4().hex[:8]}"
@@ -207,7 +208,7 @@ class Containers:
         self.made.append(container)
         return container
 
-    def close(self):
+    def close(self) -> None:
         for container in self.made:
             container.remove()
         _remove_folders(self.root, self.memory_root)
@@ -234,7 +235,7 @@ def _own_memory_cgroup():
     return None
 
 
-def _sweep_dead_graders(hierarchy):
+def _sweep_dead_graders(hierarchy) -> None:
     """Remove the cgroups of graders that were killed before they could (their tasks are gone)."""
     for name in os.listdir(hierarchy):
         parts = name.split("-")
@@ -252,7 +253,7 @@ def _sweep_dead_graders(hierarchy):
                 pass
 
 
-def _remove_folders(*paths):
+def _remove_folders(*paths) -> None:
     """rmdir each of `paths` that is given (a cgroup still in use is refused, and left)."""
     for path in paths:
         try:
@@ -262,12 +263,12 @@ def _remove_folders(*paths):
             pass
 
 
-def _write(path, text):
+def _write(path, text: str) -> None:
     with open(path, "w") as handle:
         handle.write(text)
 
 
-def _zombie(pid):
+def _zombie(pid: int):
     try:
         with open(f"/proc/{pid}/stat") as handle:
             return handle.read().rsplit(")", 1)[1].split()[0] == "Z"
@@ -275,7 +276,7 @@ def _zombie(pid):
         return False
 
 
-def _reap(pids):
+def _reap(pids: Sequence[int]) -> None:
     """Collect those of `pids` that are this process's children (orphans adopted as subreaper)."""
     for pid in pids:
         try:

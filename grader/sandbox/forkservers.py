@@ -42,9 +42,10 @@ def _address():
 
 # multiprocessing's ForkServer asks `connection.arbitrary_address` for its address, and uses
 # the module for nothing else: the base server gets the same addresses as the chained ones.
-forkserver.connection = types.SimpleNamespace(arbitrary_address=lambda family: _address())
+forkserver.connection = types.SimpleNamespace(  # type: ignore[attr-defined]
+    arbitrary_address=lambda family: _address())
 
-_servers = {}
+_servers: dict[str, "Server"] = {}
 _chosen = threading.local()  # the server a launch in this thread goes to
 _closing = threading.Event()  # set while kill_descendants runs
 _connect_to_default_server = forkserver.connect_to_new_process
@@ -57,11 +58,11 @@ class Server:
     from that one (the catalog's `base`) are still importing what they add.
     """
 
-    def __init__(self, kind):
+    def __init__(self, kind) -> None:
         self.kind = kind
         base = catalog.PRELOADS[kind].base
         if base and sys.version_info < (3, 14):  # 3.14's fork servers authenticate their clients
-            self.forkserver = ChainedForkServer(server(base))
+            self.forkserver: forkserver.ForkServer = ChainedForkServer(server(base))
             self.forkserver.kind = kind
         elif sys.version_info < (3, 14) and sys.platform == "linux" and memory.worker_budget() is not None:
             self.forkserver = ChainedForkServer(GraderFork())
@@ -73,7 +74,7 @@ class Server:
         self.retired = False
         self.forkserver.set_forkserver_preload(preload_modules(kind))
 
-    def start(self):
+    def start(self) -> None:
         self.forkserver.ensure_running()
 
     def Process(self, **kwargs):
@@ -86,7 +87,7 @@ class Server:
         `timeout` seconds (it is then killed, and the next launch starts a fresh one)."""
         failure = []
 
-        def start():
+        def start() -> None:
             try:
                 process.start()
             except BaseException as error:  # noqa: BLE001 - reported below, in the caller's thread
@@ -102,7 +103,7 @@ class Server:
         if failure:
             raise ServerStuck(f"the {self.kind} fork server could not start a worker: {failure[0]}")
 
-    def kill(self):
+    def kill(self) -> None:
         pid = getattr(self.forkserver, "_forkserver_pid", None)
         if isinstance(self.forkserver, ChainedForkServer) and self.forkserver.process is not None:
             pid = self.forkserver.process.pid
@@ -150,7 +151,7 @@ class ChainedForkServer(forkserver.ForkServer):
     while the grader starts.
     """
 
-    def __init__(self, base):
+    def __init__(self, base) -> None:
         super().__init__()
         self.base = base
         self.process = None
@@ -191,7 +192,7 @@ class ChainedForkServer(forkserver.ForkServer):
         return self.base.retired and _running_as(self.process.pid, f"fs {self.kind}")
 
 
-def _running_as(pid, name):
+def _running_as(pid: int, name: str):
     """Whether `pid` is a live process named `name` (see memory.name_process)."""
     try:
         with open(f"/proc/{pid}/stat") as handle:
@@ -201,7 +202,7 @@ def _running_as(pid, name):
     return head.split("(", 1)[1] == name and tail.split()[0] not in ("Z", "X")
 
 
-def _serve_forks(listener, alive_r, preload, kind, from_grader=False):
+def _serve_forks(listener, alive_r, preload, kind, from_grader=False) -> None:
     """In a worker of the base server (or a fork of the grader): become a fork server with `preload`
     imported too. A fork of the grader first lets go of the grader's descriptors (the other end of
     `alive_r` among them: the server ends when the grader does) and of its command line."""
@@ -214,7 +215,7 @@ def _serve_forks(listener, alive_r, preload, kind, from_grader=False):
     forkserver.main(listener.detach(), alive_r.detach(), preload)
 
 
-def _forget_command_line():
+def _forget_command_line() -> None:
     """Blank the grader's command line in this process, which workers inherit (/proc/self/cmdline)."""
     try:
         import ctypes
@@ -236,14 +237,14 @@ class ServerProcess(mp_context.ForkServerProcess):
 
 
 class _ServerPopen(popen_forkserver.Popen):
-    def _launch(self, process_obj):
+    def _launch(self, process_obj) -> None:
         # multiprocessing starts a forkserver process through its one module-level server;
         # for the length of this launch, in this thread, that means this process's server.
         if forkserver.connect_to_new_process is not _connect_to_chosen_server:
             forkserver.connect_to_new_process = _connect_to_chosen_server
         _chosen.forkserver = server(process_obj.server_kind).forkserver
         try:
-            super()._launch(process_obj)
+            super()._launch(process_obj)  # type: ignore[misc]
         finally:
             _chosen.forkserver = None
 
@@ -264,7 +265,7 @@ def server(kind):
     return _servers[kind]
 
 
-def warm_up(kinds):
+def warm_up(kinds) -> None:
     """Start the fork servers now, so their imports overlap with the grader's own.
 
     A chained server starts from a thread: its base must finish importing first. In a small
@@ -283,7 +284,7 @@ def warm_up(kinds):
             chosen.start()
 
 
-def retire_lighter_than(kind):
+def retire_lighter_than(kind) -> None:
     """In a small box, stop the fork servers lighter than `kind` (the bases it was forked through among
     them): exercises are graded lightest first (see pytest_plugin), so none is asked for again, and
     each holds 30-70 MB that no other process shares. One asked for all the same starts afresh."""
@@ -301,14 +302,14 @@ def retire_lighter_than(kind):
         chosen.retired = True
 
 
-def _start_quietly(chosen):
+def _start_quietly(chosen) -> None:
     try:
         chosen.start()
     except Exception:  # noqa: BLE001 - the first worker it is asked for starts it again, and says why
         pass
 
 
-def adopt_orphans():
+def adopt_orphans() -> None:
     """Make this process the reaper of its orphaned descendants, so none can slip away.
 
     A submission's process that outlives its worker (even in a new session) is re-parented
@@ -322,7 +323,7 @@ def adopt_orphans():
         pass
 
 
-def kill_descendants():
+def kill_descendants() -> None:
     _closing.set()
     import psutil
 

@@ -46,7 +46,7 @@ def reachable_by_others(paths):
     return all(barrier(path) is None for path in paths)
 
 
-def drop_privileges(uid=None):
+def drop_privileges(uid=None) -> None:
     """Become `uid` (and its own gid) for good, if given, and give up every capability."""
     if os.geteuid() == 0:
         for capability in range(_last_capability() + 1):  # needs CAP_SETPCAP: while still root

@@ -46,7 +46,7 @@ _libc = ctypes.CDLL(None, use_errno=True)
 _libc.syscall.restype = ctypes.c_long
 
 
-def _call(number, *args):
+def _call(number: int, *args):
     result = _libc.syscall(number, *args)
     if result < 0:
         error = ctypes.get_errno()
@@ -100,7 +100,7 @@ def restrict(read=(), write=(), devices=(), write_files=(), deny_tcp=False):
     return abi
 
 
-def _allow(ruleset, path, rights):
+def _allow(ruleset, path, rights) -> None:
     try:
         fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
     except OSError:

@@ -44,7 +44,7 @@ def submission_share():
     return limit if limit is not None else int((budget or 0) * 2**20)
 
 
-def worker_cost(preload, count=1):
+def worker_cost(preload, count: int = 1):
     return WORKER_MB.get(preload, max(WORKER_MB.values())) * count
 
 
@@ -97,7 +97,7 @@ def oom_kills():
     return None
 
 
-def name_process(name):
+def name_process(name: str) -> None:
     """Name this process (in ps, and /proc/<pid>/comm: 15 characters) so a measurement can tell the
     grader's processes apart: fork servers "fs <kind>", workers "ref <kind>" and "sub <kind>"."""
     try:
@@ -108,16 +108,16 @@ def name_process(name):
         pass
 
 
-def prefer_killing_me():
+def prefer_killing_me() -> None:
     _adjust(1000)
 
 
-def prefer_killing_others():
+def prefer_killing_others() -> None:
     if os.geteuid() == 0:
         _adjust(-500)
 
 
-def _adjust(score):
+def _adjust(score) -> None:
     try:
         with open("/proc/self/oom_score_adj", "w") as handle:
             handle.write(str(score))

@@ -49,7 +49,7 @@ class NamespaceError(OSError):
     pass
 
 
-def disabled(layer):
+def disabled(layer) -> bool:
     """Whether the person running the grader turned `layer` off (the kit's tests do, to show what
     each layer stops). Read in the grading process, never in a worker."""
     return layer in os.environ.get(DISABLE, "").replace(" ", "").split(",")
@@ -79,7 +79,7 @@ def _try_in_child():
     return os.waitstatus_to_exitcode(status) == 0
 
 
-def enter(readable, private_dev=True, network=None):
+def enter(readable, private_dev=True, network=None) -> None:
     """Move this (root) process into namespaces of its own; `network`: "new" for a network of its
     own, a pid to join that process's network, None to keep the current one."""
     flags = NEWNS | NEWIPC | (NEWNET if network == "new" else 0)
@@ -96,7 +96,7 @@ def enter(readable, private_dev=True, network=None):
     _mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, "hidepid=invisible")
 
 
-def _join_network(pid, timeout=30.0):
+def _join_network(pid: int, timeout=30.0):
     """Join rank 0's network once rank 0 has made it (it starts first, but may not be there yet)."""
     own = os.readlink("/proc/self/ns/net")
     deadline = time.monotonic() + timeout
@@ -115,23 +115,23 @@ def _join_network(pid, timeout=30.0):
         os.close(fd)
 
 
-def _loopback_up():
+def _loopback_up() -> None:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as handle:
         request = struct.pack("16sH22x", b"lo", 0)
         flags = struct.unpack("16sH", fcntl.ioctl(handle, _SIOCGIFFLAGS, request)[:18])[1]
         fcntl.ioctl(handle, _SIOCSIFFLAGS, struct.pack("16sH22x", b"lo", flags | _IFF_UP))
 
 
-def _make_reachable(readable):
+def _make_reachable(readable) -> None:
     """Bind each folder to read that sits beneath a folder other users may not enter (mode without
     o+x) under a tmpfs they may traverse, at the same path."""
-    by_barrier = {}
+    by_barrier: dict = {}
     for path in readable:
         closed = barrier(path)
         if closed is not None:
             by_barrier.setdefault(closed, []).append(path)
     for closed, paths in sorted(by_barrier.items()):
-        kept = []
+        kept: list = []
         for path in sorted(paths):
             if not any(path.startswith(outer + os.sep) for outer, _ in kept):
                 kept.append((path, os.open(path, os.O_PATH | os.O_CLOEXEC)))
@@ -160,7 +160,7 @@ def barrier(path):
     return None
 
 
-def _skeleton(path, is_folder):
+def _skeleton(path, is_folder: bool) -> None:
     if is_folder:
         os.makedirs(path, 0o755, exist_ok=True)
     else:
@@ -168,7 +168,7 @@ def _skeleton(path, is_folder):
         open(path, "a").close()
 
 
-def _private_dev():
+def _private_dev() -> None:
     _mount("tmpfs", "/dev", "tmpfs", _MS_NOSUID | _MS_NOEXEC, "mode=0755,size=64k")
     for name, (major, minor) in DEVICE_NUMBERS.items():
         os.mknod(f"/dev/{name}", 0o666 | stat.S_IFCHR, os.makedev(major, minor))
@@ -179,17 +179,17 @@ def _private_dev():
     os.mkdir("/dev/shm", 0o1777)
 
 
-def _unshare(flags):
+def _unshare(flags) -> None:
     if _libc.unshare(flags) != 0:
         _raise("unshare")
 
 
-def _mount(source, target, fstype, flags, data=None):
+def _mount(source, target, fstype, flags, data=None) -> None:
     if _libc.mount(_bytes(source), _bytes(target), _bytes(fstype), ctypes.c_ulong(flags), _bytes(data)) != 0:
         _raise(f"mount {target}")
 
 
-def _bytes(text):
+def _bytes(text: str):
     return None if text is None else text.encode()
 
 

@@ -34,19 +34,19 @@ OWN_MEMORY = "ran out of memory: a submission's processes together may use {:.0f
 class Ranks:
     """One worker (world_size 1) or a process group of world_size workers."""
 
-    def __init__(self, spec, world_size, logdir):
+    def __init__(self, spec, world_size: int, logdir) -> None:
         self.spec = spec  # a WorkerSpec without rank, store and log
         self.world_size = world_size
         self.logdir = logdir
-        self.processes = []
-        self.connections = []
+        self.processes: list = []
+        self.connections: list = []
         self.ready = False
         self.start_deadline = None
         self.nonce = secrets.token_hex(16)
-        self.token = None
+        self.token: str | None = None
         self.busy = False  # a request sent, its replies not read yet
         self.sent_at = time.monotonic()
-        self.delays_at_send = []
+        self.delays_at_send: list[float] = []
         self.waited = 0.0  # seconds the last call's most delayed rank waited for a CPU
         self.start_wait = 0.0  # seconds the last call waited for its workers to start
         self.starved = False  # whether the last call's ranks spent STARVED of it waiting for a CPU
@@ -97,7 +97,7 @@ class Ranks:
             raise WorkerFailure(Status.NOT_GRADED, "the worker did not start: " + bad[0].message)
         self.ready = True
 
-    def send(self, request):
+    def send(self, request) -> None:
         self.token = secrets.token_hex(16)  # echoed by the worker's own loop: a forged reply lacks it
         request = dict(request, token=self.token)
         self.busy = True
@@ -235,11 +235,11 @@ class Ranks:
             message = f"exited with status {code} (os._exit or a crash)"
         return Reply(Status.CRASHED, message=message)
 
-    def kill(self):
+    def kill(self) -> None:
         self.stop()
         self.reap()
 
-    def stop(self):
+    def stop(self) -> None:
         """SIGKILL every rank and whatever it started (they die at once; `reap` waits)."""
         for process in self.processes:
             try:
@@ -251,7 +251,7 @@ class Ranks:
             except Exception:  # noqa: BLE001
                 pass
 
-    def reap(self):
+    def reap(self) -> None:
         for process in self.processes:
             process.join(5)
         for connection in self.connections:
@@ -259,7 +259,7 @@ class Ranks:
         self.processes, self.connections = [], []
 
 
-def run_delay(pid="self"):
+def run_delay(pid: int | str = "self") -> float:
     """Nanoseconds the process has spent runnable but waiting for a CPU (0 where the kernel does not say)."""
     try:
         with open(f"/proc/{pid}/schedstat") as handle:
@@ -269,7 +269,7 @@ def run_delay(pid="self"):
 
 
 class WorkerFailure(Exception):
-    def __init__(self, status, message):
+    def __init__(self, status, message) -> None:
         super().__init__(message)
         self.status = status
 
@@ -282,13 +282,13 @@ class Pools:
     recently, among those not in the middle of a call.
     """
 
-    def __init__(self, logdir, budget_mb=None):
+    def __init__(self, logdir, budget_mb=None) -> None:
         self.logdir = logdir
         self.budget_mb = budget_mb
-        self.ranks = {}  # in order of last use
-        self.stopped = []
+        self.ranks: dict = {}  # in order of last use
+        self.stopped: list = []
 
-    def get(self, key, spec, world_size, start_timeout):
+    def get(self, key, spec, world_size: int, start_timeout):
         ranks = self.ranks.pop(key, None)
         if ranks is not None and not ranks.alive:
             ranks.kill()
@@ -306,7 +306,7 @@ class Pools:
                 raise
         return ranks
 
-    def _make_room(self, needed):
+    def _make_room(self, needed) -> None:
         if self.budget_mb is None:
             return
         for key in list(self.ranks):
@@ -318,12 +318,12 @@ class Pools:
                 ranks.stop()
                 self.stopped.append(ranks)
 
-    def discard(self, key):
+    def discard(self, key) -> None:
         ranks = self.ranks.pop(key, None)
         if ranks is not None:
             ranks.kill()
 
-    def close(self, keep=lambda key: False):
+    def close(self, keep=lambda key: False) -> None:
         """Stop the pools (all but those to keep). Their ranks die at once; the next `close` or
         `reap` collects them, so grading goes on meanwhile."""
         self.reap()  # those stopped last time are long gone by now
@@ -332,7 +332,7 @@ class Pools:
             ranks.stop()
             self.stopped.append(ranks)
 
-    def reap(self):
+    def reap(self) -> None:
         for ranks in self.stopped:
             ranks.reap()
         self.stopped = []

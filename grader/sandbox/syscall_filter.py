@@ -36,7 +36,7 @@ REFUSED = (
 )
 
 
-def available():
+def available() -> bool:
     try:
         _seccomp.SyscallFilter(_seccomp.ALLOW)
     except Exception:  # noqa: BLE001 - no module, no libseccomp, an unknown architecture
@@ -44,7 +44,7 @@ def available():
     return True
 
 
-def install():
+def install() -> None:
     """Refuse REFUSED, and sockets of the families not in SOCKET_FAMILIES, from now on."""
     seccomp = _seccomp
 

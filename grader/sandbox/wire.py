@@ -103,14 +103,14 @@ def _check_archive(data: bytes) -> None:
                                 "the worker writes stored entries only")
 
 
-def validate(obj, where="result", deadline=None, exact_storage=False):
+def validate(obj, where="result", deadline=None, exact_storage=False) -> None:
     """Raise InvalidResult unless obj is a tree of exact plain types and dense tensors, within the
     budgets; with exact_storage (what came off the wire), each tensor also exactly its storage."""
     _Walk(deadline, exact_storage).walk(obj, where)
 
 
 class _Walk:
-    def __init__(self, deadline, exact_storage):
+    def __init__(self, deadline, exact_storage) -> None:
         import torch
 
         self.torch = torch
@@ -118,7 +118,7 @@ class _Walk:
         self.exact_storage = exact_storage
         self.items = 0
         self.elements = 0
-        self.seen = set()
+        self.seen: set[int] = set()
 
     def walk(self, obj, where):
         """Depth first, without recursion: a deep reply is refused by its depth, never by Python's stack."""
@@ -166,7 +166,7 @@ class _Walk:
             raise InvalidResult(f"the result's tensors hold more than {MAX_ELEMENTS:,} elements")
 
 
-def describe(value, limit=200) -> str:
+def describe(value, limit: int = 200) -> str:
     """A short human description of an observation, for failure messages."""
     import torch
 

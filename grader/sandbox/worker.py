@@ -53,7 +53,7 @@ class Context:
     trusted probe leaves what the submissions' workers must read (checkpoints), apart from the
     reference's own scratch folder (its current directory), which no submission may read."""
 
-    def __init__(self, module, device, rank, world_size, shared=""):
+    def __init__(self, module, device, rank, world_size: int, shared="") -> None:
         self.module = module
         self.device = device
         self.rank = rank
@@ -67,12 +67,12 @@ class Context:
 
 
 class TargetImportError(Exception):
-    def __init__(self, message, cause="none"):
+    def __init__(self, message, cause="none") -> None:
         super().__init__(message)
         self.cause = cause
 
 
-def main(conn, spec):
+def main(conn, spec) -> None:
     """Entry point of a worker process (forked from a warm fork server)."""
     # Bound now, before any submission runs: patching the modules' names later changes nothing here.
     send, encode_reply = conn.send_bytes, encode
@@ -82,7 +82,7 @@ def main(conn, spec):
         _isolate(spec, channel=conn.fileno())
         if spec.world_size > 1:
             _join_group(spec)
-        reply = {"status": "ready"}
+        reply: dict[str, object] = {"status": "ready"}
     except BaseException as error:  # noqa: BLE001 - every outcome becomes a reply
         reply = {"status": "not_graded", "message": f"the worker could not start: {type(error).__name__}: {error}"}
     send(encode_reply(dict(reply, nonce=spec.nonce)))
@@ -134,7 +134,7 @@ def _malloc_trim():
         return None
 
 
-def _isolate(spec, channel):
+def _isolate(spec, channel) -> None:
     """A session of its own with nothing inherited, quiet output, its scratch dir; then, untrusted,
     the confinement."""
     try:
@@ -170,7 +170,7 @@ def _isolate(spec, channel):
     _die_with_parent()  # after any change of user, which clears it
 
 
-def _close_inherited(keep):
+def _close_inherited(keep) -> None:
     """Every descriptor but stdin, the log and the channel to the grader: the fork server's and the
     resource tracker's pipes are the grader's, never a worker's. Multiprocessing then starts its
     own helpers, inside the worker's confinement, if the code under test asks for them."""
@@ -179,21 +179,21 @@ def _close_inherited(keep):
     from multiprocessing import forkserver, resource_tracker
 
     tracker = resource_tracker._resource_tracker
-    tracker._fd = tracker._pid = None
+    tracker._fd = tracker._pid = None  # type: ignore[attr-defined]
     server = forkserver._forkserver
-    server._forkserver_address = server._forkserver_alive_fd = server._forkserver_pid = None
+    server._forkserver_address = server._forkserver_alive_fd = server._forkserver_pid = None  # type: ignore[attr-defined]
 
 
 class _NoSolutions(importlib.abc.MetaPathFinder):
     """`import solutions` says what it is, rather than a bare ModuleNotFoundError."""
 
-    def find_spec(self, name, path=None, target=None):
+    def find_spec(self, name: str, path=None, target=None):
         if name == "solutions" or name.startswith("solutions."):
             raise confine.refused(ImportError)
         return None
 
 
-def _die_with_parent():
+def _die_with_parent() -> None:
     try:
         import ctypes
 
@@ -202,7 +202,7 @@ def _die_with_parent():
         pass
 
 
-def _join_group(spec):
+def _join_group(spec) -> None:
     import torch.distributed as dist
 
     rank, world = spec.rank, spec.world_size
@@ -223,12 +223,12 @@ def _count_collectives():
 
     counts = {}
 
-    def counting(name, function):
+    def counting(name: str, function):
         def call(*args, **kwargs):
             counts[name] = counts.get(name, 0) + 1
             return function(*args, **kwargs)
 
-        call.__wrapped__ = function
+        call.__wrapped__ = function  # type: ignore[attr-defined]
         return call
 
     for name in COLLECTIVES:
@@ -243,25 +243,25 @@ def _group_alive():
     return dist.is_initialized()
 
 
-def _load_target(path, name, spec):
+def _load_target(path, name: str, spec):
     try:
         module_spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(module_spec)
+        module = importlib.util.module_from_spec(module_spec)  # type: ignore[arg-type]
         sys.modules[name] = module
-        module_spec.loader.exec_module(module)
+        module_spec.loader.exec_module(module)  # type: ignore[union-attr]
     except BaseException as error:  # noqa: BLE001 - SyntaxError, SystemExit, anything
         raise TargetImportError(_one_line(error, path, spec, importing=True), _cause(error, spec))
     return module
 
 
-_probes = {}
+_probes: dict = {}
 
 
-def _probe(path, name):
+def _probe(path, name: str):
     if path not in _probes:
         module_spec = importlib.util.spec_from_file_location(f"_grader_checks_{len(_probes)}", path)
-        module = importlib.util.module_from_spec(module_spec)
-        module_spec.loader.exec_module(module)
+        module = importlib.util.module_from_spec(module_spec)  # type: ignore[arg-type]
+        module_spec.loader.exec_module(module)  # type: ignore[union-attr]
         _probes[path] = module
     return getattr(_probes[path], name)
 
@@ -284,7 +284,7 @@ def _serve(module, request, spec):
         return _classify(error, request["module_file"], spec)
 
 
-def _reset_accelerate():
+def _reset_accelerate() -> None:
     """Accelerate's state is process-wide: one request's Accelerator must not leak into the next."""
     from accelerate.state import AcceleratorState, GradientState
 
@@ -345,12 +345,12 @@ def _reaches_reference(error, spec):
     return any(real.startswith(os.path.realpath(path) + os.sep) for path in spec.confinement.blocked)
 
 
-def _shown(text, spec):
+def _shown(text: str, spec):
     """Paths in the private copy shown as the submission's own."""
     return text.replace(spec.copy, spec.origin) if spec.copy and spec.origin else text
 
 
-def _truncate_output():
+def _truncate_output() -> None:
     try:
         os.ftruncate(1, 0)
         os.lseek(1, 0, os.SEEK_SET)
@@ -359,7 +359,7 @@ def _truncate_output():
         pass
 
 
-def _output_tail(limit=OUTPUT_TAIL):
+def _output_tail(limit: int = OUTPUT_TAIL):
     try:
         sys.stdout.flush()
         sys.stderr.flush()

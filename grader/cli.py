@@ -16,6 +16,7 @@ from grader.grading import report, text
 from grader.learner import state
 from grader.learner.commands import count, positive
 from grader.grading.options import Options, resolve
+from grader.grading.shards import ShardError
 from grader.records import Status
 from grader.sandbox import forkservers
 from typing import Sequence
@@ -42,6 +43,12 @@ def build_parser():
                         help="exercises (default), solutions, or a folder of exNN_*.py files; repeatable")
     parser.add_argument("--submissions", metavar="DIR",
                         help="a folder of submission folders: grade each as a --target")
+    parser.add_argument("--shard", metavar="K/N",
+                        help="grade shard K of N of --submissions DIR (sorted folders, the i-th to shard i mod N + 1); "
+                             "auto/N takes K from SLURM_ARRAY_TASK_ID or JOB_COMPLETION_INDEX")
+    parser.add_argument("--regrade", metavar="PREVIOUS",
+                        help="grade only the rows of a batch's previous CSV or JSON that were not graded; "
+                             "write the whole table again")
     parser.add_argument("--device", choices=["cpu", "cuda", "all"], default="all")
     parser.add_argument("--timeout", type=positive, default=60.0, metavar="SECONDS",
                         help="the longest one check may run before it counts as a hang (default 60)")
@@ -78,7 +85,7 @@ def main(argv=None):
         return dispatch(argv[0], argv[1:])
     try:
         return run(build_parser().parse_args(argv))
-    except UsageError as error:
+    except (UsageError, ShardError) as error:
         print(f"python -m grader: error: {error}", file=sys.stderr)
         return 2
     except RuntimeError as error:
@@ -92,7 +99,7 @@ def main(argv=None):
 
 
 def command_names():
-    return ("list", "hint", "watch", "demo", "dev", "autograder", "release")
+    return ("list", "hint", "watch", "demo", "dev", "autograder", "release", "merge")
 
 
 def dispatch(name: str, argv):
@@ -104,6 +111,8 @@ def dispatch(name: str, argv):
         from grader.homework.release import main as command
     elif name == "dev":
         from grader.dev import main as command
+    elif name == "merge":
+        from grader.grading.merge import main as command
     else:
         from grader.learner.commands import COMMANDS
 
@@ -189,8 +198,12 @@ def grade(args, staged) -> int:
         if args.seed is not None:
             raise UsageError("give --seed or --seed-file, not both")
         read_seed_file(args.seed_file, read_it=False)  # its content is read once the fork servers are forked
+    from grader.grading.shards import Plan
+
+    plan = Plan.make(args)  # --shard, --regrade (which may take the seed, profile and exercises of its file)
     exercises = parse_exercises(args.exercises, args.chapter)
     targets = parse_targets(args, staged)
+    targets = plan.select(targets) if plan else targets
     only_checks = read_only_checks(args.only_checks) if args.only_checks else None
     for option in ("json", "gradescope", "csv"):
         path = getattr(args, option)
@@ -224,7 +237,11 @@ def grade(args, staged) -> int:
                               profile=args.profile or "", details=args.verbose,
                               require_sandbox=args.require_sandbox, budget=args.budget, only_checks=only_checks),
                       KIT_ROOT)
-    if parallel:
+    if plan:
+        plan.check(options, exercises)
+    if not targets:
+        results = []
+    elif parallel:
         from grader.grading.batch import run_in_parallel
 
         results = run_in_parallel(targets, min(args.jobs, len(targets)), part_arguments(args, exercises, options))
@@ -250,13 +267,15 @@ def grade(args, staged) -> int:
     seed, profile = options.seed, options.profile
     replay = " ".join(sys.argv[1:]) if argv_is_ours() else ""
     replay = f"python -m grader {strip_seed(replay)} --seed {seed}".replace("  ", " ")
+    if plan and plan.summary():
+        print(plan.summary())
     print(f"seed {seed}, profile {profile}: replay with {replay}")
     if args.json:
-        report.write_json(args.json, report.as_json(results))
+        report.write_json(args.json, plan.json(results) if plan else report.as_json(results))
     if args.gradescope:
         report.write_json(args.gradescope, report.gradescope(results[0], args.visibility))
     if args.csv:
-        report.write(args.csv, report.summary_csv(results))
+        report.write(args.csv, plan.csv(results) if plan else report.summary_csv(results))
     not_graded = [f"{text.one_line(r.target)}: {', '.join(r.not_graded)}" for r in results if r.not_graded]
     if not_graded:
         print("python -m grader: error: the grader itself failed, these were not graded: " + "; ".join(not_graded),

@@ -1,0 +1,124 @@
+"""`python -m grader merge SHARD.json ... --csv PATH --json PATH`: a class graded in shards, as one batch.
+
+Each shard's JSON report (`--shard K/N --json`) records the class it is a part of (`batch`: the
+shard, the sorted names of every submission, the seed, profile, devices, exercises and kit). The
+merge refuses, with one line and exit status 2, shards that were not graded alike, a shard given
+twice or missing, and a submission found in two shards or in the wrong one; otherwise it writes
+the reports one `--submissions` run of the whole class would have written (the rows in the same
+order, every row as its shard graded it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from grader.grading import report, shards
+from grader.records import TargetResult
+
+
+class MergeError(Exception):
+    pass
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise MergeError(message)
+
+
+def build_parser():
+    parser = Parser(prog="python -m grader merge",
+                    description="Merge the JSON reports of a class graded in shards (--shard K/N --json) into one.")
+    parser.add_argument("reports", nargs="+", metavar="SHARD.json", help="every shard's JSON report, once each")
+    parser.add_argument("--csv", metavar="PATH", help="write the class's CSV summary")
+    parser.add_argument("--json", metavar="PATH", help="write the class's JSON report")
+    return parser
+
+
+def main(argv=None):
+    try:
+        args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+        if not args.csv and not args.json:
+            raise MergeError("give --csv PATH or --json PATH (or both): where to write the merged reports")
+        for option in ("json", "csv"):
+            path = getattr(args, option)
+            problem = path and report.check_writable(path)
+            if problem:
+                raise MergeError(f"--{option}: {problem}")
+        results, rec, versions_part = merge([read(path) for path in args.reports])
+    except MergeError as error:
+        print(f"python -m grader merge: error: {error}", file=sys.stderr)
+        return 2
+    if args.json:
+        report.write_json(args.json, shards.report_json(results, versions_part, rec))
+    if args.csv:
+        report.write(args.csv, shards.report_csv(results, rec))
+    not_graded = sum(bool(result.not_graded) for result in results)
+    print(f"merged {rec['merged']} shards: {len(results)} submissions"
+          + (f"; {not_graded} not graded (regrade them with --regrade)" if not_graded else ""))
+    return 0
+
+
+def read(path: str) -> dict:
+    """A shard's report: {path, rec, rows: [result dict], versions}."""
+    try:
+        with open(path) as handle:
+            data = json.load(handle)
+    except OSError as error:
+        raise MergeError(f"{path}: {error.strerror}")
+    except ValueError as error:
+        raise MergeError(f"{path}: not JSON ({error})")
+    rec = data.get("batch") if isinstance(data, dict) else None
+    shard = rec.get("shard") if isinstance(rec, dict) else None
+    if not (isinstance(shard, list) and len(shard) == 2 and all(isinstance(n, int) for n in shard)):
+        raise MergeError(f"{path}: not a shard's report (write each shard's with --shard K/N --json PATH)")
+    rows = data["submissions"] if "submissions" in data else [data]
+    return {"path": path, "rec": rec, "rows": rows,
+            "versions": {"versions": data.get("versions", {}), "version_mismatch": data.get("version_mismatch", [])}}
+
+
+def merge(parts: list[dict]):
+    """The class's results in the batch's order, its record and the versions it was graded with."""
+    first = parts[0]
+    count = first["rec"]["shard"][1]
+    seen: dict[int, str] = {}
+    owner: dict[str, str] = {}
+    for part in parts:
+        rec, path = part["rec"], part["path"]
+        number, of = rec["shard"]
+        if of != count:
+            raise MergeError(f"{path} is shard {number}/{of}, {first['path']} one of {count}: "
+                             "shards of different splits")
+        if rec.get("submissions") != first["rec"].get("submissions"):
+            raise MergeError(f"{path} graded another class than {first['path']} (its folder holds other submissions)")
+        problem = shards.differs(first["rec"], rec, first["versions"]["versions"], part["versions"]["versions"])
+        if problem:
+            raise MergeError(f"{path} was graded with {problem} than {first['path']}")
+        if number in seen:
+            raise MergeError(f"shard {number}/{count} given twice: {seen[number]} and {path}")
+        seen[number] = path
+        for row in part["rows"]:
+            name = row.get("target")
+            if name in owner:
+                raise MergeError(f"submission {name} is in two shards: {owner[name]} and {path}")
+            owner[name] = path
+    missing = [number for number in range(1, count + 1) if number not in seen]
+    if missing:
+        raise MergeError(f"shard{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} of {count} "
+                         f"missing: merge every shard's report")
+    names = first["rec"]["submissions"]
+    for part in parts:
+        number = part["rec"]["shard"][0]
+        expected, found = shards.split(names, number, count), [row.get("target") for row in part["rows"]]
+        if found != expected:
+            raise MergeError(f"{part['path']} does not hold exactly the submissions of shard {number}/{count} "
+                             "(the i-th of the sorted class goes to shard i mod N + 1)")
+    rows = {row["target"]: TargetResult.from_dict(row) for part in parts for row in part["rows"]}
+    results = [rows[name] for name in names]
+    rec = dict(first["rec"], shard=None, merged=count)
+    return results, rec, first["versions"]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,138 @@
+"""`--regrade PREVIOUS.csv|.json`: grade again only what the grader failed on, keep the rest.
+
+A row is graded again when the previous file says the grader itself failed on it (its
+`not_graded`: a reference that crashed, a worker that could not start), and a folder of the class
+that the previous file has no row for is graded too (a late submission). Every other row is kept
+as the previous file holds it, and the whole table is written again: the same columns in the
+same order, each row in the place a full batch would give it. A row's `problem` (an empty folder,
+no exercise file) is the submission's own, never the grader's: such a row is kept.
+
+The previous file must have been graded as this run grades: the same seed, profile, devices,
+exercises and kit (`shards.record`; a CSV holds them in its last columns). A seed or profile not
+given is taken from it, and so are the exercises when none are named.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+
+from grader.grading import shards, text
+from grader.records import TargetResult
+
+
+class Previous:
+    """A previous batch report: its rows by label (in its order), and how it was graded."""
+
+    def __init__(self, path: str, kind: str, order: list[str], rows: dict, rec: dict, redo: set[str],
+                 versions: dict | None = None):
+        self.path, self.kind, self.order, self.rows = path, kind, order, rows
+        self.rec, self.redo, self.versions = rec, redo, versions or {}
+
+
+def load(path: str) -> Previous:
+    """Read a batch's CSV or JSON report; ShardError (one line) when it is not one that can be regraded."""
+    try:
+        with open(path, newline="") as handle:
+            content = handle.read()
+    except OSError as error:
+        raise shards.ShardError(f"--regrade {path}: {error.strerror}")
+    if path.lower().endswith(".json") or content.lstrip().startswith("{"):
+        return _from_json(path, content)
+    return _from_csv(path, content)
+
+
+def _from_json(path: str, content: str) -> Previous:
+    try:
+        data = json.loads(content)
+    except ValueError as error:
+        raise shards.ShardError(f"--regrade {path}: not JSON ({error})")
+    rec = data.get("batch") if isinstance(data, dict) else None
+    if not isinstance(rec, dict):
+        raise shards.ShardError(f"--regrade {path}: not a batch's report (no `batch` record: one written by "
+                                "--submissions DIR --json)")
+    if rec.get("shard"):
+        raise shards.ShardError(f"--regrade {path}: shard {rec['shard'][0]}/{rec['shard'][1]} of a class alone; "
+                                "merge the shards first (python -m grader merge)")
+    found = data["submissions"] if "submissions" in data else [data]
+    rows, order, redo = {}, [], set()
+    for row in found:
+        result = TargetResult.from_dict(row)
+        rows[result.target] = result
+        order.append(result.target)
+        if row.get("not_graded"):
+            redo.add(result.target)
+    return Previous(path, "json", order, rows, rec, redo, data.get("versions"))
+
+
+def _from_csv(path: str, content: str) -> Previous:
+    table = list(csv.reader(content.splitlines()))
+    if not table or table[0][-len(shards.CSV_COLUMNS):] != list(shards.CSV_COLUMNS):
+        raise shards.ShardError(f"--regrade {path}: not a batch's CSV (its last columns are not "
+                                f"{', '.join(shards.CSV_COLUMNS)}: one written by --submissions DIR --csv)")
+    header, body = table[0], [row for row in table[1:] if row]
+    if not body:
+        raise shards.ShardError(f"--regrade {path}: holds no rows")
+    if any(len(row) != len(header) for row in body):
+        raise shards.ShardError(f"--regrade {path}: a row has not as many cells as the header")
+    column = {name: index for index, name in enumerate(header)}
+    kept = {tuple(row[column[name]] for name in shards.CSV_COLUMNS) for row in body}
+    if len(kept) > 1:
+        raise shards.ShardError(f"--regrade {path}: its rows were graded with different seeds, profiles or kits")
+    seed, profile, devices, kit = next(iter(kept))
+    try:
+        seed = int(seed)
+    except ValueError:
+        raise shards.ShardError(f"--regrade {path}: its seed {seed!r} is not a whole number")
+    exercises = header[header.index("problem") + 1:-len(shards.CSV_COLUMNS)] if "problem" in header else []
+    rec = {"shard": None, "seed": seed, "profile": profile, "devices": devices.split(), "exercises": exercises,
+           "kit": kit}
+    if header != shards.csv_header(exercises):
+        raise shards.ShardError(f"--regrade {path}: its columns are not those of a batch's CSV for "
+                                f"{' '.join(exercises) or 'no exercise'}")
+    order = [row[0] for row in body]
+    if len(set(order)) != len(order):
+        raise shards.ShardError(f"--regrade {path}: a submission has two rows")
+    rows = {row[0]: row for row in body}
+    redo = {row[0] for row in body if row[column["not_graded"]].strip()}
+    return Previous(path, "csv", order, rows, rec, redo)
+
+
+def adopt(args, previous: Previous) -> None:
+    """The seed, profile and exercises of the previous file, where the command line gives none."""
+    if args.seed is None and args.seed_file is None:
+        args.seed = previous.rec["seed"]
+    if args.profile is None:
+        args.profile = previous.rec["profile"]
+    if not args.exercises and not args.chapter:
+        args.exercises = list(previous.rec["exercises"])
+
+
+def key(previous: Previous, label: str) -> str:
+    """A folder's label as the previous file spells it (its text escaped as reports escape it)."""
+    return text.csv_cell(label) if previous.kind == "csv" else text.shown(label)
+
+
+def chosen(previous: Previous, labels: list[str], submissions_dir: str) -> list[str]:
+    """The labels (folders of the class) to grade: those the previous file says were not graded, and
+    those it has no row for. A row to regrade whose folder is gone is a usage error."""
+    present = {key(previous, label): label for label in labels}
+    gone = sorted(previous.redo - set(present))
+    if gone:
+        raise shards.ShardError(f"--regrade {previous.path}: {text.one_line(gone[0])} was not graded, and "
+                                f"{submissions_dir} has no folder of that name to grade again")
+    return [label for label in labels if key(previous, label) in previous.redo or key(previous, label)
+            not in previous.rows]
+
+
+def order(previous: Previous, labels: list[str]) -> list[str]:
+    """Every row's key: the class's folders as a full batch orders them, then rows whose folder is gone."""
+    keys = [key(previous, label) for label in labels]
+    return keys + [k for k in previous.order if k not in set(keys)]
+
+
+def describe(previous: Previous, graded: list[str]) -> str:
+    new = sum(key(previous, label) not in previous.rows for label in graded)
+    return (f"regrade: grading {len(graded)} of {len(previous.rows) + new} submissions ({len(graded) - new} not "
+            f"graded in {os.path.basename(previous.path)}, {new} new); the other rows are kept as they were")

@@ -1,0 +1,306 @@
+"""A class graded on several machines: `--shard K/N`, the record every batch report carries, `--regrade`.
+
+The split: the submission folders sorted by name, the i-th (from 0) goes to shard i mod N + 1 (the
+rule `--jobs` deals its parts by). Every machine lists the same names and sorts them the same
+way, so the split is the same wherever it runs, whatever order the file system lists them in;
+shards differ in size by one at most, and neighbouring folders (a student's resubmissions, one
+group's names) go to different machines.
+
+`--shard auto/N` takes K from the scheduler: `SLURM_ARRAY_TASK_ID` (a Slurm job array: K is the task's
+place in the array, SLURM_ARRAY_TASK_ID - SLURM_ARRAY_TASK_MIN + 1, so `--array=0-3` and `--array=1-4`
+both give shards 1 to 4) or `JOB_COMPLETION_INDEX` (a Kubernetes Indexed Job: index + 1), in that
+order. With neither set, or with SLURM_ARRAY_TASK_COUNT naming another N, it is a usage error.
+
+Every `--submissions` run records in its JSON report, under `batch`, what a merge or a regrade must
+find equal (`record`): the shard, the sorted names of the whole class, the seed, the profile, the
+devices, the exercises graded and the kit (its version and a digest of what a grade depends on);
+its CSV carries the seed, profile, devices and kit as its last columns.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+
+from grader import KIT_ROOT, catalog, layout
+
+# The CSV's last columns: what a regrade of that file must find equal.
+CSV_COLUMNS = ("seed", "profile", "devices", "kit")
+
+
+class ShardError(ValueError):
+    """A usage error of --shard / --regrade: one line."""
+
+
+def parse(text: str, environ=None) -> tuple[int, int]:
+    """`K/N` (1 <= K <= N) or `auto/N` (K from the scheduler's environment) -> (K, N)."""
+    environ = os.environ if environ is None else environ
+    match = re.fullmatch(r"\s*(auto|\d+)\s*/\s*(\d+)\s*", text or "")
+    if not match:
+        raise ShardError(f"--shard {text}: expected K/N (shard K of N, 1 <= K <= N) or auto/N")
+    count = int(match.group(2))
+    if count < 1:
+        raise ShardError(f"--shard {text}: N must be at least 1")
+    if match.group(1) == "auto":
+        return auto(count, environ), count
+    number = int(match.group(1))
+    if not 1 <= number <= count:
+        raise ShardError(f"--shard {text}: K must be between 1 and {count}")
+    return number, count
+
+
+def auto(count: int, environ) -> int:
+    """K (from 1) from a Slurm array task's or a Kubernetes Indexed Job's index."""
+    if environ.get("SLURM_ARRAY_TASK_ID", "").strip():
+        index = _whole(environ, "SLURM_ARRAY_TASK_ID")
+        listed = environ.get("SLURM_ARRAY_TASK_COUNT", "").strip()
+        if listed and _whole(environ, "SLURM_ARRAY_TASK_COUNT") != count:
+            raise ShardError(f"--shard auto/{count}: SLURM_ARRAY_TASK_COUNT is {listed}, not {count}")
+        low = _whole(environ, "SLURM_ARRAY_TASK_MIN") if environ.get("SLURM_ARRAY_TASK_MIN", "").strip() else 0
+        number = index - low + 1
+        where = "SLURM_ARRAY_TASK_ID"
+    elif environ.get("JOB_COMPLETION_INDEX", "").strip():
+        number, where = _whole(environ, "JOB_COMPLETION_INDEX") + 1, "JOB_COMPLETION_INDEX"
+    else:
+        raise ShardError(f"--shard auto/{count}: neither SLURM_ARRAY_TASK_ID nor JOB_COMPLETION_INDEX is set; "
+                         "give K/N")
+    if not 1 <= number <= count:
+        raise ShardError(f"--shard auto/{count}: {where}={environ[where]} is shard {number}, not one of 1 to {count}")
+    return number
+
+
+def _whole(environ, name: str) -> int:
+    value = environ[name].strip()
+    if not value.isdigit():
+        raise ShardError(f"--shard auto: {name}={value!r} is not a whole number")
+    return int(value)
+
+
+def split(names: list[str], number: int, count: int) -> list[str]:
+    """The names of shard `number` of `count` (names in the order given: sorted)."""
+    return list(names[number - 1::count])
+
+
+def kit_identity(exercise_ids, root: str = KIT_ROOT) -> str:
+    """The kit's version and a digest of what a grade of these exercises depends on: their catalog
+    entries, check files and references (or a release's recorded observations), and the versions of
+    Python (its minor release) and of the libraries every report names. The grader's own code is
+    not in it: a change there that changes grades is a new version of the kit."""
+    from grader.grading import versions
+
+    digest = hashlib.sha256()
+
+    def add(label, data: bytes):
+        digest.update(f"{label}\0{len(data)}\0".encode())
+        digest.update(data)
+
+    for exercise in catalog.EXERCISES:
+        if exercise.id not in exercise_ids:
+            continue
+        add("catalog", repr((exercise.id, exercise.chapter, exercise.points)).encode())
+        for path in (layout.checks_file(exercise.id, root), layout.reference_file(exercise.id, root)):
+            if os.path.isfile(path):
+                with open(path, "rb") as handle:
+                    add(os.path.relpath(path, root), handle.read())
+    recorded = os.path.join(root, "grader", "recorded")
+    for name in ("meta.json", "observations.pt"):
+        if os.path.isfile(os.path.join(recorded, name)):
+            with open(os.path.join(recorded, name), "rb") as handle:
+                add(name, handle.read())
+    for name, version in sorted(versions.graded_with().items()):
+        add(name, (".".join(version.split(".")[:2]) if name == "python" else versions.public(version)).encode())
+    return f"{kit_version(root)}+{digest.hexdigest()[:16]}"
+
+
+def kit_version(root: str = KIT_ROOT) -> str:
+    try:
+        import tomllib  # novm: tomli below on Python 3.10
+    except ModuleNotFoundError:
+        import tomli as tomllib
+    try:
+        with open(os.path.join(root, "pyproject.toml"), "rb") as handle:
+            return str(tomllib.load(handle)["project"]["version"])
+    except (OSError, KeyError, ValueError):
+        import importlib.metadata
+
+        try:
+            return importlib.metadata.version("efficient-training-kit")
+        except importlib.metadata.PackageNotFoundError:
+            return "unknown"
+
+
+def record(names, shard, options, exercise_ids) -> dict:
+    """The JSON report's `batch`: what shards merged, or a file regraded, must share."""
+    return {"shard": list(shard) if shard else None, "submissions": list(names),
+            "seed": options.seed, "profile": options.profile, "devices": list(options.devices),
+            "exercises": list(exercise_ids), "kit": kit_identity(exercise_ids)}
+
+
+def csv_values(rec: dict) -> list:
+    return [rec["seed"], rec["profile"], " ".join(rec["devices"]), rec["kit"]]
+
+
+def differs(mine: dict, theirs: dict, versions_mine=None, versions_theirs=None) -> str:
+    """'' when two records were graded alike, else what differs (seed, profile, devices, exercises, kit)."""
+    for key, what in (("seed", "seed"), ("profile", "profile"), ("devices", "devices"), ("exercises", "exercises")):
+        if mine.get(key) != theirs.get(key):
+            return f"another {what} ({_shown(theirs.get(key))}, not {_shown(mine.get(key))})"
+    if mine.get("kit") != theirs.get("kit"):
+        libraries = [name for name in sorted(set(versions_mine or {}) | set(versions_theirs or {}))
+                     if name != "python" and (versions_mine or {}).get(name) != (versions_theirs or {}).get(name)]
+        detail = f"; {', '.join(libraries)} differ" if libraries and versions_theirs else ""
+        return f"another kit ({theirs.get('kit')}, not {mine.get('kit')}{detail})"
+    return ""
+
+
+def _shown(value) -> str:
+    return " ".join(map(str, value)) if isinstance(value, list) else str(value)
+
+
+def report_json(results, versions_part: dict, rec: dict) -> dict:
+    """A batch's JSON report: as `report.as_json` writes it, with the batch's record."""
+    from grader.grading import text
+
+    data = results[0].as_dict() if len(results) == 1 else {"submissions": [r.as_dict() for r in results]}
+    return text.clean(data | versions_part | {"batch": rec})
+
+
+def csv_header(exercise_ids) -> list[str]:
+    """The CSV's header for these exercises (as `report.summary_csv` writes it), and the record's columns."""
+    chapters = [c.number for c in catalog.CHAPTERS if any(e.chapter == c.number and e.id in exercise_ids
+                                                          for e in catalog.EXERCISES)]
+    ids = [e.id for e in catalog.EXERCISES if e.id in exercise_ids]
+    return (["target", "score", "max_score"] + [f"chapter{n}" for n in chapters]
+            + ["seconds", "not_graded", "review", "problem"] + ids + list(CSV_COLUMNS))
+
+
+def report_csv(results, rec: dict, kept=None) -> str:
+    """A batch's CSV: `report.summary_csv`'s rows, each ending with the record's columns. `kept`
+    {label: row (cells as read)} and an order of labels: rows taken as they are from a previous CSV."""
+    import csv
+    import io
+
+    from grader.grading import report
+
+    rows = list(csv.reader(io.StringIO(report.summary_csv(results)))) if results else []
+    header = csv_header(rec["exercises"])
+    if rows and rows[0] + list(CSV_COLUMNS) != header:
+        raise RuntimeError("the CSV's columns differ from the exercises recorded; no report written")
+    graded = {row[0]: row + [str(value) for value in csv_values(rec)] for row in rows[1:]}
+    order = list(graded)
+    if kept is not None:
+        rows_kept, order = kept
+        graded = rows_kept | graded
+    buffer = io.StringIO()
+    writer = csv.writer(buffer)
+    writer.writerow(header)
+    for label in order:
+        writer.writerow(graded[label])
+    return buffer.getvalue()
+
+
+class Plan:
+    """A `--submissions` run: which of the class's folders it grades (all, a shard, or what a regrade
+    needs), what it records, and the reports it writes."""
+
+    def __init__(self, args):
+        from grader.grading import regrade
+
+        self.args = args
+        self.shard = parse(args.shard) if args.shard else None
+        self.previous = None
+        given = "--shard" if self.shard else "--regrade" if args.regrade else ""
+        if args.shard and args.regrade:
+            raise ShardError("give --shard or --regrade, not both")
+        if given and args.target:
+            raise ShardError(f"{given} grades folders of --submissions DIR; give no --target")
+        if given and args.gradescope:
+            raise ShardError(f"{given} writes a class's reports (--csv, --json), not --gradescope")
+        if self.shard and args.seed is None and args.seed_file is None and not _release():
+            raise ShardError("--shard needs --seed N or --seed-file PATH: every shard must draw the same examples")
+        if args.regrade:
+            self.previous = regrade.load(args.regrade)
+            if args.json and self.previous.kind == "csv":
+                raise ShardError(f"--regrade {args.regrade}: a CSV's rows make a CSV; write --csv, or regrade "
+                                 "the batch's JSON report to write --json")
+            regrade.adopt(args, self.previous)
+        self.names, self.graded, self.rec = [], [], None
+
+    @classmethod
+    def make(cls, args):
+        return cls(args) if args.submissions else None
+
+    def select(self, targets):
+        """The targets this run grades, of all the class's (staged in sorted order)."""
+        from grader.grading import regrade
+
+        self.names = [target.label for target in targets]
+        if self.shard:
+            chosen = set(split(self.names, *self.shard))
+        elif self.previous:
+            chosen = set(regrade.chosen(self.previous, self.names, self.args.submissions))
+        else:
+            chosen = set(self.names)
+        self.graded = [name for name in self.names if name in chosen]
+        return [target for target in targets if target.label in chosen]
+
+    def check(self, options, exercises) -> None:
+        """Record how this run grades; a regrade's previous file must have been graded alike."""
+        from grader.grading import versions
+
+        self.rec = record(self.names, self.shard, options, [e.id for e in exercises])
+        if self.previous:
+            problem = differs(self.rec, self.previous.rec, versions.graded_with(), self.previous.versions)
+            if problem:
+                raise ShardError(f"--regrade {self.args.regrade}: graded with {problem}; regrade it as it was "
+                                 "graded, or grade the class again")
+
+    def summary(self) -> str:
+        from grader.grading import regrade
+
+        if self.shard:
+            return (f"shard {self.shard[0]}/{self.shard[1]}: {len(self.graded)} of the class's {len(self.names)} "
+                    "submissions (merge the shards' --json reports with python -m grader merge)")
+        if self.previous:
+            return regrade.describe(self.previous, self.graded)
+        return ""
+
+    def _full(self, results):
+        """A regrade of a JSON report: every row, the new ones in place of the old; and their keys."""
+        from grader.grading import regrade
+
+        rows = dict(self.previous.rows) | {text_key(result.target): result for result in results}
+        keys = regrade.order(self.previous, self.names)
+        return [rows[k] for k in keys], keys
+
+    def json(self, results) -> dict:
+        from grader.grading import versions
+
+        rec = self.rec
+        if self.previous:
+            results, keys = self._full(results)
+            rec = dict(rec, submissions=keys)
+        return report_json(results, versions.as_report(), rec)
+
+    def csv(self, results) -> str:
+        from grader.grading import regrade
+
+        if self.previous and self.previous.kind == "csv":
+            keys = regrade.order(self.previous, self.names)
+            return report_csv(results, self.rec, (self.previous.rows, keys))
+        if self.previous:
+            results, keys = self._full(results)
+        return report_csv(results, self.rec)
+
+
+def text_key(label: str) -> str:
+    from grader.grading import text
+
+    return text.shown(label)
+
+
+def _release() -> bool:
+    from grader.grading.recordings import Recordings
+
+    return Recordings.meta(KIT_ROOT) is not None

@@ -6,6 +6,7 @@ The bottom layer of the grader with `grader.records`: it imports nothing of the 
 import difflib
 import os
 import re
+
 try:
     import tomllib  # novm: tomli below
 except ModuleNotFoundError:  # Python 3.10 (Gradescope's Ubuntu 22.04 image)

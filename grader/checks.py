@@ -11,7 +11,6 @@ from hypothesis import example
 from grader.records import CheckFailed, Status
 from grader.sandbox.wire import describe
 
-
 # --- explicit examples ------------------------------------------------------------------
 
 

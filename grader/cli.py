@@ -9,17 +9,16 @@ import argparse
 import gc
 import os
 import sys
+from collections.abc import Sequence
 
 from grader import KIT_ROOT, catalog
-from grader.grading import versions
-from grader.grading import report, text
-from grader.learner import state
-from grader.learner.commands import count, positive
+from grader.grading import report, text, versions
 from grader.grading.options import Options, resolve
 from grader.grading.shards import ShardError
+from grader.learner import state
+from grader.learner.commands import count, positive
 from grader.records import Status
 from grader.sandbox import forkservers
-from typing import Sequence
 
 
 class UsageError(Exception):

@@ -18,7 +18,8 @@ loads on the CPU on every machine.
 import json
 
 import pytest
-from hypothesis import example, given, strategies as st
+from hypothesis import example, given
+from hypothesis import strategies as st
 
 from grader import models
 from grader.checks import expect_equal, fail

@@ -19,7 +19,8 @@ probe's model records the moves, so a missing one shows on a CPU-only machine to
 
 import pytest
 import torch
-from hypothesis import example, given, strategies as st
+from hypothesis import example, given
+from hypothesis import strategies as st
 
 from grader.checks import expect_equal, fail
 from grader.probing import InvalidResult

@@ -24,7 +24,8 @@ not claim to support; the wrapping does not depend on the device.
 """
 
 import pytest
-from hypothesis import example, given, strategies as st
+from hypothesis import example, given
+from hypothesis import strategies as st
 
 from grader import models, probing
 from grader.checks import expect_close, expect_equal, fail

@@ -10,7 +10,8 @@ float32 precision)."""
 
 import pytest
 import torch
-from hypothesis import assume, example, given, strategies as st
+from hypothesis import assume, example, given
+from hypothesis import strategies as st
 
 from grader import probing
 from grader.checks import close, expect_close, expect_equal, explicit_examples, fail

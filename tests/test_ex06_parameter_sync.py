@@ -8,7 +8,8 @@ ones cast up), so a broadcast through a float32 copy shows."""
 
 import pytest
 import torch
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from grader import probing
 from grader.checks import expect_equal, explicit_examples, fail

@@ -10,11 +10,12 @@ step is compared with what each usual mistake gives (probe_mistakes: dividing tw
 weights for uneven shards, an unweighted sum, stale gradients, a rank's own gradient), and a
 wrong loss with a rank's own, rank 0's and the mean shard loss, so each gets its own hint."""
 
-import pytest
 import math
 
+import pytest
 import torch
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from grader import probing, training
 from grader.checks import close, expect_close, expect_equal, explicit_examples, fail

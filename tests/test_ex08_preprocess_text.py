@@ -14,7 +14,8 @@ never one text at a time. Observations go through `ds[:]` (datasets 4+ columns a
 """
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from grader import media
 from grader.checks import expect_equal, explicit_examples, fail

@@ -17,7 +17,8 @@ the extractor's own sampling rate; the waveforms stay unchanged.
 """
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from grader import media
 from grader.checks import expect_close, expect_equal, expect_type, explicit_examples, fail

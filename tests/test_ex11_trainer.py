@@ -35,7 +35,8 @@ import tempfile
 from fractions import Fraction
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from grader import models
 from grader.checks import expect_close, expect_equal, explicit_examples, fail

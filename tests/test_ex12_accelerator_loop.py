@@ -29,7 +29,8 @@ import math
 
 import pytest
 import torch
-from hypothesis import example, given, strategies as st
+from hypothesis import example, given
+from hypothesis import strategies as st
 
 from grader import probing, training
 from grader.checks import expect_equal, explicit_examples, fail

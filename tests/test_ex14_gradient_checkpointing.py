@@ -19,7 +19,8 @@ that plain model's logits and gradients.
 """
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from grader import models, probing
 from grader.checks import close, expect_close, expect_equal, explicit_examples, fail

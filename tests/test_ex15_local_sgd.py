@@ -22,7 +22,8 @@ import math
 import pytest
 import torch
 import torch.distributed as dist
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from grader import probing, training
 from grader.checks import expect_equal, explicit_examples, fail

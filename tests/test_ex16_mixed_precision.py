@@ -23,7 +23,8 @@ gets its own hint.
 import math
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from grader import probing, training
 from grader.checks import close, expect_close, expect_equal, explicit_examples, fail

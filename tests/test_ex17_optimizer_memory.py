@@ -14,7 +14,8 @@ blocks) for a hint."""
 import math
 
 import torch
-from hypothesis import example, given, strategies as st
+from hypothesis import example, given
+from hypothesis import strategies as st
 
 from grader import probing
 from grader.checks import expect_equal, fail

@@ -10,7 +10,8 @@ asked; and the round trip through the learner's own two functions must stay with
 import math
 
 import torch
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from grader import probing
 from grader.checks import expect_close, expect_equal, explicit_examples, fail

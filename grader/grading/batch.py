@@ -18,7 +18,6 @@ from grader.grading import submissions
 from grader.grading.session import resolve_target
 from grader.records import TargetResult
 from grader.sandbox import Target
-from typing import Optional
 
 KIT_FOLDERS = ("exercises", "solutions")
 
@@ -31,7 +30,7 @@ class Staged:
         self.targets: list[Target] = []
         self.submissions: dict[str, submissions.Submission] = {}  # label -> Submission
 
-    def add(self, name: str, exercise_ids, label: Optional[str]=None):
+    def add(self, name: str, exercise_ids, label: str | None = None):
         """Stage `name` (exercises, solutions or a folder); returns its Submission."""
         if name in KIT_FOLDERS:  # the kit's own folders are graded where they are
             target = resolve_target(name)

@@ -14,13 +14,13 @@ import pytest
 from hypothesis import HealthCheck, Phase, settings
 
 from grader import KIT_ROOT, catalog
+from grader.devices import NoSuchDevice
+from grader.devices import select as select_devices
 from grader.grading.grade import Grade
-from grader.devices import NoSuchDevice, select as select_devices
 from grader.grading.options import Options, resolve
-from grader.records import CheckFailed, Verdict
-from grader.grading.text import shown
 from grader.grading.session import Session, exercise_of, resolve_target
-from grader.records import Status
+from grader.grading.text import shown
+from grader.records import CheckFailed, Status, Verdict
 from grader.sandbox import missing as missing_layers
 from grader.sandbox.forkservers import depth
 

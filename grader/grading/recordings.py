@@ -10,7 +10,6 @@ reference finds a placeholder module, and the grader answers with the recorded o
 
 import json
 import os
-from typing import Optional
 
 RECORDED_ONLY = "the reference is recorded, not shipped"
 PLACEHOLDER = f'''"""Placeholder: this release ships recorded observations of the reference, not its code."""
@@ -28,7 +27,7 @@ RUN = "<run>"  # stands for the scratch folder of the run that made an observati
 class Recordings:
     """Observations by key: collected while recording, looked up while replaying."""
 
-    def __init__(self, replaying, observations=None, seed: Optional[int]=None, profile=None) -> None:
+    def __init__(self, replaying, observations=None, seed: int | None = None, profile=None) -> None:
         self.replaying = replaying
         self.observations = observations or {}
         self.seed, self.profile = seed, profile

@@ -80,11 +80,11 @@ def _from_csv(path: str, content: str) -> Previous:
     kept = {tuple(row[column[name]] for name in shards.CSV_COLUMNS) for row in body}
     if len(kept) > 1:
         raise shards.ShardError(f"--regrade {path}: its rows were graded with different seeds, profiles or kits")
-    seed, profile, devices, kit = next(iter(kept))
+    seed_text, profile, devices, kit = next(iter(kept))
     try:
-        seed = int(seed)
+        seed = int(seed_text)
     except ValueError:
-        raise shards.ShardError(f"--regrade {path}: its seed {seed!r} is not a whole number")
+        raise shards.ShardError(f"--regrade {path}: its seed {seed_text!r} is not a whole number")
     exercises = header[header.index("problem") + 1:-len(shards.CSV_COLUMNS)] if "problem" in header else []
     rec = {"shard": None, "seed": seed, "profile": profile, "devices": devices.split(), "exercises": exercises,
            "kit": kit}

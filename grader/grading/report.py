@@ -12,9 +12,8 @@ import json
 import os
 import tempfile
 
-from grader.grading import text
+from grader.grading import text, versions
 from grader.records import Status
-from grader.grading import versions
 
 REPEATING = (Status.NOT_STARTED, Status.MISSING, Status.IMPORT_ERROR, Status.USES_REFERENCE)
 

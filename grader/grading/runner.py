@@ -11,10 +11,10 @@ import sys
 
 import pytest
 
-from grader.grading.pytest_plugin import OptionsCarrier
-from grader.sandbox import scan
 from grader import KIT_ROOT
+from grader.grading.pytest_plugin import OptionsCarrier
 from grader.records import CheckResult, ExerciseResult, Layer, Status, TargetResult
+from grader.sandbox import scan
 
 
 class Collector:

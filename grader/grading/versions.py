@@ -106,7 +106,7 @@ def read_constraints(path: str) -> dict[str, str]:
     return pins
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def graded_with() -> dict[str, str]:
     """What this process grades with: Python and the reported packages that are installed."""
     found = {"python": platform.python_version()}
@@ -134,7 +134,7 @@ def mismatches(pins: dict[str, str]) -> list[str]:
     return lines
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def version_mismatch(root: str = KIT_ROOT) -> tuple[str, ...]:
     """How this environment differs from the zip's constraints.txt; () outside a zip, or when none differ."""
     return tuple(mismatches(read_constraints(os.path.join(root, CONSTRAINTS))))

@@ -16,8 +16,8 @@ import stat
 import zipfile
 
 from grader import KIT_ROOT, catalog
-from grader.grading.report import VISIBILITIES
 from grader.grading import versions
+from grader.grading.report import VISIBILITIES
 from grader.learner.commands import command_parser, positive
 
 KIT_FILES = ("pyproject.toml", "conftest.py", "README.md")

@@ -5,11 +5,10 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 
-from grader import catalog
+from grader import KIT_ROOT, catalog
 from grader.learner import state
-from grader import KIT_ROOT
-from typing import Sequence
 
 
 def count(text: str):

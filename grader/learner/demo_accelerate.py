@@ -13,7 +13,6 @@ import torch
 
 from grader.learner.demo_rank import Classifier, load, loss_note
 
-
 LOOP_CAUSES = ("With a right loop it falls well on this easy task, so a piece of yours is off: the objects not\n"
                "prepared, accelerator.backward missing, the optimizer or scheduler not stepped, or gradients not\n"
                "cleared. python -m grader ex12 (and ex08, ex10) names the check that fails.")

@@ -33,12 +33,14 @@ import tempfile
 import time
 from dataclasses import dataclass
 
-from grader.sandbox import confinement as confine, identity, landlock, memory, namespaces, syscall_filter
-from grader.sandbox.containers import Containers, available_kind, describe as describe_container
+from grader.records import Layer, Status
+from grader.sandbox import confinement as confine
+from grader.sandbox import identity, landlock, memory, namespaces, syscall_filter
+from grader.sandbox.containers import Containers, available_kind
+from grader.sandbox.containers import describe as describe_container
 from grader.sandbox.forkservers import ABSTRACT_ADDRESSES, adopt_orphans, kill_descendants
 from grader.sandbox.pools import Pools, WorkerFailure
 from grader.sandbox.worker import WorkerSpec
-from grader.records import Layer, Status
 
 OUTPUT_LIMIT = 8 * 2**20  # bytes a submission may print per call before writes fail
 MEMORY_LIMIT = 12 * 2**30  # address space of one untrusted CPU worker

@@ -21,9 +21,9 @@ import os
 import signal
 import time
 import uuid
+from collections.abc import Sequence
 
 from grader.sandbox import memory
-from typing import Sequence
 
 PROCESS_LIMIT = 256  # tasks (threads count) of one submission at once
 CGROUP_PIDS = "/sys/fs/cgroup/pids"

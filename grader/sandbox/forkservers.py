@@ -17,7 +17,8 @@ import socket
 import sys
 import threading
 import types
-from multiprocessing import connection, context as mp_context, forkserver, popen_forkserver
+from multiprocessing import connection, forkserver, popen_forkserver
+from multiprocessing import context as mp_context
 
 from grader import catalog
 from grader.sandbox import landlock, memory

@@ -9,7 +9,6 @@ machine's OOM-kill count rose is taken for the grader's resource failure. Worker
 
 import os
 
-
 GRADER_MB = 450  # the grading process and its three fork servers, measured here (PSS)
 # What one warm worker costs beyond the pages it shares with its fork server (PSS, measured here)
 WORKER_MB = {"torch": 30, "optim": 35, "transformers": 70, "data": 90}

@@ -16,10 +16,10 @@ import signal
 import time
 import uuid
 
+from grader.records import WORKER_CAUSES, WORKER_STATUSES, Cause, Reply, Status
 from grader.sandbox import memory, worker
 from grader.sandbox.forkservers import ServerStuck, server
 from grader.sandbox.wire import MAX_REPLY_BYTES, InvalidResult, decode
-from grader.records import WORKER_CAUSES, WORKER_STATUSES, Cause, Reply, Status
 
 GRACE_AFTER_FAILURE = 1.0  # seconds the other ranks get once one rank has failed
 # A call's time counts only while its ranks could run: the time they spent waiting for a CPU (the

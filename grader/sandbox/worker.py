@@ -20,7 +20,8 @@ import time
 import traceback
 from dataclasses import dataclass
 
-from grader.sandbox import confinement as confine, memory
+from grader.sandbox import confinement as confine
+from grader.sandbox import memory
 from grader.sandbox.wire import InvalidResult, encode, validate
 
 MESSAGE_LIMIT = 4000  # characters of one error message (a rank's whole error, not a cut at 300)

@@ -45,14 +45,15 @@ def main():
     sys.path.insert(0, ROOT)
     from grader.grading.grade import Grade
     from grader.grading.options import Options
+    from grader.grading.session import Session, resolve_target
     from grader.sandbox.forkservers import warm_up
-    from grader.grading.session import Session
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=100)
     args = parser.parse_args()
     warm_up({"torch"})
-    session = Session(Options(targets=("solutions",), devices=("cpu",), timeout=600),
+    # The probes live in this file: the sandbox lets the workers read it beside the check files.
+    session = Session(Options(targets=(resolve_target("solutions"),), devices=("cpu",), timeout=600),
                       probe_files=[os.path.abspath(__file__)])
     try:
         grade = Grade(session, session.targets[0], "ex05_gradient_averaging", "cpu")

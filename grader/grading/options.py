@@ -41,10 +41,6 @@ class Options:
         chosen = self.only_checks.get(os.path.basename(os.path.normpath(target.label)))
         return chosen is None or check in chosen
 
-    @property
-    def resolved(self) -> bool:
-        return self.seed is not None and bool(self.profile)
-
 
 def default_profile() -> str:
     """thorough under CI, else fast."""

@@ -18,7 +18,6 @@ from grader.records import Status
 REPEATING = (Status.NOT_STARTED, Status.MISSING, Status.IMPORT_ERROR, Status.USES_REFERENCE)
 
 
-printable = text.shown  # the name other modules import
 def terminal(result, verbose: bool = False):
     """The table: each chapter's line with its score, then its exercises, then the total."""
     lines = []

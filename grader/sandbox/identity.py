@@ -61,13 +61,6 @@ def drop_privileges(uid=None) -> None:
     _libc.syscall(_CAPSET, ctypes.byref(header), ctypes.byref(empty))  # root kept as uid: drop them here
 
 
-def capabilities():
-    """{'CapEff': ..., 'CapPrm': ..., 'CapInh': ..., 'CapBnd': ..., 'CapAmb': ...} of this process, as hex."""
-    with open("/proc/self/status") as handle:
-        return {key: value.strip() for key, value in (line.split(":", 1) for line in handle)
-                if key.startswith("Cap")}
-
-
 def _last_capability():
     try:
         with open("/proc/sys/kernel/cap_last_cap") as handle:

@@ -143,7 +143,8 @@ def csv_values(rec: dict) -> list:
 
 def differs(mine: dict, theirs: dict, versions_mine=None, versions_theirs=None) -> str:
     """'' when two records were graded alike, else what differs (seed, profile, devices, exercises, kit)."""
-    for key, what in (("seed", "seed"), ("profile", "profile"), ("devices", "devices"), ("exercises", "exercises")):
+    for key, what in (("seed", "seed"), ("profile", "profile"), ("devices", "devices"),
+                      ("exercises", "selection of exercises")):
         if mine.get(key) != theirs.get(key):
             return f"another {what} ({_shown(theirs.get(key))}, not {_shown(mine.get(key))})"
     if mine.get("kit") != theirs.get("kit"):
@@ -229,6 +230,10 @@ class Plan:
 
     @classmethod
     def make(cls, args):
+        """The plan of a `--submissions` run; None for the grading of --target folders alone."""
+        if not args.submissions and (args.shard or args.regrade):
+            raise ShardError(f"{'--shard' if args.shard else '--regrade'} grades folders of --submissions DIR; "
+                             "give it, and no --target")
         return cls(args) if args.submissions else None
 
     def select(self, targets):

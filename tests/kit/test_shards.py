@@ -1,0 +1,220 @@
+"""A class on several machines: --shard K/N, python -m grader merge, --regrade.
+
+One exercise (ex04, fast profile, a fixed seed) over six small submissions: the one-machine batch,
+three shards started together and merged, a regrade of one row. The merged and the regraded
+reports must equal the batch row by row, but for the time columns."""
+
+import csv
+import io
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from grader.grading import shards
+from tests.kit.harness import KIT_ROOT, SEED, mutate, reference_source
+
+EXERCISE = "ex04_sharding"
+GRADE = ("ex04", "--profile", "fast", "--seed", SEED, "--device", "cpu", "-q")
+TIMES = {"seconds"}
+SCHEDULERS = ("SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_MIN", "SLURM_ARRAY_TASK_COUNT", "JOB_COMPLETION_INDEX")
+
+
+def environment(**extra):
+    env = {k: v for k, v in os.environ.items() if k not in SCHEDULERS}
+    return env | {"HF_HUB_OFFLINE": "1", "GRADER_STATE": os.devnull} | extra
+
+
+@pytest.fixture(scope="module")
+def klass(tmp_path_factory):
+    """Six submissions (four right, two wrong) graded once as a batch, and in three shards at once."""
+    tmp = tmp_path_factory.mktemp("class")
+    root = tmp / "class"
+    right = reference_source(EXERCISE)
+    sources = {"ana": right, "ben": mutate(EXERCISE, ("indices[rank:total:world_size]", "indices[:per_rank]")),
+               "cleo": right, "dev": right,
+               "eve": mutate(EXERCISE, ("tensor_split(batch, world_size, dim=0)[rank]",
+                                        "tensor_split(batch, world_size, dim=0)[0]")),
+               "finn": right}
+    for name in reversed(sorted(sources)):  # made in another order than sorted: the split must not care
+        (root / name).mkdir(parents=True)
+        (root / name / f"{EXERCISE}.py").write_text(sources[name])
+    done = grader(*GRADE, "--submissions", str(root), "--json", str(tmp / "batch.json"),
+                  "--csv", str(tmp / "batch.csv"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    running = []
+    for number in (1, 2, 3):
+        command = [sys.executable, "-m", "grader", *GRADE, "--submissions", str(root), "--shard", f"{number}/3",
+                   "--json", str(tmp / f"shard{number}.json"), "--csv", str(tmp / f"shard{number}.csv")]
+        running.append(subprocess.Popen(command, cwd=KIT_ROOT, env=environment(), stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE, text=True))
+    for process in running:
+        out, err = process.communicate(timeout=600)
+        assert process.returncode == 0, err[-3000:]
+    return tmp
+
+
+def grader(*args):
+    """`python -m grader ARGS` from the kit's root, with no scheduler's variables set."""
+    return subprocess.run([sys.executable, "-m", "grader", *args], cwd=KIT_ROOT, env=environment(),
+                          capture_output=True, text=True, timeout=600)
+
+
+def shard_reports(tmp):
+    return [str(tmp / f"shard{number}.json") for number in (1, 2, 3)]
+
+
+def merge(*args):
+    return subprocess.run([sys.executable, "-m", "grader", "merge", *args], cwd=KIT_ROOT, env=environment(),
+                          capture_output=True, text=True, timeout=120)
+
+
+def rows(path, times=False):
+    """The CSV's rows by target, without its time columns (unless `times`)."""
+    table = list(csv.DictReader(io.StringIO(open(path).read())))
+    return {row["target"]: {k: v for k, v in row.items() if times or k not in TIMES} for row in table}
+
+
+def timeless(result):
+    """A submission's JSON result without what depends on the clock."""
+    result = {k: v for k, v in result.items() if k != "execution_time"}
+    result["exercises"] = [dict(e, checks=[{k: v for k, v in c.items() if k != "seconds"} for c in e["checks"]])
+                           for e in result["exercises"]]
+    return result
+
+
+def one_line_error(done):
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    return done.stderr
+
+
+# --- the split ------------------------------------------------------------------------------------
+
+def test_each_shard_grades_the_ith_sorted_folder_mod_n(klass):
+    names = ["ana", "ben", "cleo", "dev", "eve", "finn"]
+    for number in (1, 2, 3):
+        data = json.loads((klass / f"shard{number}.json").read_text())
+        graded = [r["target"] for r in data["submissions"]]
+        assert graded == names[number - 1::3]
+        assert data["batch"]["shard"] == [number, 3] and data["batch"]["submissions"] == names
+        assert data["batch"]["seed"] == int(SEED) and data["batch"]["profile"] == "fast"
+        assert data["batch"]["exercises"] == [EXERCISE] and data["batch"]["devices"] == ["cpu"]
+    assert shards.split(names, 2, 4) == ["ben", "finn"] and shards.split(names, 4, 8) == ["dev"]
+
+
+def test_auto_takes_the_shard_from_slurm_or_kubernetes():
+    assert shards.parse("auto/4", {"SLURM_ARRAY_TASK_ID": "0", "SLURM_ARRAY_TASK_MIN": "0"}) == (1, 4)
+    assert shards.parse("auto/4", {"SLURM_ARRAY_TASK_ID": "4", "SLURM_ARRAY_TASK_MIN": "1",
+                                   "SLURM_ARRAY_TASK_COUNT": "4"}) == (4, 4)
+    assert shards.parse("auto/4", {"JOB_COMPLETION_INDEX": "2"}) == (3, 4)
+    assert shards.parse(" 2/5 ", {}) == (2, 5)
+    for text, env in (("auto/4", {"JOB_COMPLETION_INDEX": "4"}),
+                      ("auto/4", {"SLURM_ARRAY_TASK_ID": "1", "SLURM_ARRAY_TASK_COUNT": "3"}),
+                      ("auto/4", {"SLURM_ARRAY_TASK_ID": "x"})):
+        with pytest.raises(shards.ShardError):
+            shards.parse(text, env)
+
+
+def test_shard_usage_errors_are_one_line_and_exit_2(klass):
+    for shard in ("0/3", "4/3", "a/b", "3", "auto/3"):
+        error = one_line_error(grader(*GRADE, "--submissions", str(klass / "class"), "--shard", shard))
+        assert "--shard" in error
+    assert "neither SLURM_ARRAY_TASK_ID nor JOB_COMPLETION_INDEX" in error
+    no_seed = [a for a in GRADE if a not in ("--seed", SEED)]
+    assert "--seed" in one_line_error(grader(*no_seed, "--submissions", str(klass / "class"), "--shard", "1/2"))
+    assert "--target" in one_line_error(grader(*GRADE, "--target", str(klass / "class" / "ana"), "--shard", "1/2"))
+
+
+# --- merge ------------------------------------------------------------------------------------------
+
+def test_merged_shards_equal_the_one_machine_batch(klass):
+    done = merge(*reversed(shard_reports(klass)), "--csv", str(klass / "merged.csv"), "--json",
+                 str(klass / "merged.json"))
+    assert done.returncode == 0, done.stderr
+    assert "merged 3 shards: 6 submissions" in done.stdout
+    batch, merged = rows(klass / "batch.csv"), rows(klass / "merged.csv")
+    assert list(merged) == list(batch) == ["ana", "ben", "cleo", "dev", "eve", "finn"]
+    assert merged == batch
+    assert [row["score"] for row in batch.values()] != [batch["ana"]["score"]] * 6  # right and wrong ones
+    alone = json.loads((klass / "batch.json").read_text())
+    joined = json.loads((klass / "merged.json").read_text())
+    assert [timeless(r) for r in joined["submissions"]] == [timeless(r) for r in alone["submissions"]]
+    assert {k: v for k, v in joined["batch"].items() if k != "merged"} == alone["batch"]
+
+
+def test_merge_refuses_a_gap_a_duplicate_and_another_seed(klass):
+    one, two, three = shard_reports(klass)
+    out = str(klass / "refused.csv")
+    assert "shard 2 of 3 missing" in one_line_error(merge(one, three, "--csv", out))
+    assert "given twice" in one_line_error(merge(one, two, three, three, "--csv", out))
+    data = json.loads(open(two).read())
+    data["submissions"].append(json.loads(open(one).read())["submissions"][0])
+    stray = klass / "stray.json"
+    stray.write_text(json.dumps(data))
+    assert "in two shards" in one_line_error(merge(one, str(stray), three, "--csv", out))
+    data = json.loads(open(two).read())
+    data["batch"]["seed"] += 1
+    seeded = klass / "seeded.json"
+    seeded.write_text(json.dumps(data))
+    assert "another seed" in one_line_error(merge(one, str(seeded), three, "--csv", out))
+    assert "not a shard's report" in one_line_error(merge(one, two, str(klass / "batch.json"), "--csv", out))
+    assert not os.path.exists(out)
+
+
+# --- regrade ----------------------------------------------------------------------------------------
+
+def test_a_regrade_grades_only_the_row_not_graded(klass):
+    previous = klass / "previous.csv"
+    table = list(csv.reader(open(klass / "batch.csv")))
+    header = table[0]
+    for row in table[1:]:
+        if row[0] == "cleo":  # as the grader writes a row it failed on: no points, nothing counted
+            row[header.index("not_graded")], row[header.index(EXERCISE)] = EXERCISE, ""
+            row[header.index("score")] = row[header.index("max_score")] = row[header.index("chapter1")] = "0.0"
+            row[header.index("seconds")] = "99.99"
+    with open(previous, "w", newline="") as handle:
+        csv.writer(handle).writerows(table)
+    regraded = klass / "regraded.csv"
+    done = grader("--submissions", str(klass / "class"), "--device", "cpu", "-q", "--regrade", str(previous),
+                  "--csv", str(regraded))  # the seed, profile and exercise are the previous file's
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "grading 1 of 6 submissions" in done.stdout
+    assert sum(line.startswith("total ") for line in done.stdout.splitlines()) == 1  # one table: cleo's
+    before, after = rows(previous, times=True), rows(regraded, times=True)
+    assert list(after) == list(before)
+    assert {name: row for name, row in after.items() if name != "cleo"} == \
+        {name: row for name, row in before.items() if name != "cleo"}  # their times too: kept, not graded again
+    assert after["cleo"]["seconds"] != "99.99"
+    assert rows(regraded) == rows(klass / "batch.csv")
+    assert open(regraded).readline() == open(klass / "batch.csv").readline()
+
+
+def test_a_regrade_refuses_a_file_graded_otherwise(klass):
+    common = ("--submissions", str(klass / "class"), "--device", "cpu", "-q", "--csv", str(klass / "other.csv"))
+    assert "another seed" in one_line_error(grader(*common, "--regrade", str(klass / "batch.csv"), "--seed", "1"))
+    assert "another profile" in one_line_error(grader(*common, "--regrade", str(klass / "batch.json"),
+                                                      "--profile", "thorough"))
+    assert "another selection of exercises" in one_line_error(grader("ex19", *common, "--regrade",
+                                                                     str(klass / "batch.csv")))
+    assert "shard" in one_line_error(grader(*common, "--regrade", shard_reports(klass)[0]))
+    assert not os.path.exists(klass / "other.csv")
+
+
+def test_a_regrade_of_a_json_report_writes_both_reports_whole(klass):
+    data = json.loads((klass / "batch.json").read_text())
+    data["submissions"][4]["not_graded"] = [EXERCISE]  # eve
+    previous = klass / "previous.json"
+    previous.write_text(json.dumps(data))
+    done = grader("--submissions", str(klass / "class"), "--device", "cpu", "-q", "--regrade", str(previous),
+                  "--csv", str(klass / "again.csv"), "--json", str(klass / "again.json"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "grading 1 of 6 submissions" in done.stdout
+    assert rows(klass / "again.csv") == rows(klass / "batch.csv")
+    again = json.loads((klass / "again.json").read_text())
+    assert [timeless(r) for r in again["submissions"]] == [timeless(r) for r in data["submissions"][:4]] + \
+        [timeless(r) for r in json.loads((klass / "batch.json").read_text())["submissions"][4:]]
+    assert [r["execution_time"] for r in again["submissions"][:4]] == \
+        [r["execution_time"] for r in data["submissions"][:4]]

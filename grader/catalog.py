@@ -21,11 +21,11 @@ class Exercise:
     topic: str
     chapter: int
     points: float
-    hints: tuple
+    hints: tuple[str, ...]
     preload: str  # which kind of worker runs its checks (a Preload's kind); "transformers" when unsaid
 
     @property
-    def number(self):
+    def number(self) -> int:
         return int(self.id[2:4])
 
 
@@ -36,14 +36,14 @@ class Chapter:
     number: int
     topic: str
     about: str
-    exercises: tuple
+    exercises: tuple[Exercise, ...]
 
     @property
     def name(self) -> str:
         return f"chapter{self.number}"
 
     @property
-    def points(self):
+    def points(self) -> float:
         return sum(exercise.points for exercise in self.exercises)
 
 
@@ -81,7 +81,7 @@ EXERCISES, CHAPTERS, PRELOADS = load()
 CHAPTER_NAME = re.compile(r"(?:chapter|ch)[ _-]?0*(\d+)")
 
 
-def find_chapter(name: str):
+def find_chapter(name: str | int) -> Chapter | None:
     """A chapter by name ('chapter1', 'ch1', 'chapter 1') or number (an int); None if unknown."""
     if isinstance(name, int):
         number = name
@@ -101,13 +101,21 @@ def preload_chain(kind: str) -> list[Preload]:
     return chain
 
 
-def find(name: str):
+def find(name: str | int) -> Exercise | None:
     """An exercise by id ('ex04_sharding'), prefix ('ex04') or number ('4'); None if unknown."""
     name = str(name).strip()
     for exercise in EXERCISES:
         if name in (exercise.id, exercise.id[:4]) or (name.isdigit() and int(name) == exercise.number):
             return exercise
     return None
+
+
+def get(exercise_id: str) -> Exercise:
+    """The exercise of an id the grader already resolved (KeyError for one the catalog lacks)."""
+    exercise = find(exercise_id)
+    if exercise is None:
+        raise KeyError(exercise_id)
+    return exercise
 
 
 def unknown(name: str) -> str:

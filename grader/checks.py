@@ -5,19 +5,24 @@ the reference's and the target's observations of the same probe on the same inpu
 them with `expect_equal` / `expect_close`, which turn a mismatch into a message a learner can act on.
 """
 
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn, TypeVar
+
 import torch
 from hypothesis import example
 
 from grader.records import CheckFailed, Status
 from grader.sandbox.wire import describe
 
+F = TypeVar("F", bound=Callable[..., Any])
+
 # --- explicit examples ------------------------------------------------------------------
 
 
-def explicit_examples(rows, name: str = "case"):
+def explicit_examples(rows: Sequence[Any], name: str = "case") -> Callable[[F], F]:
     """A decorator adding each row as Hypothesis's @example(name=row), in the rows' order: the edges
     random draws rarely reach, tried before any drawn input."""
-    def decorate(check):
+    def decorate(check: F) -> F:
         for row in reversed(rows):
             check = example(**{name: row})(check)
         return check
@@ -27,12 +32,12 @@ def explicit_examples(rows, name: str = "case"):
 # --- comparisons ------------------------------------------------------------------------
 
 
-def fail(message, hint=None, status=Status.FAILED):
+def fail(message: str, hint: str | None = None, status: Status = Status.FAILED) -> NoReturn:
     __tracebackhide__ = True
     raise CheckFailed(message, status=status, hint=hint)
 
 
-def expect_type(value, kind, what) -> None:
+def expect_type(value: object, kind: type | tuple[type, ...], what: str) -> None:
     """Exact type: a subclass that fakes equality is not the real thing."""
     __tracebackhide__ = True
     kinds = kind if isinstance(kind, tuple) else (kind,)
@@ -41,7 +46,7 @@ def expect_type(value, kind, what) -> None:
         fail(f"{what}: expected a {names}, got {type(value).__name__} {describe(value)}", status=Status.INVALID)
 
 
-def expect_equal(actual, expected, what, hint=None) -> None:
+def expect_equal(actual: object, expected: object, what: str, hint: str | None = None) -> None:
     """Exact equality, types included (1 is not 1.0, a tensor's dtype and device count)."""
     __tracebackhide__ = True
     problem = _difference(actual, expected)
@@ -49,10 +54,12 @@ def expect_equal(actual, expected, what, hint=None) -> None:
         fail(f"{what}: {problem}", hint)
 
 
-def expect_close(actual, expected, what, hint=None, rtol=None, atol=None) -> None:
+def expect_close(actual: object, expected: torch.Tensor, what: str, hint: str | None = None,
+                 rtol: float | None = None, atol: float | None = None) -> None:
     """Tensors within the dtype's tolerance (torch.testing's defaults unless given)."""
     __tracebackhide__ = True
     expect_type(actual, torch.Tensor, what)
+    assert isinstance(actual, torch.Tensor)  # for the type checker: expect_type failed otherwise
     problem = _tensor_layout(actual, expected)
     if problem:
         fail(f"{what}: {problem}", hint)
@@ -72,7 +79,8 @@ TOLERANCES = {
 }
 
 
-def close(actual, expected, rtol=None, atol=None):
+def close(actual: torch.Tensor, expected: torch.Tensor, rtol: float | None = None,
+          atol: float | None = None) -> bool:
     """Same shape and dtype, and |actual - expected| <= atol + rtol * |expected| (NaN equals NaN)."""
     if _tensor_layout(actual, expected):
         return False

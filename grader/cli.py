@@ -248,7 +248,7 @@ def grade(args, staged) -> int:
         from grader.grading import runner
 
         progress = None if args.quiet else Progress([target.label for target in targets], exercises)
-        results = runner.run(options, exercises, progress and progress.record)
+        results = runner.run(options, exercises, progress.record if progress else None)
         if progress:
             progress.done()
     staged.annotate(results)

@@ -8,7 +8,7 @@ class NoSuchDevice(Exception):
     pass
 
 
-def cuda_present():
+def cuda_present() -> bool:
     import torch
 
     if torch.version.cuda is None:
@@ -20,7 +20,7 @@ def cuda_present():
         return False
 
 
-def select(choice):
+def select(choice: str) -> list[str]:
     """'cpu' | 'cuda' | 'all' -> the list of devices; NoSuchDevice for cuda without a GPU."""
     if choice == "cpu":
         return ["cpu"]

@@ -4,19 +4,24 @@ They turn what learner code returned into plain observations, and refuse (with t
 learner's own type named) anything that is not what the contract promises.
 """
 
+from collections.abc import Iterable, Sequence
+from typing import Any, TypeVar
+
 import torch
 
 from grader.sandbox.wire import InvalidResult
 
+M = TypeVar("M", bound=torch.nn.Module)
 
-def tensor(value, what="the result"):
+
+def tensor(value: object, what: str = "the result") -> dict[str, Any]:
     """A tensor as data the grader can compare: values on the CPU, device and type recorded."""
     if type(value) is not torch.Tensor:
         raise InvalidResult(f"{what} is a {type(value).__module__}.{type(value).__qualname__}, expected a torch.Tensor")
     return {"values": value.detach().cpu().clone(), "device": value.device.type}
 
 
-def int_list(value, what="the result"):
+def int_list(value: object, what: str = "the result") -> list[int]:
     """A real list of real ints, as the contract says (not a tensor, range or numpy array)."""
     if type(value) is not list:
         raise InvalidResult(f"{what} is a {type(value).__module__}.{type(value).__qualname__}, expected a list of int")
@@ -26,7 +31,7 @@ def int_list(value, what="the result"):
     return list(value)
 
 
-def plain_dict(value, what="the result"):
+def plain_dict(value: object, what: str = "the result") -> dict:
     """A dict, or a dict subclass (OrderedDict, defaultdict) read through dict's own methods: the same
     mapping as plain data, whatever the subclass overrides."""
     if not isinstance(value, dict):
@@ -34,7 +39,7 @@ def plain_dict(value, what="the result"):
     return dict(dict.items(value))
 
 
-def meta_error(error):
+def meta_error(error: BaseException) -> str | None:
     """The message when learner code, run on 'meta' tensors (shapes without data), copied data off the
     device or mixed in a tensor made elsewhere; None for any other error (the stub's NotImplementedError,
     or a value read such as .item() that meta tensors cannot check)."""
@@ -44,13 +49,13 @@ def meta_error(error):
     return None
 
 
-def seeded(seed: int, shape, dtype, device):
+def seeded(seed: int, shape: Sequence[int], dtype: torch.dtype, device: str | torch.device) -> torch.Tensor:
     """A reproducible random tensor: the same seed gives the same values in every worker."""
     generator = torch.Generator().manual_seed(seed)
     return torch.randn(shape, generator=generator, dtype=torch.float64).to(dtype).to(device)
 
 
-def seeded_parameters(model, seed: int):
+def seeded_parameters(model: M, seed: int) -> M:
     """Every parameter drawn afresh (the i-th from seed + i, in its own dtype): the same model in every
     worker and on every rank, whatever torch's random state."""
     with torch.no_grad():
@@ -59,7 +64,7 @@ def seeded_parameters(model, seed: int):
     return model
 
 
-def rows_of(seen, inputs):
+def rows_of(seen: Iterable[torch.Tensor], inputs: torch.Tensor) -> list[int]:
     """Which rows of `inputs` (a 2-D tensor) the batches a model's forward calls got hold, in order
     (-1: a row that is not among them): what a rank computed on, observed with a forward pre-hook."""
     rows = []

@@ -9,8 +9,12 @@ Hypothesis must not re-run a hang or a crash while shrinking) and its precedence
 telling status wins when several ranks or checks disagree: lower first).
 """
 
+from __future__ import annotations
+
 import enum
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from grader import catalog
 
@@ -34,24 +38,24 @@ class Status(enum.Enum):
     NOT_GRADED = ("not graded", True, -1)  # the grader's own failure: it outweighs anything a rank did
 
     @property
-    def label(self):
+    def label(self) -> str:
         return self.value[0]
 
     @property
-    def fatal(self):
+    def fatal(self) -> bool:
         return self.value[1]
 
     @property
-    def precedence(self):
+    def precedence(self) -> int:
         return self.value[2]
 
     @classmethod
-    def from_label(cls, label: str):
+    def from_label(cls, label: str) -> Status:
         """The status a report's label names (the first of those that share it)."""
         return next(status for status in cls if status.label == label)
 
     @classmethod
-    def parse(cls, name: str):
+    def parse(cls, name: str | Status) -> Status:
         """A Status from its name ('not_started') or itself; InvalidStatus for anything else."""
         if isinstance(name, cls):
             return name
@@ -80,7 +84,7 @@ WORKER_STATUSES = frozenset({Status.OK, Status.READY, Status.NOT_STARTED, Status
                              Status.EXCEPTION, Status.EXITED, Status.INVALID})
 
 
-def most_telling(statuses):
+def most_telling(statuses: Iterable[Status]) -> Status:
     return min(statuses, key=lambda status: status.precedence)
 
 
@@ -94,7 +98,7 @@ class Reply:
     traceback: str = ""
     output: str = ""
     seconds: float = 0.0
-    collectives: dict = field(default_factory=dict)  # {"all_reduce": 3, ...}: the calls this rank made
+    collectives: dict[str, int] = field(default_factory=dict)  # {"all_reduce": 3, ...}: the calls this rank made
     cause: Cause = Cause.NONE
 
     @property
@@ -110,7 +114,7 @@ class Layer:
     active: bool
     detail: str
 
-    def as_dict(self):
+    def as_dict(self) -> dict[str, Any]:
         return {"name": self.name, "active": self.active, "detail": self.detail}
 
 
@@ -126,7 +130,7 @@ class ReviewFlag:
         return f"{self.file}:{self.line}: {self.reason}"
 
     @classmethod
-    def parse(cls, text: str):
+    def parse(cls, text: str) -> ReviewFlag:
         file, line, reason = text.split(":", 2)
         return cls(file, int(line), reason.strip())
 
@@ -143,13 +147,13 @@ class CheckResult:
     evidence: str = "compared in the grader"  # or what the worker measured about itself
     title: str = ""  # what the check proves, in words (its docstring's first line)
 
-    def as_dict(self):
+    def as_dict(self) -> dict[str, Any]:
         return {"name": self.check, "title": self.title or self.check, "device": self.device,
                 "status": self.status.label, "message": self.message, "seconds": self.seconds,
                 "evidence": self.evidence}
 
     @classmethod
-    def from_dict(cls, data, target, exercise):
+    def from_dict(cls, data: dict[str, Any], target: str, exercise: str) -> CheckResult:
         return cls(target, exercise, data["name"], data["device"], Status.from_label(data["status"]),
                    data["message"], data["seconds"], data["evidence"], data.get("title", ""))
 
@@ -162,32 +166,32 @@ class ExerciseResult:
     score: float
     max_score: float
     status: Status
-    checks: list
+    checks: list[CheckResult]
 
     @property
-    def passed(self):
+    def passed(self) -> int:
         return sum(check.status is Status.PASSED for check in self.checks)
 
     @property
-    def total(self):
+    def total(self) -> int:
         return len(self.checks)
 
     @property
-    def devices(self):
+    def devices(self) -> list[str]:
         return sorted({check.device for check in self.checks})
 
     @property
     def graded(self) -> bool:
         return self.status is not Status.NOT_GRADED
 
-    def as_dict(self):
+    def as_dict(self) -> dict[str, Any]:
         return {"id": self.id, "title": self.title, "chapter": self.chapter, "score": self.score,
                 "max_score": self.max_score, "status": self.status.label, "graded": self.graded,
                 "passed": self.passed, "total": self.total, "devices": self.devices,
                 "checks": [check.as_dict() for check in self.checks]}
 
     @classmethod
-    def from_dict(cls, data, target):
+    def from_dict(cls, data: dict[str, Any], target: str) -> ExerciseResult:
         checks = [CheckResult.from_dict(check, target, data["id"]) for check in data["checks"]]
         return cls(data["id"], data["title"], data["chapter"], data["score"], data["max_score"],
                    Status.from_label(data["status"]), checks)
@@ -206,36 +210,36 @@ class ChapterScore:
     def label(self) -> str:
         return f"chapter {self.number} ({self.topic})"
 
-    def as_dict(self):
+    def as_dict(self) -> dict[str, Any]:
         return {"chapter": self.number, "topic": self.topic, "score": self.score, "max_score": self.max_score}
 
 
 @dataclass
 class TargetResult:
     target: str
-    exercises: list
+    exercises: list[ExerciseResult]
     execution_time: float
     seed: int = 0
     profile: str = ""
-    sandbox: list = field(default_factory=list)  # [Layer]
-    review: list = field(default_factory=list)  # [ReviewFlag]
-    notes: list = field(default_factory=list)  # which file was graded for which exercise
+    sandbox: list[Layer] = field(default_factory=list)
+    review: list[ReviewFlag] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # which file was graded for which exercise
     problem: str = ""  # why nothing of the submission could be graded
 
     @property
-    def score(self):
+    def score(self) -> float:
         return round(sum(e.score for e in self.exercises if e.graded), 2)
 
     @property
-    def max_score(self):
+    def max_score(self) -> float:
         return sum(e.max_score for e in self.exercises if e.graded)
 
     @property
-    def devices(self):
+    def devices(self) -> list[str]:
         return sorted({device for e in self.exercises for device in e.devices})
 
     @property
-    def chapters(self):
+    def chapters(self) -> list[ChapterScore]:
         """One ChapterScore per chapter graded, in the catalog's order (out of its graded exercises)."""
         scores = []
         for chapter in catalog.CHAPTERS:
@@ -246,10 +250,10 @@ class TargetResult:
         return scores
 
     @property
-    def not_graded(self):
+    def not_graded(self) -> list[str]:
         return [e.id for e in self.exercises if not e.graded]
 
-    def as_dict(self):
+    def as_dict(self) -> dict[str, Any]:
         return {"target": self.target, "score": self.score, "max_score": self.max_score, "devices": self.devices,
                 "chapters": [chapter.as_dict() for chapter in self.chapters],
                 "execution_time": self.execution_time, "seed": self.seed, "profile": self.profile,
@@ -258,7 +262,7 @@ class TargetResult:
                 "exercises": [e.as_dict() for e in self.exercises]}
 
     @classmethod
-    def from_dict(cls, data):
+    def from_dict(cls, data: dict[str, Any]) -> TargetResult:
         """A result read back from a report (a batch's parts graded by other processes)."""
         exercises = [ExerciseResult.from_dict(row, data["target"]) for row in data["exercises"]]
         layers = [Layer(**layer) for layer in data["sandbox"]]

@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 
 from grader import KIT_ROOT
 from grader.grading import submissions
@@ -30,10 +31,11 @@ class Staged:
         self.targets: list[Target] = []
         self.submissions: dict[str, submissions.Submission] = {}  # label -> Submission
 
-    def add(self, name: str, exercise_ids, label: str | None = None):
+    def add(self, name: str, exercise_ids: Sequence[str], label: str | None = None) -> submissions.Submission:
         """Stage `name` (exercises, solutions or a folder); returns its Submission."""
         if name in KIT_FOLDERS:  # the kit's own folders are graded where they are
             target = resolve_target(name)
+            assert target is not None, name  # the kit's own folders are always there
             submission = submissions.normalize(target.path, exercise_ids)
             self.targets.append(target)
             self.submissions[name] = submission
@@ -45,7 +47,7 @@ class Staged:
         self.submissions[label] = submission
         return submission
 
-    def annotate(self, results) -> None:
+    def annotate(self, results: Sequence[TargetResult]) -> None:
         for result in results:
             submission = self.submissions.get(result.target)
             if submission is not None:
@@ -55,7 +57,8 @@ class Staged:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
-def run_in_parallel(targets, jobs, arguments, quiet: bool = True):
+def run_in_parallel(targets: Sequence[Target], jobs: int, arguments: Sequence[str],
+                    quiet: bool = True) -> list[TargetResult]:
     """Grade `targets` in `jobs` grader processes, each given `arguments` besides its targets;
     one TargetResult per target, in the order given. A part whose process fails leaves its
     targets as results saying so (not graded), never the batch without a report."""

@@ -5,14 +5,22 @@ the same probe on the same input (each run in its own worker); this module build
 caches the observations and turns the workers' replies into verdicts and failures.
 """
 
+from __future__ import annotations
+
 import os
 import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from grader import catalog
 from grader.grading.recordings import RUN
 from grader.records import Cause, CheckFailed, Reply, Status, Verdict, most_telling
 from grader.sandbox import Request, WorkerFailure
 from grader.sandbox.pools import HANG_BOUND
+
+if TYPE_CHECKING:
+    from grader.grading.session import Session
+    from grader.sandbox import Target
 
 
 class Grade:
@@ -23,7 +31,7 @@ class Grade:
     turns replies into verdicts and failures.
     """
 
-    def __init__(self, session, target, exercise, device) -> None:
+    def __init__(self, session: Session, target: Target, exercise: str, device: str) -> None:
         self.session = session
         self.target = target
         self.exercise = exercise
@@ -41,7 +49,7 @@ class Grade:
 
     # --- running probes -------------------------------------------------------------
 
-    def compare(self, probe, *args, world_size: int = 1):
+    def compare(self, probe: Callable[..., Any], *args: Any, world_size: int = 1) -> tuple[Any, Any]:
         """(expected, actual): the probe's observation on the reference and on the target.
 
         Both run at once, each in its own workers, so the two cores share the work.
@@ -59,7 +67,7 @@ class Grade:
         expected = self._reference_value(probe, args, world_size)
         return expected, self._target_value(probe, args, world_size)
 
-    def reference(self, probe, *args, world_size: int = 1):
+    def reference(self, probe: Callable[..., Any], *args: Any, world_size: int = 1) -> Any:
         """The reference's observation (cached: shrinking and other targets reuse it)."""
         self._settle(self._start(probe, args, world_size, trusted=True))
         return self._reference_value(probe, args, world_size)
@@ -71,7 +79,7 @@ class Grade:
         except Verdict as verdict:
             self.session.reference_cache[started[0]] = [Reply(verdict.status, message=str(verdict))]
 
-    def run(self, probe, *args, world_size: int = 1):
+    def run(self, probe: Callable[..., Any], *args: Any, world_size: int = 1) -> Any:
         """The target's observation; its failures become CheckFailed or a Verdict."""
         self._finish(self._start(probe, args, world_size, trusted=False))
         return self._target_value(probe, args, world_size)
@@ -91,7 +99,7 @@ class Grade:
         if not trusted and self.budget_left <= 0:
             raise Verdict(Status.TIMED_OUT, f"the submission's time budget ({self.session.options.budget:g} s, "
                                             "--budget) ran out before this check")
-        request = Request(target=self.target, exercise=self.exercise, preload=catalog.find(self.exercise).preload,
+        request = Request(target=self.target, exercise=self.exercise, preload=catalog.get(self.exercise).preload,
                           probe_file=os.path.abspath(probe.__code__.co_filename), probe_name=probe.__name__,
                           args=args, device=self.device, world_size=world_size, trusted=trusted,
                           deadline=time.monotonic() + self._time_left())

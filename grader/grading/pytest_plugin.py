@@ -149,12 +149,12 @@ def pytest_collection_modifyitems(session, config, items) -> None:
     if graded - {None}:
         from grader.sandbox.forkservers import warm_up
 
-        warm_up({catalog.find(exercise).preload for exercise in graded - {None}})
+        warm_up({catalog.get(exercise).preload for exercise in graded if exercise is not None})
 
 
 def _preload_rank(item):
     exercise = exercise_of(item.path)
-    return depth(catalog.find(exercise).preload) if exercise else 0
+    return depth(catalog.get(exercise).preload) if exercise else 0
 
 
 def _target_index(item):

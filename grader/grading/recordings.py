@@ -8,8 +8,12 @@ checkpoint, asking torch's own DistributedSampler) still run live; a probe that 
 reference finds a placeholder module, and the grader answers with the recorded observation.
 """
 
+from __future__ import annotations
+
 import json
 import os
+from collections.abc import Iterable
+from typing import Any
 
 RECORDED_ONLY = "the reference is recorded, not shipped"
 PLACEHOLDER = f'''"""Placeholder: this release ships recorded observations of the reference, not its code."""
@@ -27,13 +31,14 @@ RUN = "<run>"  # stands for the scratch folder of the run that made an observati
 class Recordings:
     """Observations by key: collected while recording, looked up while replaying."""
 
-    def __init__(self, replaying, observations=None, seed: int | None = None, profile=None) -> None:
+    def __init__(self, replaying: bool, observations: dict[str, Any] | None = None, seed: int | None = None,
+                 profile: str | None = None) -> None:
         self.replaying = replaying
         self.observations = observations or {}
         self.seed, self.profile = seed, profile
 
     @staticmethod
-    def meta(kit_root):
+    def meta(kit_root: str) -> dict[str, Any] | None:
         """{seed, profile, devices} of a release's recordings; None in a kit with its solutions."""
         try:
             with open(os.path.join(kit_root, FOLDER, "meta.json")) as handle:
@@ -42,7 +47,7 @@ class Recordings:
             return None
 
     @classmethod
-    def load(cls, kit_root):
+    def load(cls, kit_root: str) -> Recordings | None:
         """The release's recordings, or None in a kit that has its solutions."""
         meta = cls.meta(kit_root)
         if meta is None:
@@ -53,16 +58,16 @@ class Recordings:
         observations = torch.load(os.path.join(folder, "observations.pt"), weights_only=True)
         return cls(True, observations, meta["seed"], meta["profile"])
 
-    def record(self, key, value, rundir) -> None:
+    def record(self, key: str, value: object, rundir: str) -> None:
         """Keep `value`, with this run's scratch folder in its strings made portable."""
         if not self.replaying:
             self.observations[key] = _strings(value, lambda text: text.replace(rundir, RUN))
 
-    def lookup(self, key, rundir):
+    def lookup(self, key: str, rundir: str) -> Any:
         """The recorded observation, its strings pointing into this run's scratch folder; KeyError if none."""
         return _strings(self.observations[key], lambda text: text.replace(RUN, rundir))
 
-    def save(self, kit_root, exercise_ids) -> None:
+    def save(self, kit_root: str, exercise_ids: Iterable[str]) -> None:
         import torch
 
         folder = os.path.join(kit_root, FOLDER)
@@ -86,7 +91,7 @@ def _strings(value, change):
     return value
 
 
-def reference_folder(kit_root):
+def reference_folder(kit_root: str) -> str:
     """Where the reference's modules are: the solutions, or a release's placeholders."""
     solutions = os.path.join(kit_root, "solutions")
     return solutions if os.path.isdir(solutions) else os.path.join(kit_root, FOLDER, "reference")

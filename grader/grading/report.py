@@ -11,14 +11,16 @@ import io
 import json
 import os
 import tempfile
+from collections.abc import Sequence
+from typing import Any
 
 from grader.grading import text, versions
-from grader.records import Status
+from grader.records import Layer, Status, TargetResult
 
 REPEATING = (Status.NOT_STARTED, Status.MISSING, Status.IMPORT_ERROR, Status.USES_REFERENCE)
 
 
-def terminal(result, verbose: bool = False):
+def terminal(result: TargetResult, verbose: bool = False) -> str:
     """The table: each chapter's line with its score, then its exercises, then the total."""
     lines = []
     chapters = {chapter.number: chapter for chapter in result.chapters}
@@ -39,10 +41,10 @@ def terminal(result, verbose: bool = False):
         lines.append(f"nothing to grade: {text.one_line(result.problem)}")
     lines += [text.one_line(note) for note in result.notes if _telling(note)]
     failures = [(row, check) for row in result.exercises for check in row.checks if check.status is not Status.PASSED]
-    shown = [(row, check) for row, check in failures if verbose or not _repeats(row, check)]
-    if shown:
+    listed = [(row, check) for row, check in failures if verbose or not _repeats(row, check)]
+    if listed:
         lines.append("")
-    for row, check in shown:
+    for row, check in listed:
         lines.append(f"{row.id} {check.check} [{text.one_line(check.device)}]: {check.status.label}: "
                      + text.continued(check.message.rstrip("\n")))
     if result.review:
@@ -58,7 +60,7 @@ def _telling(note) -> bool:
     return not (len(words) == 4 and words[0] == "graded" and words[1] == words[3] + ".py")
 
 
-def sandbox_footer(layers):
+def sandbox_footer(layers: Sequence[Layer]) -> str:
     active = [layer.name for layer in layers if layer.active]
     missing = [f"{layer.name} ({layer.detail})" for layer in layers if not layer.active]
     text = "sandbox: " + ", ".join(active)
@@ -73,7 +75,7 @@ def _repeats(row, check):
     return False
 
 
-def as_json(results):
+def as_json(results: Sequence[TargetResult]) -> dict[str, Any]:
     data = results[0].as_dict() if len(results) == 1 else {"submissions": [r.as_dict() for r in results]}
     return text.clean(data | versions.as_report())
 
@@ -81,11 +83,11 @@ def as_json(results):
 VISIBILITIES = ("visible", "after_due_date", "after_published", "hidden")
 
 
-def gradescope(result, visibility="visible"):
+def gradescope(result: TargetResult, visibility: str = "visible") -> dict[str, Any]:
     """Gradescope's results.json: one test per check (on each device), the exercise's points split
     over its checks, the grading details (seed, profile, timings, sandbox, review) in a test only
     instructors see."""
-    tests = []
+    tests: list[dict[str, Any]] = []
     several_devices = len(result.devices) > 1
     for row in result.exercises:
         share = row.max_score / row.total if row.total else 0.0
@@ -126,7 +128,7 @@ def gradescope(result, visibility="visible"):
     })
 
 
-def summary_csv(results):
+def summary_csv(results: Sequence[TargetResult]) -> str:
     buffer = io.StringIO()
     writer = csv.writer(buffer)
     ids = [row.id for row in results[0].exercises] if results else []
@@ -142,7 +144,7 @@ def summary_csv(results):
     return buffer.getvalue()
 
 
-def check_writable(path) -> str:
+def check_writable(path: str) -> str:
     """'' when a report can be written at path, else why not (checked before grading)."""
     folder = os.path.dirname(os.path.abspath(path))
     if os.path.isdir(path):
@@ -154,7 +156,7 @@ def check_writable(path) -> str:
     return ""
 
 
-def write(path, text: str):
+def write(path: str, text: str) -> None:
     if os.path.exists(path) and not os.path.isfile(path):  # /dev/null, a pipe: written, never replaced
         with open(path, "w") as stream:
             stream.write(text)
@@ -171,5 +173,5 @@ def write(path, text: str):
         raise
 
 
-def write_json(path, data) -> None:
+def write_json(path: str, data: object) -> None:
     write(path, json.dumps(data, indent=2) + "\n")

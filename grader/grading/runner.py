@@ -5,15 +5,20 @@ chooses the files, hands over the options, listens to the results and scores the
 catalog.
 """
 
+from __future__ import annotations
+
 import contextlib
 import os
 import sys
+from collections.abc import Callable, Iterable, Sequence
 
 import pytest
 
 from grader import KIT_ROOT
+from grader.catalog import Exercise
+from grader.grading.options import Options
 from grader.grading.pytest_plugin import OptionsCarrier
-from grader.records import CheckResult, ExerciseResult, Layer, Status, TargetResult
+from grader.records import CheckResult, ExerciseResult, Layer, ReviewFlag, Status, TargetResult
 from grader.sandbox import scan
 
 
@@ -54,11 +59,12 @@ class Collector:
             self.progress(record)
 
 
-def check_file(exercise):
+def check_file(exercise: Exercise) -> str:
     return os.path.join(KIT_ROOT, "tests", f"test_{exercise.id}.py")
 
 
-def run(options, exercises, progress=None):
+def run(options: Options, exercises: Sequence[Exercise],
+        progress: Callable[[CheckResult], None] | None = None) -> list[TargetResult]:
     """Grade every target of `options` on every exercise; one TargetResult per target."""
     collector = Collector(progress)
     args = [check_file(e) for e in exercises] + [
@@ -78,7 +84,8 @@ def run(options, exercises, progress=None):
     results = [score(target.label, exercises, collector.records, review=scan.folder(target.path, ids))
                for target in options.targets]
     for result in results:
-        result.sandbox, result.seed, result.profile = collector.layers, options.seed, options.profile
+        result.sandbox, result.profile = collector.layers, options.profile
+        result.seed = options.seed if options.seed is not None else 0  # resolved: always set
     return results
 
 
@@ -114,7 +121,8 @@ class _quiet_stdout:
             sys.stdout = self.saved
 
 
-def score(target, exercises, records, review=()):
+def score(target: str, exercises: Sequence[Exercise], records: Sequence[CheckResult],
+          review: Iterable[ReviewFlag] = ()) -> TargetResult:
     """Points from the catalog, split evenly over an exercise's checks (on every device)."""
     rows = []
     for exercise in exercises:
@@ -128,7 +136,7 @@ def score(target, exercises, records, review=()):
     return TargetResult(target, rows, round(seconds, 2), review=list(review))
 
 
-def exercise_status(checks):
+def exercise_status(checks: Sequence[CheckResult]) -> Status:
     """The exercise's status: passed when every check passed, else the most telling of theirs."""
     statuses = {check.status for check in checks}
     if not checks or Status.NOT_GRADED in statuses:

@@ -1,27 +1,37 @@
 """One grading session: its options, its sandbox, and the observations it has cached."""
 
+from __future__ import annotations
+
 import glob
 import os
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from grader import GRADER_DIR, KIT_ROOT, catalog
 from grader.grading.recordings import Recordings, reference_folder
 from grader.records import Reply
 from grader.sandbox import Target, forkservers
 
+if TYPE_CHECKING:
+    from grader.grading.options import Options
 
-def resolve_target(name: str):
+if TYPE_CHECKING:
+    pass
+
+
+def resolve_target(name: str) -> Target | None:
     """'exercises', 'solutions' or a folder; None when there is no such folder."""
     path = os.path.join(KIT_ROOT, name) if name in ("exercises", "solutions") else name
     path = os.path.abspath(path)
     return Target(name, path) if os.path.isdir(path) else None
 
 
-def check_files():
+def check_files() -> list[str]:
     return sorted(glob.glob(os.path.join(KIT_ROOT, "tests", "test_ex*.py")))
 
 
 class Session:
-    def __init__(self, options, probe_files=()) -> None:
+    def __init__(self, options: Options, probe_files: Iterable[str] = ()) -> None:
         """`probe_files`: where probes live besides the check files (workers may read only those)."""
         from grader.sandbox import Sandbox
 
@@ -35,14 +45,14 @@ class Session:
         self.reference_cache: dict[tuple, list[Reply]] = {}
         self.target_cache: dict[tuple, list[Reply]] = {}
         self.retried: set[tuple] = set()  # reference calls run again alone after a failure (grading.grade.Grade)
-        self.current_exercise = None
-        self.current_target = None
+        self.current_exercise: str | None = None
+        self.current_target: Target | None = None
 
-    def enter(self, target, exercise) -> None:
+    def enter(self, target: Target, exercise: str) -> None:
         """Free what the checks before no longer need: the workers of the exercise before, and
         within an exercise those of the submission before (a batch's memory stays flat)."""
         if exercise != self.current_exercise:
-            preload = catalog.find(exercise).preload
+            preload = catalog.get(exercise).preload
             self.sandbox.end_exercise(next_preload=preload)
             forkservers.retire_lighter_than(preload)  # in a small box
             self.target_cache.clear()
@@ -51,7 +61,7 @@ class Session:
             self.sandbox.release(self.current_target)
         self.current_target = target
 
-    def budget_left(self, target):
+    def budget_left(self, target: Target) -> float:
         if self.options.budget is None:
             return float("inf")
         return self.options.budget - self.spent.get(target.path, 0.0)
@@ -60,7 +70,7 @@ class Session:
         self.sandbox.close()
 
 
-def exercise_of(path):
+def exercise_of(path: str | os.PathLike[str]) -> str | None:
     """tests/test_ex04_sharding.py -> ex04_sharding, when the catalog knows it."""
     name = os.path.basename(str(path))
     if name.startswith("test_") and name.endswith(".py") and catalog.find(name[5:-3]):

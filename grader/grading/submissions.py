@@ -10,6 +10,7 @@ error that stops a batch: it is graded as all missing, with its reason.
 import os
 import re
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 MAX_DEPTH = 3  # folders below the submission's own that are searched
@@ -20,19 +21,19 @@ _SUFFIXES = re.compile(r"(\s*\(\d+\)|[\s_-]+copy(\s*\d+)?|[\s_-]+v\d+|[\s_-]+fin
 class Submission:
     name: str  # the folder's own name: the row's name in reports
     folder: str
-    files: tuple  # ((exercise id, path of the file graded for it), ...)
-    notes: tuple  # one line per file graded, and per file ignored
+    files: tuple[tuple[str, str], ...]  # ((exercise id, path of the file graded for it), ...)
+    notes: tuple[str, ...]  # one line per file graded, and per file ignored
     problem: str = ""  # why nothing in it could be graded
 
-    def describe(self):
+    def describe(self) -> str:
         return "\n".join(self.notes + ((self.problem,) if self.problem else ()))
 
 
-def normalize(folder, exercise_ids):
+def normalize(folder: str, exercise_ids: Sequence[str]) -> Submission:
     """The exercise files of `folder`, each matched to its exercise (exact names first, then
     names that differ only in case, spacing or a copy suffix, shallower folders first)."""
     name = os.path.basename(os.path.normpath(folder))
-    candidates = {}
+    candidates: dict[str, list] = {}
     for path, depth in _python_files(folder):
         exercise = _exercise_of(os.path.basename(path), exercise_ids)
         if exercise:
@@ -54,7 +55,7 @@ def normalize(folder, exercise_ids):
     return Submission(name, folder, tuple(files), tuple(notes), problem)
 
 
-def stage(submission, into):
+def stage(submission: Submission, into: str) -> str:
     """Copy the submission's exercise files into `into` under their exercise's name; returns it."""
     os.makedirs(into, exist_ok=True)
     for exercise, path in submission.files:

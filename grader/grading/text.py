@@ -9,6 +9,8 @@ can pass for one of the report's own ("ex04 ... passed"). A CSV cell that a spre
 as a formula is prefixed with `'` (OWASP's rule for CSV injection); numbers stay numbers.
 """
 
+from typing import Any, overload
+
 INDENT = "    "
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
@@ -17,12 +19,12 @@ def _escaped(char: str) -> str:
     return repr(char)[1:-1]
 
 
-def shown(text: str) -> str:
+def shown(text: object) -> str:
     """Every non-printable character escaped but newlines and tabs."""
     return "".join(c if c.isprintable() or c in "\n\t" else _escaped(c) for c in str(text))
 
 
-def one_line(text: str) -> str:
+def one_line(text: object) -> str:
     """Every non-printable character escaped, newlines and tabs included: a name, a note, a cell."""
     return "".join(c if c.isprintable() else _escaped(c) for c in str(text))
 
@@ -33,7 +35,11 @@ def continued(text: str, indent: str = INDENT) -> str:
     return "\n".join([first] + [indent + line for line in rest])
 
 
-def csv_cell(value):
+@overload
+def csv_cell(value: str) -> str: ...
+@overload
+def csv_cell(value: object) -> str | int | float | None: ...
+def csv_cell(value: object) -> str | int | float | None:
     """A value for the CSV summary: numbers as they are, text on one line and never a formula."""
     if value is None or isinstance(value, (bool, int, float)):
         return value
@@ -42,7 +48,7 @@ def csv_cell(value):
     return "'" + cell if raw.startswith(FORMULA_STARTS) or cell.startswith(FORMULA_STARTS) else cell
 
 
-def clean(data):
+def clean(data: Any) -> Any:
     """JSON-like data with every string's control characters escaped (newlines and tabs kept)."""
     if isinstance(data, str):
         return shown(data)

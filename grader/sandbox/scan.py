@@ -9,6 +9,7 @@ no score: exercises that legitimately use one of these tools are rare, and say w
 
 import ast
 import os
+from collections.abc import Iterable
 
 from grader.records import ReviewFlag
 
@@ -59,7 +60,7 @@ STRINGS = {
 }
 
 
-def folder(path, exercises):
+def folder(path: str, exercises: Iterable[str]) -> list[ReviewFlag]:
     """Flags for the exercise files of one submission folder (the files of `exercises` only)."""
     flags = []
     for exercise in exercises:
@@ -69,7 +70,7 @@ def folder(path, exercises):
     return flags
 
 
-def source(file):
+def source(file: str) -> list[ReviewFlag]:
     name = os.path.basename(file)
     try:
         if os.path.getsize(file) > MAX_BYTES:

@@ -17,6 +17,7 @@ reads as 10**8 of them when compared, outside every time-out), within a budget o
 import io
 import time
 import zipfile
+from typing import Any
 
 PLAIN_SCALARS = (bool, int, float, str, bytes, type(None))
 MAX_REPLY_BYTES = 256 * 2**20  # a reply larger than this is refused unread
@@ -30,7 +31,7 @@ class InvalidResult(Exception):
     """The observation is not plain data of the expected kind."""
 
 
-def encode(obj) -> bytes:
+def encode(obj: object) -> bytes:
     import torch
 
     buffer = io.BytesIO()
@@ -57,7 +58,7 @@ def _compact(obj, torch, done: dict):
     return result
 
 
-def storage_problem(tensor) -> str | None:
+def storage_problem(tensor: Any) -> str | None:
     """Why a dense tensor's storage is not exactly the tensor (None when it is): more bytes than
     its elements, or strides that repeat or skip elements."""
     numel, size = tensor.numel(), tensor.element_size()
@@ -73,7 +74,7 @@ def storage_problem(tensor) -> str | None:
     return None
 
 
-def decode(data: bytes):
+def decode(data: bytes) -> Any:
     """The reply's plain data; InvalidResult for anything else, however it was built."""
     if len(data) > MAX_REPLY_BYTES:
         raise InvalidResult(f"the result is larger than {MAX_REPLY_BYTES // 2**20} MB")
@@ -103,7 +104,8 @@ def _check_archive(data: bytes) -> None:
                                 "the worker writes stored entries only")
 
 
-def validate(obj, where="result", deadline=None, exact_storage=False) -> None:
+def validate(obj: object, where: str = "result", deadline: float | None = None,
+             exact_storage: bool = False) -> None:
     """Raise InvalidResult unless obj is a tree of exact plain types and dense tensors, within the
     budgets; with exact_storage (what came off the wire), each tensor also exactly its storage."""
     _Walk(deadline, exact_storage).walk(obj, where)
@@ -166,7 +168,7 @@ class _Walk:
             raise InvalidResult(f"the result's tensors hold more than {MAX_ELEMENTS:,} elements")
 
 
-def describe(value, limit: int = 200) -> str:
+def describe(value: object, limit: int = 200) -> str:
     """A short human description of an observation, for failure messages."""
     import torch
 

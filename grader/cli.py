@@ -5,11 +5,14 @@ usage error, 3 when the grader itself failed (an exercise it could not grade), a
 one line and never a traceback.
 """
 
+from __future__ import annotations
+
 import argparse
 import gc
 import os
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, NoReturn, TextIO
 
 from grader import KIT_ROOT, catalog
 from grader.grading import report, text, versions
@@ -17,8 +20,12 @@ from grader.grading.options import Options, resolve
 from grader.grading.shards import ShardError
 from grader.learner import state
 from grader.learner.commands import count, positive
-from grader.records import Status
+from grader.records import CheckResult, Status
 from grader.sandbox import forkservers
+
+if TYPE_CHECKING:
+    from grader.grading.batch import Staged
+    from grader.sandbox import Target
 
 
 class UsageError(Exception):
@@ -26,11 +33,11 @@ class UsageError(Exception):
 
 
 class Parser(argparse.ArgumentParser):
-    def error(self, message):
+    def error(self, message: str) -> NoReturn:
         raise UsageError(message)
 
 
-def build_parser():
+def build_parser() -> Parser:
     parser = Parser(prog="python -m grader", description="Grade the exercises of the kit.",
                     epilog="Other commands: list, hint EXERCISE, watch [EXERCISE], demo ex07|ex12 --nproc N, "
                            "dev check (python -m grader COMMAND --help).")
@@ -78,7 +85,7 @@ def build_parser():
     return parser
 
 
-def main(argv=None):
+def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] in command_names():
         return dispatch(argv[0], argv[1:])
@@ -97,11 +104,11 @@ def main(argv=None):
         return 130
 
 
-def command_names():
+def command_names() -> tuple[str, ...]:
     return ("list", "hint", "watch", "demo", "dev", "autograder", "release", "merge")
 
 
-def dispatch(name: str, argv):
+def dispatch(name: str, argv: Sequence[str]) -> int:
     if name == "demo":
         from grader.learner.demo import main as command
     elif name == "autograder":
@@ -122,7 +129,8 @@ def dispatch(name: str, argv):
         return 130
 
 
-def parse_exercises(names: Sequence[str], chapters=()):
+def parse_exercises(names: Sequence[str | int],
+                    chapters: Sequence[int] | None = ()) -> list[catalog.Exercise]:
     """The exercises named (ids, numbers, chapter names, --chapter numbers), in the catalog's order."""
     chosen: set[catalog.Exercise] = set()
     for name in list(names) + list(chapters or ()):
@@ -136,7 +144,7 @@ def parse_exercises(names: Sequence[str], chapters=()):
     return [e for e in catalog.EXERCISES if e in chosen] or list(catalog.EXERCISES)
 
 
-def parse_targets(args, staged):
+def parse_targets(args: argparse.Namespace, staged: Staged) -> list[Target]:
     """Stage every target named; a batch's malformed folders are graded as rows with their reason."""
     ids = [e.id for e in catalog.EXERCISES]
     names = list(args.target or [])
@@ -162,7 +170,7 @@ def parse_targets(args, staged):
     return staged.targets
 
 
-def run(args):
+def run(args: argparse.Namespace) -> int:
     from grader.grading.batch import Staged
 
     staged = Staged()
@@ -192,7 +200,7 @@ def read_seed_file(path: str, read_it: bool = True) -> int | None:
         raise UsageError(f"--seed-file {path}: holds no whole number")
 
 
-def grade(args, staged) -> int:
+def grade(args: argparse.Namespace, staged: Staged) -> int:
     if args.seed_file is not None:
         if args.seed is not None:
             raise UsageError("give --seed or --seed-file, not both")
@@ -285,7 +293,8 @@ def grade(args, staged) -> int:
     return 0
 
 
-def part_arguments(args, exercises, options):
+def part_arguments(args: argparse.Namespace, exercises: Sequence[catalog.Exercise],
+                   options: Options) -> list[str]:
     """The command line of one part of a batch graded by --jobs: everything but the targets."""
     secret = args.seed_file and options.seed == args.seed  # a release's own seed is no secret
     seed = ["--seed-file", os.path.abspath(args.seed_file)] if secret else ["--seed", str(options.seed)]
@@ -300,7 +309,7 @@ def part_arguments(args, exercises, options):
     return arguments
 
 
-def read_only_checks(path):
+def read_only_checks(path: str) -> dict[str, frozenset[str]]:
     """--only-checks: {submission folder name: [check name, ...]}, or a usage error."""
     import json
 
@@ -315,11 +324,11 @@ def read_only_checks(path):
     return {folder: frozenset(checks) for folder, checks in chosen.items()}
 
 
-def argv_is_ours():
+def argv_is_ours() -> bool:
     return bool(sys.argv) and sys.argv[0].endswith(("grader/__main__.py", "grader"))
 
 
-def strip_seed(text: str):
+def strip_seed(text: str) -> str:
     parts, out, skip = text.split(), [], False
     for part in parts:
         if skip:
@@ -345,7 +354,8 @@ class Progress:
     MARKS = {Status.PASSED: ".", Status.NOT_STARTED: "-", Status.MISSING: "m", Status.NOT_GRADED: "?"}
     LEGEND = "(a mark per check: . passed, F failed, - not started, m missing, ? not graded)"
 
-    def __init__(self, targets, exercises, stream=None) -> None:
+    def __init__(self, targets: Sequence[str], exercises: Sequence[catalog.Exercise],
+                 stream: TextIO | None = None) -> None:
         self.stream = stream or sys.stderr
         self.live = self.stream.isatty()
         self.order = [(target, exercise.id) for target in targets for exercise in exercises]
@@ -355,7 +365,7 @@ class Progress:
         self.written = 0
         self.current: tuple[str, str] | None = None
 
-    def record(self, record) -> None:
+    def record(self, record: CheckResult) -> None:
         key = (record.target, record.exercise)
         if not self.marks:
             self._write(self.LEGEND + "\n")

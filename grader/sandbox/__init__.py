@@ -32,14 +32,15 @@ import sysconfig
 import tempfile
 import time
 from dataclasses import dataclass
+from typing import Any
 
-from grader.records import Layer, Status
+from grader.records import Layer, Reply, Status
 from grader.sandbox import confinement as confine
 from grader.sandbox import identity, landlock, memory, namespaces, syscall_filter
 from grader.sandbox.containers import Containers, available_kind
 from grader.sandbox.containers import describe as describe_container
 from grader.sandbox.forkservers import ABSTRACT_ADDRESSES, adopt_orphans, kill_descendants
-from grader.sandbox.pools import Pools, WorkerFailure
+from grader.sandbox.pools import Pools, Ranks, WorkerFailure
 from grader.sandbox.worker import WorkerSpec
 
 OUTPUT_LIMIT = 8 * 2**20  # bytes a submission may print per call before writes fail
@@ -65,7 +66,7 @@ class Request:
     preload: str  # the fork server its workers come from
     probe_file: str
     probe_name: str
-    args: tuple
+    args: tuple[Any, ...]
     device: str
     world_size: int = 1
     trusted: bool = False
@@ -86,7 +87,7 @@ class _Prepared:
 class Call:
     """A request sent to its workers, whose replies are still to be read."""
 
-    def __init__(self, key, ranks, request, deadline) -> None:
+    def __init__(self, key: tuple, ranks: Ranks, request: Request, deadline: float) -> None:
         self.key = key
         self.ranks = ranks
         self.request = request
@@ -134,18 +135,18 @@ class Sandbox:
         return path
 
     @property
-    def layers(self):
+    def layers(self) -> list[Layer]:
         return layers(self.abi, self.switch_user, self.containers.kind, self.namespaces, self.seccomp)
 
     # --- running probes -----------------------------------------------------------------
 
-    def run(self, request):
+    def run(self, request: Request) -> list[Reply]:
         return self.finish(self.start(request))
 
-    def start(self, request):
+    def start(self, request: Request) -> Call:
         """Send the probe to the target's workers (starting them if need be); `finish` reads the replies."""
         prepared = None if request.trusted else self._prepare(request.target)
-        folder = self.reference_copy if request.trusted else prepared.copy
+        folder = self.reference_copy if prepared is None else prepared.copy
         module_file = os.path.join(folder, request.exercise + ".py")
         if not os.path.isfile(module_file):
             raise WorkerFailure(Status.MISSING, f"{request.exercise}.py is missing from {request.target.label}")
@@ -159,7 +160,7 @@ class Sandbox:
                     "probe_name": request.probe_name, "args": request.args, "device": request.device})
         return Call(key, ranks, request, time.monotonic() + limit)
 
-    def finish(self, call, retry=True):
+    def finish(self, call: Call, retry: bool = True) -> list[Reply]:
         try:
             replies = call.ranks.receive(call.deadline)
         except WorkerFailure:  # the ranks did not start
@@ -184,14 +185,14 @@ class Sandbox:
         return replies
 
     @staticmethod
-    def pool_key(request):
+    def pool_key(request: Request) -> tuple:
         """The reference's workers serve every exercise of their preload; a submission's, one exercise;
         each on one device (a CUDA worker is confined with the GPU's nodes, a CPU worker sees no GPU)."""
         if request.trusted:
             return ("reference", request.preload, request.world_size, request.device)
         return ("target", request.target.path, request.exercise, request.world_size, request.device)
 
-    def _spec(self, request, prepared, limit: int):
+    def _spec(self, request, prepared, limit: float):
         # A collective gives up at half the check's time (never under 5 s unless the time left is): a rank
         # stuck in one that other ranks never made then reports itself (its error, its collective
         # counts) before the check's deadline.
@@ -232,7 +233,7 @@ class Sandbox:
 
     # --- lifetimes ----------------------------------------------------------------------
 
-    def end_exercise(self, next_preload=None) -> None:
+    def end_exercise(self, next_preload: str | None = None) -> None:
         """Free the submissions' workers and kill whatever the submissions started meanwhile.
 
         The reference's workers serve every exercise of their preload, so those of the next
@@ -241,7 +242,7 @@ class Sandbox:
         for prepared in self.prepared.values():
             prepared.container.kill()
 
-    def release(self, target) -> None:
+    def release(self, target: Target | None) -> None:
         """Free one submission's workers and kill whatever it started (it is done for now)."""
         if target is None:
             return

@@ -34,7 +34,7 @@ class Container:
     """The processes of one submission."""
 
     kind = "none"
-    memory_limit = None  # bytes, where the submission has a memory cgroup of its own
+    memory_limit: int | None = None  # bytes, where the submission has a memory cgroup of its own
 
     def enter(self) -> None:
         """In the worker, still privileged, before anything untrusted runs."""
@@ -79,7 +79,7 @@ class CgroupContainer(Container):
 
     def __init__(self, path, memory_path=None) -> None:
         self.path = path
-        self.memory_path = None
+        self.memory_path: str | None = None
         os.mkdir(path)
         _write(os.path.join(path, "pids.max"), str(PROCESS_LIMIT))
         if memory_path:

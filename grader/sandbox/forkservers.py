@@ -17,6 +17,7 @@ import socket
 import sys
 import threading
 import types
+from collections.abc import Iterable
 from multiprocessing import connection, forkserver, popen_forkserver
 from multiprocessing import context as mp_context
 
@@ -59,7 +60,7 @@ class Server:
     from that one (the catalog's `base`) are still importing what they add.
     """
 
-    def __init__(self, kind) -> None:
+    def __init__(self, kind: str) -> None:
         self.kind = kind
         base = catalog.PRELOADS[kind].base
         if base and sys.version_info < (3, 14):  # 3.14's fork servers authenticate their clients
@@ -83,7 +84,7 @@ class Server:
         process.server_kind = self.kind
         return process
 
-    def launch(self, process, timeout):
+    def launch(self, process: multiprocessing.process.BaseProcess, timeout: float) -> None:
         """Start `process` through this server; ServerStuck if the server has not answered within
         `timeout` seconds (it is then killed, and the next launch starts a fresh one)."""
         failure = []
@@ -156,7 +157,7 @@ class ChainedForkServer(forkserver.ForkServer):
         super().__init__()
         self.base = base
         self.process = None
-        self.kind = None
+        self.kind: str | None = None
 
     def ensure_running(self):
         with self._lock:
@@ -255,18 +256,18 @@ def _connect_to_chosen_server(fds):
     return chosen.connect_to_new_process(fds) if chosen else _connect_to_default_server(fds)
 
 
-def depth(kind):
+def depth(kind: str) -> int:
     """How many servers a kind's server is forked through: the lower, the sooner it is ready."""
     return len(catalog.preload_chain(kind)) - 1
 
 
-def server(kind):
+def server(kind: str) -> Server:
     if kind not in _servers:
         _servers[kind] = Server(kind)
     return _servers[kind]
 
 
-def warm_up(kinds) -> None:
+def warm_up(kinds: Iterable[str]) -> None:
     """Start the fork servers now, so their imports overlap with the grader's own.
 
     A chained server starts from a thread: its base must finish importing first. In a small
@@ -285,7 +286,7 @@ def warm_up(kinds) -> None:
             chosen.start()
 
 
-def retire_lighter_than(kind) -> None:
+def retire_lighter_than(kind: str) -> None:
     """In a small box, stop the fork servers lighter than `kind` (the bases it was forked through among
     them): exercises are graded lightest first (see pytest_plugin), so none is asked for again, and
     each holds 30-70 MB that no other process shares. One asked for all the same starts afresh."""

@@ -15,7 +15,7 @@ WORKER_MB = {"torch": 30, "optim": 35, "transformers": 70, "data": 90}
 ROOMY = 2 * 2**30  # with this much memory or more, workers are not counted
 
 
-def worker_budget():
+def worker_budget() -> float | None:
     """MB the live workers may use together: unlimited (None) on a roomy machine; in a small box
     (Gradescope's default is 768 MB) what the grader and its fork servers leave, but never less
     than one comparison of 4 ranks of the lightest kind needs."""
@@ -25,7 +25,7 @@ def worker_budget():
     return max(8 * WORKER_MB["torch"], limit / 2**20 - GRADER_MB)
 
 
-def submission_limit():
+def submission_limit() -> int | None:
     """Bytes one submission's processes may use together, in its own memory cgroup: a quarter of a
     roomy machine (at most 4 GiB; the checks' models are tiny); None in a small box, where the box's
     own limit is the cap and `submission_share` tells whose a shortage was."""
@@ -35,7 +35,7 @@ def submission_limit():
     return int(min(4 * 2**30, limit / 4))
 
 
-def submission_share():
+def submission_share() -> int:
     """Bytes a submission may use before running short is its own doing: its limit on a roomy
     machine; in a small box, what the box leaves once the grader is counted (the reference's
     workers share the rest)."""
@@ -43,11 +43,11 @@ def submission_share():
     return limit if limit is not None else int((budget or 0) * 2**20)
 
 
-def worker_cost(preload, count: int = 1):
+def worker_cost(preload: str, count: int = 1) -> float:
     return WORKER_MB.get(preload, max(WORKER_MB.values())) * count
 
 
-def memory_limit():
+def memory_limit() -> int | None:
     """The memory this process's cgroup may use (v1 or v2), or the machine's, in bytes."""
     limits = []
     try:
@@ -84,7 +84,7 @@ def _numbers(path, key=None):
     return []
 
 
-def oom_kills():
+def oom_kills() -> int | None:
     """How many processes the kernel has killed for memory since boot (None where unknown)."""
     try:
         with open("/proc/vmstat") as handle:

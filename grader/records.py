@@ -279,7 +279,8 @@ class TargetResult:
 
 
 class CheckFailed(AssertionError):
-    def __init__(self, message, status=Status.FAILED, hint=None, details="") -> None:
+    def __init__(self, message: str, status: Status | str = Status.FAILED, hint: str | None = None,
+                 details: str = "") -> None:
         super().__init__(message)
         self.status = Status.parse(status)
         self.hint = hint
@@ -287,7 +288,7 @@ class CheckFailed(AssertionError):
 
 
 class Verdict(BaseException):
-    def __init__(self, status, message, details="") -> None:
+    def __init__(self, status: Status | str, message: str, details: str = "") -> None:
         super().__init__(message)
         self.status = Status.parse(status)
         self.details = details

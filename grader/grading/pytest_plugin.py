@@ -8,6 +8,7 @@ line).
 
 import gc
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -24,6 +25,8 @@ from grader.records import CheckFailed, Status, Verdict
 from grader.sandbox import missing as missing_layers
 from grader.sandbox.forkservers import depth
 
+SESSION = pytest.StashKey[Session]()  # the run's grading session, on pytest's config
+
 PHASES = [Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink]
 PROFILE: dict[str, Any] = dict(deadline=None, database=None, print_blob=False, report_multiple_bugs=False,
                                 phases=PHASES, suppress_health_check=list(HealthCheck))
@@ -36,7 +39,7 @@ for _name in ("fast", "thorough"):
                               phases=[Phase.explicit, Phase.generate])
 
 
-def pytest_addoption(parser) -> None:
+def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("grader")
     group.addoption("--target", action="append", default=None,
                     help="exercises (default), solutions, or a folder of exNN_*.py files; repeatable")
@@ -50,7 +53,7 @@ def pytest_addoption(parser) -> None:
                     help="refuse to run where the kernel lacks a layer of the sandbox (Landlock, a container)")
 
 
-def pytest_configure(config):
+def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "device_free: the check touches no tensors; it runs once, on the cpu")
     config.addinivalue_line("markers", "measured_in_worker(what): the verdict rests on what the worker reports "
                                        "about itself, not only on values the grader compares")
@@ -60,12 +63,12 @@ def pytest_configure(config):
     options = given[0].options if given else resolve(_options_from_command_line(config), KIT_ROOT)
     from hypothesis import core
 
-    core.global_force_seed = options.seed  # every run has a seed, printed, so any failure can be replayed
+    core.global_force_seed = options.seed  # type: ignore[assignment]  # every run has a seed, printed, so any failure can be replayed
     settings.load_profile(options.profile)
     if options.require_sandbox and missing_layers():
         raise pytest.UsageError("--require-sandbox: missing " + "; ".join(
             f"{layer.name} ({layer.detail})" for layer in missing_layers()))
-    config._grader_session = Session(options)
+    config.stash[SESSION] = Session(options)
 
 
 def _options_from_command_line(config: pytest.Config) -> Options:
@@ -92,12 +95,12 @@ def _options_from_command_line(config: pytest.Config) -> Options:
 class OptionsCarrier:
     """How `python -m grader` hands its Options to this plugin."""
 
-    def __init__(self, options) -> None:
+    def __init__(self, options: Options) -> None:
         self.options = options
 
 
-def pytest_report_header(config):
-    session = getattr(config, "_grader_session", None)
+def pytest_report_header(config: pytest.Config) -> str | None:
+    session = config.stash.get(SESSION, None)
     if session is None:
         return None
     targets = ", ".join(t.label for t in session.targets)
@@ -105,16 +108,16 @@ def pytest_report_header(config):
             f"replay with --hypothesis-seed={session.options.seed}")
 
 
-def pytest_unconfigure(config) -> None:
-    session = getattr(config, "_grader_session", None)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    session = config.stash.get(SESSION, None)
     if session is not None:
         session.close()
 
 
-def pytest_generate_tests(metafunc) -> None:
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "grade" not in metafunc.fixturenames:
         return
-    session = metafunc.config._grader_session
+    session = metafunc.config.stash[SESSION]
     device_free = metafunc.definition.get_closest_marker("device_free") is not None
     devices = ["cpu"] if device_free else session.devices
     cases = [(target, device) for target in session.targets for device in devices]
@@ -123,17 +126,18 @@ def pytest_generate_tests(metafunc) -> None:
     metafunc.parametrize("grade", cases, ids=ids, indirect=True)
 
 
-def pytest_collection_modifyitems(session, config, items) -> None:
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config,
+                                   items: list[pytest.Item]) -> None:
     """All of one exercise's checks together (workers are freed between exercises), and the
     exercises whose workers need less first: their fork server is ready sooner."""
-    grader_session = getattr(config, "_grader_session", None)
+    grader_session = config.stash.get(SESSION, None)
     if grader_session is not None and grader_session.options.only_checks:
         kept: list[pytest.Item] = []
         dropped: list[pytest.Item] = []
         for item in items:
             callspec = getattr(item, "callspec", None)
             chosen = callspec is None or "grade" not in callspec.params or \
-                grader_session.options.selects(callspec.params["grade"][0], item.originalname)
+                grader_session.options.selects(callspec.params["grade"][0], getattr(item, "originalname", item.name))
             (kept if chosen else dropped).append(item)
         if dropped:
             config.hook.pytest_deselected(items=dropped)
@@ -162,13 +166,13 @@ def _target_index(item):
     if callspec is None or "grade" not in callspec.params:
         return 0
     target, _ = callspec.params["grade"]
-    return item.config._grader_session.targets.index(target)
+    return item.config.stash[SESSION].targets.index(target)
 
 
 @pytest.fixture
 def grade(request):
     target, device = request.param
-    session = request.config._grader_session
+    session = request.config.stash[SESSION]
     exercise = exercise_of(request.node.path)
     if exercise is None:
         raise pytest.UsageError(f"{request.node.path.name} is not the check file of a catalog exercise")
@@ -187,7 +191,7 @@ def pytest_runtest_makereport(item, call):
     callspec = getattr(item, "callspec", None)
     if callspec is not None and "grade" in callspec.params:
         target, device = callspec.params["grade"]
-        report.grader_case = (target.label, exercise_of(item.path), item.originalname, device)
+        report.grader_case = (target.label, exercise_of(item.path), getattr(item, "originalname", item.name), device)
         report.grader_title = ((item.function.__doc__ or "").strip().splitlines() or [""])[0]
         marker = item.get_closest_marker("measured_in_worker")
         report.grader_evidence = f"measured inside the worker: {marker.args[0]}" if marker else "compared in the grader"
@@ -202,7 +206,7 @@ def pytest_runtest_makereport(item, call):
     error = call.excinfo.value
     status = getattr(error, "status", Status.FAILED)
     report.grader_status = status.name  # plain text on the report: pytest-xdist sends reports between processes
-    session = getattr(item.config, "_grader_session", None)
+    session = item.config.stash.get(SESSION, None)
     details = (session is not None and session.options.details) or getattr(item.config.option, "verbose", 0) >= 2
     printed = getattr(getattr(item, "funcargs", {}).get("grade"), "printed", "")
     report.grader_message = failure_message(error, details, printed)
@@ -212,7 +216,7 @@ def pytest_runtest_makereport(item, call):
         report.longrepr = report.grader_message if label == "failed" else f"{label}: {report.grader_message}"
 
 
-def failure_message(error, details=False, printed=""):
+def failure_message(error: BaseException, details: bool = False, printed: str = "") -> str:
     """The lines a learner reads: what went wrong, the hint, the input Hypothesis found.
 
     With `details`, the learner's traceback and what their code printed: a worker's own failure
@@ -235,7 +239,7 @@ def failure_message(error, details=False, printed=""):
     return shown("\n".join(lines))  # learner text: no raw escape sequences on anyone's terminal
 
 
-def smallest_input(notes):
+def smallest_input(notes: Sequence[str]) -> str:
     """Hypothesis's 'Falsifying example: test(...)' and 'Draw n (label): v' notes, in one line."""
     parts = []
     for note in notes:

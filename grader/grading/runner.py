@@ -17,7 +17,7 @@ import pytest
 from grader import KIT_ROOT
 from grader.catalog import Exercise
 from grader.grading.options import Options
-from grader.grading.pytest_plugin import OptionsCarrier
+from grader.grading.pytest_plugin import SESSION, OptionsCarrier
 from grader.records import CheckResult, ExerciseResult, Layer, ReviewFlag, Status, TargetResult
 from grader.sandbox import scan
 
@@ -25,7 +25,7 @@ from grader.sandbox import scan
 class Collector:
     """A pytest plugin that keeps one CheckResult per (target, exercise, check, device)."""
 
-    def __init__(self, progress=None) -> None:
+    def __init__(self, progress: Callable[[CheckResult], None] | None = None) -> None:
         self.records: list[CheckResult] = []
         self.progress = progress
         self.layers: list[Layer] = []
@@ -40,7 +40,7 @@ class Collector:
             self.broken.append((report.longreprtext.strip().splitlines() or ["?"])[-1])
 
     def pytest_sessionstart(self, session) -> None:
-        grading = getattr(session.config, "_grader_session", None)
+        grading = session.config.stash.get(SESSION, None)
         if grading is not None:
             self.layers = grading.sandbox.layers
 

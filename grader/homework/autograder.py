@@ -14,6 +14,7 @@ import os
 import random
 import stat
 import zipfile
+from collections.abc import Sequence
 
 from grader import KIT_ROOT, catalog
 from grader.grading import versions
@@ -70,7 +71,7 @@ exit 0
 """
 
 
-def main(argv) -> int:
+def main(argv: Sequence[str]) -> int:
     parser = command_parser("autograder", "Build a Gradescope autograder zip of the kit.")
     parser.add_argument("out", metavar="OUT.zip")
     parser.add_argument("--visibility", choices=VISIBILITIES, default="visible",

@@ -10,6 +10,7 @@ than those observations.
 import os
 import random
 import shutil
+from collections.abc import Sequence
 
 from grader import KIT_ROOT, catalog
 from grader.grading.recordings import FOLDER, Recordings
@@ -38,7 +39,7 @@ shrunk one. Your instructor's grader draws other inputs too.
 """
 
 
-def main(argv) -> int:
+def main(argv: Sequence[str]) -> int:
     parser = command_parser("release", "Make the student copy of the kit: no solutions, "
                                        "recorded reference observations.")
     parser.add_argument("out", metavar="OUT", help="a folder that does not exist yet")
@@ -65,7 +66,7 @@ def main(argv) -> int:
     return 0
 
 
-def copy_kit(out) -> None:
+def copy_kit(out: str) -> None:
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".*")
     shutil.copytree(os.path.join(KIT_ROOT, "grader"), os.path.join(out, "grader"), ignore=ignore)
     shutil.rmtree(os.path.join(out, FOLDER), ignore_errors=True)
@@ -80,7 +81,7 @@ def copy_kit(out) -> None:
         handle.write(STUDENT_README)
 
 
-def record(seed: int, profile):
+def record(seed: int, profile: str) -> Recordings:
     """Grade the references once with the release's seed and profile, keeping what they observed."""
     from grader.grading import runner
     from grader.grading.options import Options

@@ -11,7 +11,7 @@ from grader import KIT_ROOT, catalog
 from grader.learner import state
 
 
-def count(text: str):
+def count(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
@@ -21,7 +21,7 @@ def count(text: str):
     return value
 
 
-def positive(text: str):
+def positive(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
@@ -31,7 +31,7 @@ def positive(text: str):
     return value
 
 
-def list_exercises(argv) -> int:
+def list_exercises(argv: Sequence[str]) -> int:
     parser = command_parser("list", "Each chapter and its exercises: status of the last grade, points, devices.")
     parser.parse_args(argv)
     last = state.load().get("last", {})
@@ -56,7 +56,7 @@ def list_exercises(argv) -> int:
     return 0
 
 
-def hint(argv) -> int:
+def hint(argv: Sequence[str]) -> int:
     parser = command_parser("hint", "Show the next hint for an exercise, one at a time.")
     parser.add_argument("exercise")
     parser.add_argument("--all", action="store_true", help="show every hint at once")
@@ -77,7 +77,7 @@ def hint(argv) -> int:
     return 0
 
 
-def watch(argv) -> int:
+def watch(argv: Sequence[str]) -> int:
     parser = command_parser("watch", "Grade an exercise now, then again each time its file is saved (Ctrl-C to stop).")
     parser.add_argument("exercise", nargs="?", help="one exercise; every exercise file when omitted")
     parser.add_argument("--target", default="exercises", help="the folder to watch (default: exercises)")
@@ -118,7 +118,7 @@ def _mtime(path):
         return None
 
 
-def find(name: str):
+def find(name: str) -> catalog.Exercise:
     exercise = catalog.find(name)
     if exercise is None:
         raise SystemExit(_usage(catalog.unknown(name)))
@@ -135,7 +135,7 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(_usage(message))
 
 
-def command_parser(name: str, description: str):
+def command_parser(name: str, description: str) -> argparse.ArgumentParser:
     """A parser for `python -m grader NAME` whose errors are one line and exit 2."""
     return _Parser(prog=f"python -m grader {name}", description=description)
 

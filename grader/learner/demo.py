@@ -14,6 +14,7 @@ import random
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 
 from grader.grading.session import resolve_target
 from grader.learner.commands import command_parser
@@ -26,7 +27,7 @@ NEGATIVE = "bad awful poor sad nasty gloomy dark cold loud rude sour dirty".spli
 NEUTRAL = "the a movie film day food room it was is very quite rather so this that".split()
 
 
-def main(argv):
+def main(argv: Sequence[str]) -> int:
     parser = command_parser("demo", __doc__.splitlines()[0])
     parser.add_argument("exercise", choices=sorted(NEEDS), help="the exercise whose code the demo trains with")
     parser.add_argument("--nproc", type=int, default=2, help="number of processes (ranks), 1 to 8")
@@ -108,7 +109,7 @@ def _only_raises(function):
     return len(body) == 1 and isinstance(body[0], ast.Raise) and "NotImplementedError" in ast.dump(body[0])
 
 
-def sentences(count: int, seed: int = 0):
+def sentences(count: int, seed: int = 0) -> tuple[list[str], list[int]]:
     """Short sentences labelled 1 when positive words outnumber negative ones."""
     rng = random.Random(seed)
     texts, labels = [], []

@@ -7,13 +7,15 @@ but the progress display.
 import json
 import os
 import time
+from typing import Any
 
 from grader import KIT_ROOT
+from grader.records import TargetResult
 
 PATH = os.environ.get("GRADER_STATE") or os.path.join(KIT_ROOT, ".grader-state.json")
 
 
-def load():
+def load() -> dict[str, Any]:
     try:
         with open(PATH) as handle:
             data = json.load(handle)
@@ -22,7 +24,7 @@ def load():
         return {}
 
 
-def save(data) -> None:
+def save(data: dict[str, Any]) -> None:
     if os.path.exists(PATH) and not os.path.isfile(PATH):
         return  # GRADER_STATE=/dev/null keeps nothing (and a rename would put a file in its place)
     try:
@@ -34,7 +36,7 @@ def save(data) -> None:
         pass  # a read-only checkout still grades
 
 
-def remember_grade(result) -> None:
+def remember_grade(result: TargetResult) -> None:
     data = load()
     last = data.setdefault("last", {})
     for row in result.exercises:
@@ -43,7 +45,7 @@ def remember_grade(result) -> None:
     save(data)
 
 
-def next_hint(exercise_id, count: int):
+def next_hint(exercise_id: str, count: int) -> int:
     """The index of the hint to show now (cycling once all were shown), and remember it."""
     data = load()
     shown = data.setdefault("hints", {}).get(exercise_id, 0)

@@ -8,13 +8,19 @@ nothing the submission does can undo it. Where Landlock is missing, an audit hoo
 reference and writes outside the scratch dir: the last line, not a wall.
 """
 
+from __future__ import annotations
+
 import os
 import resource
 import signal
 import sys
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from grader.sandbox import identity, landlock, namespaces, syscall_filter
+
+if TYPE_CHECKING:
+    from grader.sandbox.containers import Container
 
 SYSTEM_READ = ("/usr", "/lib", "/lib32", "/lib64", "/bin", "/sbin", "/opt", "/proc", "/sys")
 # Of /etc, only what the C library, Python and the libraries a worker imports read: no accounts,
@@ -44,7 +50,7 @@ class Confinement:
     read: tuple  # folders and files it may read
     blocked: tuple  # what the audit-hook fallback refuses to read (the reference, other submissions)
     own: tuple  # inside `blocked` but its own: its copy and its scratch dir
-    container: object  # containers.Container
+    container: Container
     uid: int | None  # the submission's user, when the grader is root
     landlock: bool
     deny_tcp: bool  # no TCP at all (a single worker needs none; a process group needs gloo's)
@@ -56,7 +62,7 @@ class Confinement:
     seccomp: bool = False
 
 
-def apply(confinement) -> None:
+def apply(confinement: Confinement) -> None:
     """Put `confinement` on this process, for good."""
     confinement.container.enter()
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
@@ -83,7 +89,7 @@ def _gpu_nodes():
         + ("/dev/dri",)
 
 
-def scratch_environment(scratch):
+def scratch_environment(scratch: str) -> dict[str, str]:
     """Every cache and temporary folder a library might write to, inside the scratch dir."""
     folders = {name: scratch for name in ("HOME", "TMPDIR", "HF_HOME", "HF_DATASETS_CACHE", "XDG_CACHE_HOME",
                                           "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "MPLCONFIGDIR")}

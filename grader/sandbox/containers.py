@@ -51,7 +51,7 @@ class Container:
         or there is no cgroup to tell (see memory.py for the machine-wide fallback)."""
         return None
 
-    def pids(self):
+    def pids(self) -> list[int]:
         return []
 
     def kill(self, wait=0.0) -> bool:
@@ -127,7 +127,7 @@ class CgroupContainer(Container):
         except (OSError, ValueError):
             return None
 
-    def pids(self):
+    def pids(self) -> list[int]:
         try:
             with open(os.path.join(self.path, "cgroup.procs")) as handle:
                 return [pid for pid in map(int, handle.read().split()) if not _zombie(pid)]
@@ -150,7 +150,7 @@ class UidContainer(Container):
 
         resource.setrlimit(resource.RLIMIT_NPROC, (PROCESS_LIMIT, PROCESS_LIMIT))
 
-    def pids(self):
+    def pids(self) -> list[int]:
         found = []
         for name in os.listdir("/proc"):
             if name.isdigit():
@@ -164,7 +164,7 @@ class UidContainer(Container):
         return found
 
 
-def available_kind(can_switch_user):
+def available_kind(can_switch_user: bool) -> str:
     """The strongest kind of container this machine allows."""
     procs = os.path.join(CGROUP_PIDS, "cgroup.procs")
     if os.geteuid() == 0 and os.access(CGROUP_PIDS, os.W_OK) and os.path.exists(procs):
@@ -214,7 +214,7 @@ class Containers:
         _remove_folders(self.root, self.memory_root)
 
 
-def describe(kind):
+def describe(kind: str) -> str:
     memory_too = ", a memory cgroup of its own" if kind == "cgroup" and _own_memory_cgroup() else ""
     return {"cgroup": f"a pids cgroup per submission (at most {PROCESS_LIMIT} tasks){memory_too}, killed as one",
                 "uid": f"a uid per submission (RLIMIT_NPROC {PROCESS_LIMIT}), all its processes killed",

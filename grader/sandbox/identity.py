@@ -11,6 +11,7 @@ reachable by the worker's namespaces (`namespaces`), not by a capability.
 
 import ctypes
 import os
+from collections.abc import Iterable
 
 FIRST_UID = 1_000_000  # far above any account a machine has
 _PR_CAPBSET_DROP, _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 24, 47, 4
@@ -29,24 +30,24 @@ class _Data(ctypes.Structure):
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
-def available():
+def available() -> bool:
     return os.geteuid() == 0
 
 
-def uid_of(index):
+def uid_of(index: int) -> int:
     """Target `index` of this grader: graders running at once (--jobs) have distinct pids, so
     their submissions never share a uid."""
     return FIRST_UID + (os.getpid() * 1024 + index % 1024) % (2**31 - FIRST_UID)
 
 
-def reachable_by_others(paths):
+def reachable_by_others(paths: Iterable[str]) -> bool:
     """Whether a user other than the owner may reach every one of `paths` (o+x on each folder above)."""
     from grader.sandbox.namespaces import barrier
 
     return all(barrier(path) is None for path in paths)
 
 
-def drop_privileges(uid=None) -> None:
+def drop_privileges(uid: int | None = None) -> None:
     """Become `uid` (and its own gid) for good, if given, and give up every capability."""
     if os.geteuid() == 0:
         for capability in range(_last_capability() + 1):  # needs CAP_SETPCAP: while still root

@@ -54,7 +54,7 @@ def _call(number: int, *args):
     return result
 
 
-def abi_version():
+def abi_version() -> int:
     """The kernel's Landlock ABI (0 where Landlock is missing or disabled)."""
     try:
         return _call(_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(_VERSION_FLAG))

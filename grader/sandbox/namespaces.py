@@ -55,7 +55,7 @@ def disabled(layer) -> bool:
     return layer in os.environ.get(DISABLE, "").replace(" ", "").split(",")
 
 
-def available():
+def available() -> bool:
     """Whether this machine lets a root worker make namespaces of its own (tried once, in a child)."""
     global _available
     if _available is None:
@@ -145,7 +145,7 @@ def _make_reachable(readable) -> None:
                 os.close(fd)
 
 
-def barrier(path):
+def barrier(path: str) -> str | None:
     """The outermost folder above `path` that other users may not enter, or None."""
     path = os.path.abspath(path)
     parts = path.split(os.sep)[1:]

@@ -53,7 +53,7 @@ class Ranks:
         self.oom_mark = self._memory_mark()  # taken again when each request is sent
 
     @property
-    def alive(self):
+    def alive(self) -> bool:
         return bool(self.processes) and all(p.is_alive() for p in self.processes)
 
     def start(self, deadline):
@@ -110,7 +110,7 @@ class Ranks:
             except OSError:
                 pass
 
-    def receive(self, deadline):
+    def receive(self, deadline: float) -> list[Reply]:
         """One reply per rank; a missing rank is reported as crashed or timed out."""
         try:
             starting = time.monotonic()
@@ -269,7 +269,7 @@ def run_delay(pid: int | str = "self") -> float:
 
 
 class WorkerFailure(Exception):
-    def __init__(self, status, message) -> None:
+    def __init__(self, status: Status, message: str) -> None:
         super().__init__(message)
         self.status = status
 
@@ -318,7 +318,7 @@ class Pools:
                 ranks.stop()
                 self.stopped.append(ranks)
 
-    def discard(self, key) -> None:
+    def discard(self, key: tuple) -> None:
         ranks = self.ranks.pop(key, None)
         if ranks is not None:
             ranks.kill()

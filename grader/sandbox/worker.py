@@ -68,7 +68,7 @@ class Context:
 
 
 class TargetImportError(Exception):
-    def __init__(self, message, cause="none") -> None:
+    def __init__(self, message: str, cause: str = "none") -> None:
         super().__init__(message)
         self.cause = cause
 

@@ -17,6 +17,8 @@ grading process for its word lists alone.
 
 import contextlib
 import sys
+from collections.abc import Sequence
+from typing import Any
 
 # The tokenizer's words: no j, k, q, x or z in any of them, so a word holding one of those
 # letters is a single [UNK] token; a made-up word of known letters splits into known word pieces.
@@ -69,7 +71,8 @@ def build_tokenizer(kind="bert", model_max_length=16, padding_side="right"):
                    unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]")
 
 
-def build_image_processor(height, width: int, image_mean, image_std, resample=2, do_rescale=True, do_normalize=True):
+def build_image_processor(height: int, width: int, image_mean: Sequence[float], image_std: Sequence[float],
+                          resample: int = 2, do_rescale: bool = True, do_normalize: bool = True) -> Any:
     """A ViTImageProcessor that resizes every image to (height, width), then rescales and normalises as told.
 
     `resample` is a PIL resampling filter number (0 nearest, 2 bilinear, 3 bicubic). With neither
@@ -82,7 +85,8 @@ def build_image_processor(height, width: int, image_mean, image_std, resample=2,
                              image_std=list(image_std))
 
 
-def build_feature_extractor(sampling_rate, do_normalize=True, return_attention_mask=False, padding_value=0.0):
+def build_feature_extractor(sampling_rate: int, do_normalize: bool = True, return_attention_mask: bool = False,
+                            padding_value: float = 0.0) -> Any:
     """A mono Wav2Vec2FeatureExtractor: it raises when told another sampling rate than its own."""
     from transformers import Wav2Vec2FeatureExtractor
 
@@ -140,7 +144,7 @@ def tokenizer_calls(tokenizer):
         sys.setprofile(previous)
 
 
-def record_calls(obj, method="__call__"):
+def record_calls(obj: Any, method: str = "__call__") -> list[dict[str, Any]]:
     """Log every call of obj's `method` (its class becomes a same-named subclass); returns the log.
 
     Each entry, a dict: `first`, the kind of the first argument ("str", "list of 3", "Image",

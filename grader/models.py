@@ -19,6 +19,7 @@ process for `ARCHITECTURES` alone.
 import os
 import shutil
 import tempfile
+from typing import Any
 
 ARCHITECTURES = ("distilbert", "bert", "roberta", "albert", "gpt2")
 # The attribute that holds the body (`base_model_prefix`): the prefix of its weights in a checkpoint.
@@ -30,7 +31,8 @@ VOCAB_SIZE = 100
 DTYPES = ("float32", "bfloat16", "float16")
 
 
-def tiny_config(architecture, hidden=32, layers=1, vocab_size: int = VOCAB_SIZE, **extra):
+def tiny_config(architecture: str, hidden: int = 32, layers: int = 1, vocab_size: int = VOCAB_SIZE,
+                **extra: Any) -> Any:
     """A PretrainedConfig of `architecture`, tiny; `extra` overrides any field (num_labels=3, ...)."""
     from transformers import AutoConfig
 
@@ -59,7 +61,7 @@ def tiny_config(architecture, hidden=32, layers=1, vocab_size: int = VOCAB_SIZE,
     return AutoConfig.for_model(architecture, **fields)
 
 
-def pretraining_class(architecture):
+def pretraining_class(architecture: str) -> Any:
     """The model class a checkpoint of `architecture` is saved as (its pretraining head)."""
     from transformers import AutoModelForCausalLM, AutoModelForMaskedLM
 
@@ -113,7 +115,7 @@ def build_checkpoint(folder: str, architecture: str, seed: int = 0, hidden: int 
     return path
 
 
-def saved_base_weights(path):
+def saved_base_weights(path: str) -> dict[str, Any]:
     """The body's weights as saved in the checkpoint at `path`: {name inside the body: tensor}.
 
     Names are relative to the base model (`embeddings.word_embeddings.weight`, not
@@ -133,6 +135,6 @@ def saved_base_weights(path):
     return {key[len(prefix):]: value for key, value in weights.items() if key.startswith(prefix)}
 
 
-def base_weights(model):
+def base_weights(model: Any) -> dict[str, Any]:
     """{name inside the body: a CPU copy} of a loaded model's body (`model.base_model`)."""
     return {name: value.detach().cpu().clone() for name, value in model.base_model.state_dict().items()}

@@ -8,7 +8,7 @@ line).
 
 import gc
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -170,7 +170,7 @@ def _target_index(item):
 
 
 @pytest.fixture
-def grade(request):
+def grade(request: pytest.FixtureRequest) -> Iterator[Grade]:
     target, device = request.param
     session = request.config.stash[SESSION]
     exercise = exercise_of(request.node.path)

@@ -32,19 +32,19 @@ class Collector:
         self.interrupted = False  # by Ctrl-C (pytest says "interrupted" for a broken collection too)
         self.broken: list[str] = []  # why a check file could not be collected
 
-    def pytest_keyboard_interrupt(self, excinfo) -> None:
+    def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo[BaseException]) -> None:
         self.interrupted = True
 
-    def pytest_collectreport(self, report) -> None:
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         if report.failed:
             self.broken.append((report.longreprtext.strip().splitlines() or ["?"])[-1])
 
-    def pytest_sessionstart(self, session) -> None:
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
         grading = session.config.stash.get(SESSION, None)
         if grading is not None:
             self.layers = grading.sandbox.layers
 
-    def pytest_runtest_logreport(self, report) -> None:
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         case = getattr(report, "grader_case", None)
         status = getattr(report, "grader_status", None)  # the plugin's (pytest_runtest_makereport)
         if case is None or status is None:

@@ -61,7 +61,7 @@ def main(argv: Sequence[str]) -> int:
         return subprocess.run(command, env=env).returncode
 
 
-def unsolved(folder, modules):
+def unsolved(folder: str, modules: Sequence[str]) -> list[tuple[str, str]]:
     """[(module, why)] for files that are missing, do not parse, or still only raise NotImplementedError."""
     found = []
     for name in modules:
@@ -80,7 +80,7 @@ def unsolved(folder, modules):
     return found
 
 
-def last_grades(target, modules):
+def last_grades(target: str, modules: Sequence[str]) -> list[str]:
     """A line for each module whose last grade (kept for exercises/ only) was short of full marks."""
     if target != "exercises":
         return []
@@ -123,7 +123,7 @@ def sentences(count: int, seed: int = 0) -> tuple[list[str], list[int]]:
     return texts, labels
 
 
-def build_assets(folder, size: int = 256) -> None:
+def build_assets(folder: str, size: int = 256) -> None:
     from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 

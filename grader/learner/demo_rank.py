@@ -9,12 +9,13 @@ shard_indices orders each epoch and the learner's data_parallel_step trains.
 import argparse
 import importlib.util
 import os
+import types
 
 import torch
 import torch.distributed as dist
 
 
-def load(folder, name: str):
+def load(folder: str, name: str) -> types.ModuleType:
     spec = importlib.util.spec_from_file_location(name, os.path.join(folder, name + ".py"))
     module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
     spec.loader.exec_module(module)  # type: ignore[union-attr]

@@ -31,6 +31,7 @@ import sys
 import sysconfig
 import tempfile
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -97,7 +98,8 @@ class Call:
 
 
 class Sandbox:
-    def __init__(self, reference, readable, memory_limit=MEMORY_LIMIT, budget_mb=None) -> None:
+    def __init__(self, reference: str, readable: Iterable[str], memory_limit: int = MEMORY_LIMIT,
+                 budget_mb: float | None = None) -> None:
         """`reference`: the folder of reference solutions; `readable`: what every worker must read
         besides the interpreter (the grader package, the check files)."""
         adopt_orphans()
@@ -267,7 +269,8 @@ def _looks_stuck(replies):
         any(len({c.get(name, 0) for c in counts}) > 1 for name in {n for c in counts for n in c})
 
 
-def layers(abi=None, switch_user=None, container=None, own_namespaces=None, seccomp=None):
+def layers(abi: int | None = None, switch_user: bool | None = None, container: str | None = None,
+           own_namespaces: bool | None = None, seccomp: bool | None = None) -> list[Layer]:
     """The sandbox's layers on this machine, each active or not, as the report names them."""
     abi = (0 if namespaces.disabled("landlock") else landlock.abi_version()) if abi is None else abi
     own_namespaces = namespaces.available() if own_namespaces is None else own_namespaces

@@ -39,11 +39,11 @@ class Container:
     def enter(self) -> None:
         """In the worker, still privileged, before anything untrusted runs."""
 
-    def memory_mark(self):
+    def memory_mark(self) -> int | None:
         """Where its memory accounting stands before a call (None: no cgroup of its own)."""
         return None
 
-    def ran_out_of_memory(self, mark):
+    def ran_out_of_memory(self, mark: int | None) -> bool | None:
         """After a call that lost a worker: True when the kernel killed one of its processes for
         memory and that was its own doing (it hit its own limit, or used more than its share of a
         small box); False when it was killed while using no more than its share (the machine's or
@@ -54,7 +54,7 @@ class Container:
     def pids(self) -> list[int]:
         return []
 
-    def kill(self, wait=0.0) -> bool:
+    def kill(self, wait: float = 0.0) -> bool:
         """SIGKILL everything inside, again and again for up to `wait` s until nothing is left;
         True when it is empty."""
         deadline = time.monotonic() + wait
@@ -175,7 +175,7 @@ def available_kind(can_switch_user: bool) -> str:
 class Containers:
     """The session's containers: which kind the machine allows, and one per submission."""
 
-    def __init__(self, can_switch_user) -> None:
+    def __init__(self, can_switch_user: bool) -> None:
         self.root = self.memory_root = None
         self.kind = available_kind(can_switch_user)
         self.made: list = []

@@ -15,6 +15,7 @@ import secrets
 import signal
 import time
 import uuid
+from typing import Any
 
 from grader.records import WORKER_CAUSES, WORKER_STATUSES, Cause, Reply, Status
 from grader.sandbox import memory, worker
@@ -86,7 +87,7 @@ class Ranks:
             self.connections.append(parent)
         self.start_deadline = deadline
 
-    def wait_ready(self):
+    def wait_ready(self) -> None:
         """Raise WorkerFailure unless every rank started (and joined its group)."""
         if self.ready:
             return
@@ -97,7 +98,7 @@ class Ranks:
             raise WorkerFailure(Status.NOT_GRADED, "the worker did not start: " + bad[0].message)
         self.ready = True
 
-    def send(self, request) -> None:
+    def send(self, request: dict[str, Any]) -> None:
         self.token = secrets.token_hex(16)  # echoed by the worker's own loop: a forged reply lacks it
         request = dict(request, token=self.token)
         self.busy = True
@@ -282,13 +283,13 @@ class Pools:
     recently, among those not in the middle of a call.
     """
 
-    def __init__(self, logdir, budget_mb=None) -> None:
+    def __init__(self, logdir: str, budget_mb: float | None = None) -> None:
         self.logdir = logdir
         self.budget_mb = budget_mb
         self.ranks: dict = {}  # in order of last use
         self.stopped: list = []
 
-    def get(self, key, spec, world_size: int, start_timeout):
+    def get(self, key: tuple, spec: worker.WorkerSpec, world_size: int, start_timeout: float) -> Ranks:
         ranks = self.ranks.pop(key, None)
         if ranks is not None and not ranks.alive:
             ranks.kill()

@@ -40,7 +40,7 @@ class Parser(argparse.ArgumentParser):
 def build_parser() -> Parser:
     parser = Parser(prog="python -m grader", description="Grade the exercises of the kit.",
                     epilog="Other commands: list, hint EXERCISE, watch [EXERCISE], demo ex07|ex12 --nproc N, "
-                           "dev check (python -m grader COMMAND --help).")
+                           "merge SHARD.json ..., dev check (python -m grader COMMAND --help).")
     parser.add_argument("exercises", nargs="*", metavar="EXERCISE",
                         help="exercise ids or numbers (ex04, 4, ex04_sharding) or chapters (chapter1); all when none")
     parser.add_argument("--chapter", type=int, action="append", metavar="N",

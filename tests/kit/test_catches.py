@@ -23,6 +23,7 @@ from tests.kit.harness import checks_of, failed_checks, grade_submissions
 CATCHES = {exercise.id: catching.load(exercise.id) for exercise in catalog.EXERCISES}
 GPU = any(wrong.on_a_gpu for catches in CATCHES.values() for wrong in catches.wrong) and cuda_present()
 NO_GPU = pytest.mark.skipif(not GPU, reason="a mistake only a GPU shows: there is no GPU here")
+QUICK = ("ex04_sharding",)  # graded in the quick tier too (pytest tests/kit -m "not slow"): a few seconds
 
 
 def _cases(kind):
@@ -30,6 +31,8 @@ def _cases(kind):
     for exercise, catches in CATCHES.items():
         for entry in getattr(catches, kind):
             marks = [pytest.mark.xdist_group(exercise)]  # one worker grades an exercise's catches (--dist loadgroup)
+            if exercise not in QUICK:
+                marks.append(pytest.mark.slow)
             if getattr(entry, "on_a_gpu", False):
                 marks.append(NO_GPU)
             cases.append(pytest.param(exercise, entry, id=f"{exercise}-{entry.name}", marks=marks))

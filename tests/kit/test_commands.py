@@ -8,6 +8,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from tests.kit.harness import KIT_ROOT, grade_submissions, grader, mutate
 
 
@@ -44,6 +46,7 @@ def test_commands_reject_bad_input_with_one_line():
     assert "did you mean ex04 (ex04_sharding)?" in grader("hint", "ex4").stderr
 
 
+@pytest.mark.slow
 def test_watch_grades_when_it_starts_and_again_when_the_file_is_saved(tmp_path):
     folder = tmp_path / "mine"
     folder.mkdir()
@@ -73,6 +76,7 @@ def test_watch_grades_when_it_starts_and_again_when_the_file_is_saved(tmp_path):
         process.wait()
 
 
+@pytest.mark.slow
 def test_failure_messages_teach(tmp_path):
     """Known-wrong code: the targeted hint, the failing input, the learner's frame, no grader traceback."""
     wrong = {
@@ -94,6 +98,7 @@ def test_failure_messages_teach(tmp_path):
         assert "Traceback" not in message and "grader/" not in message
 
 
+@pytest.mark.slow
 def test_demo_trains_across_two_processes_with_the_learners_code():
     done = subprocess.run([sys.executable, "-m", "grader", "demo", "ex07", "--nproc", "2", "--steps", "20",
                            "--target", "solutions"], cwd=KIT_ROOT, capture_output=True, text=True, timeout=600)
@@ -107,6 +112,7 @@ def test_demo_trains_across_two_processes_with_the_learners_code():
     assert last < first * 0.8, summary
 
 
+@pytest.mark.slow
 def test_accelerate_demo_trains_with_the_learners_pipeline_loop_and_metric():
     done = subprocess.run([sys.executable, "-m", "grader", "demo", "ex12", "--nproc", "2", "--epochs", "3",
                            "--target", "solutions"], cwd=KIT_ROOT, capture_output=True, text=True, timeout=600)

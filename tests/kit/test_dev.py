@@ -101,6 +101,7 @@ def test_dev_check_names_each_fault_in_the_files_the_catalog_and_the_readme(tmp_
     assert done.stdout.strip().endswith("dev check: 5 problems")
 
 
+@pytest.mark.slow
 def test_dev_check_grades_references_and_stubs(tmp_path):
     """A stub that passes is a fault: the shipped stubs must all be 'not started'."""
     kit = kit_copy(tmp_path / "kit")

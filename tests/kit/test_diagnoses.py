@@ -9,6 +9,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from tests.kit.harness import KIT_ROOT, SEED, failed_checks, grade_submissions
 
 ONLY_RANK_0_REDUCES = '''
@@ -56,6 +58,7 @@ def shard_batch(batch, rank, world_size):
 '''
 
 
+@pytest.mark.slow
 def test_a_collective_only_some_ranks_made_is_named_with_each_ranks_count(tmp_path):
     """Rank 0 waits in all_reduce for ranks that never come: the check says so, not only 'timed out'."""
     results = grade_submissions(tmp_path, "ex05_gradient_averaging", {"rank0": ONLY_RANK_0_REDUCES},
@@ -73,6 +76,7 @@ def test_a_collective_only_some_ranks_made_is_named_with_each_ranks_count(tmp_pa
         assert check["seconds"] < 10, check  # the collective gives up first, and ends the check at once
 
 
+@pytest.mark.slow
 def test_verbose_shows_what_the_code_printed_beside_a_wrong_value(tmp_path):
     results = grade_submissions(tmp_path, "ex04_sharding", {"prints": PRINTS_AND_DEALS_CONTIGUOUSLY}, "-v",
                                 profile="fast")

@@ -128,6 +128,7 @@ def test_every_report_names_the_versions_it_graded_with(tmp_path):
     assert "versions differ" not in done.stdout
 
 
+@pytest.mark.slow
 def test_grading_on_other_versions_than_the_zip_pinned_says_so(bundle, tmp_path):
     root = tmp_path / "autograder"
     for folder in ("source", "submission", "results"):

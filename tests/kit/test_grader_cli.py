@@ -93,6 +93,7 @@ def test_terminal_report_has_a_row_per_exercise_and_the_total(graded):
     assert f"--seed {SEED}" in out
 
 
+@pytest.mark.slow
 def test_a_chapter_is_graded_as_one_assignment_of_100_points(stubs, tmp_path):
     """`python -m grader chapter2` (or --chapter 2) grades that chapter's exercises, out of 100."""
     chapter = catalog.find_chapter(2)
@@ -117,6 +118,7 @@ def test_gradescope_results_follow_the_schema(tmp_path):
         assert {"name", "number", "score", "max_score", "status", "output", "visibility"} <= set(test)
 
 
+@pytest.mark.slow
 def test_fail_under_exits_one_below_the_score(stubs):
     done = grader("ex04", "--target", stubs, "--fail-under", "1", "-q", "--seed", SEED)
     assert done.returncode == 1
@@ -173,6 +175,7 @@ def test_cuda_without_a_gpu_is_a_usage_error():
         assert "no CUDA device" in _usage_error("--device", "cuda")
 
 
+@pytest.mark.slow
 def test_pytest_runs_the_same_checks_on_one_exercise(stubs):
     command = [sys.executable, "-m", "pytest", "tests/test_ex04_sharding.py", "-q", "-p", "no:cacheprovider"]
     done = subprocess.run(command + ["--target", "solutions"], cwd=KIT_ROOT, capture_output=True, text=True)

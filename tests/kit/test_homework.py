@@ -16,6 +16,8 @@ from grader import catalog
 from tests.kit.harness import KIT_ROOT, SEED, grader, mutate, reference_source
 from tests.kit.stubs import stub_source
 
+pytestmark = pytest.mark.slow  # releases, bundles and batches built and graded end to end: minutes
+
 ENV = dict(os.environ, HF_HUB_OFFLINE="1", GRADER_STATE=os.devnull)
 ALL = sorted(f[:-3] for f in os.listdir(os.path.join(KIT_ROOT, "solutions")) if f.startswith("ex"))
 

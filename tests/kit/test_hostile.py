@@ -13,6 +13,8 @@ import pytest
 
 from tests.kit.harness import KIT_ROOT, SEED, failed_checks, grade_submissions, mutate
 
+pytestmark = pytest.mark.slow  # hostile submissions graded whole: a minute and more
+
 EX = "ex04_sharding"
 INDICES = "test_shard_indices_match_distributed_sampler"
 COVER = "test_shards_are_equal_sized_and_cover_the_data"

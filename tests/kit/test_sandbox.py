@@ -288,6 +288,7 @@ def average_gradients(replica_grads):  # right values, but written into the firs
 '''
 
 
+@pytest.mark.slow
 def test_a_patched_encoder_does_not_hide_an_in_place_bug(tmp_path):
     results = grade_submissions(tmp_path, "ex05_gradient_averaging", {"forger": FORGES_IN_PLACE}, profile="fast")
     assert "test_average_gradients_leaves_its_inputs_alone" in failed_checks(results["forger"])
@@ -380,6 +381,7 @@ def test_signals_to_the_grader_its_fork_servers_and_reference_workers_are_refuse
     assert seconds < 200
 
 
+@pytest.mark.slow
 @needs_landlock
 @pytest.mark.parametrize("without", ["", "namespaces"])
 def test_a_client_that_blocks_a_fork_server_cannot_connect(tmp_path, without):
@@ -413,6 +415,7 @@ time.sleep(1)
 ''' + WRONG, at_import="import time\n")
 
 
+@pytest.mark.slow
 def test_processes_that_hop_to_new_pids_die_before_the_report(tmp_path):
     done, data, mark, _ = _grade_marked(tmp_path, {EX: HOPS}, "ex04")
     assert done.returncode == 0, done.stderr[-2000:]
@@ -438,6 +441,7 @@ def _processes_with(mark):
 
 # --- a batch of strangers ------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_a_submission_cannot_touch_a_classmate(tmp_path):
     victim = tmp_path / "submissions" / "b_victim"
     sabotage = f"""
@@ -522,6 +526,7 @@ def test_the_static_scan_reads_without_running(tmp_path):
     assert len(reasons) == 3 and "gc" in reasons[0] and "frames" in reasons[1] and "/proc" in reasons[2]
 
 
+@pytest.mark.slow
 def test_require_sandbox_grades_where_the_layers_are_present():
     if sandbox.missing():
         pytest.skip("this machine lacks a layer")
@@ -574,6 +579,7 @@ def test_checks_that_rest_on_the_workers_own_account_say_so(attacked):
     assert evidence["test_shard_indices_leave_the_global_random_stream_alone"].startswith("measured inside the worker")
 
 
+@pytest.mark.slow
 def test_control_characters_in_learner_text_never_reach_the_terminal_raw(tmp_path):
     folder = tmp_path / "submission"
     folder.mkdir()
@@ -811,6 +817,7 @@ def all_reduce_gradients(model: torch.nn.Module) -> None:
 '''))
 
 
+@pytest.mark.slow
 @needs_landlock
 @pytest.mark.parametrize("without", ["", "namespaces"])
 def test_a_process_group_reaches_no_listener_but_its_own(tmp_path, without):
@@ -840,6 +847,7 @@ while True:
     hoard.append(bytearray(64 << 20))  # zero-filled: every page touched''')
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(os.geteuid() != 0 or "memory cgroup" not in sandbox.containers.describe("cgroup"),
                     reason="needs root and a writable memory cgroup")
 def test_memory_a_submission_exhausts_is_its_own_failure(tmp_path):
@@ -869,6 +877,7 @@ def test_a_reference_that_fails_once_is_run_again_alone(tmp_path):
     assert data["not_graded"] == [] and data["score"] == data["max_score"] == 15, failed_checks(data["exercises"][0])
 
 
+@pytest.mark.slow
 def test_two_graders_at_once_a_hostile_classmate_changes_nothing(tmp_path):
     """Two graders on one machine: one grades a submission that hunts loopback listeners (a
     reference's gloo group, the other grader's groups) and exhausts its memory; the other grades
@@ -930,6 +939,7 @@ raise PermissionError(f"read {len(found)} command lines and environments: " + re
                       + f"; seed file read: {read_seed_file}")''')
 
 
+@pytest.mark.slow
 def test_in_the_gradescope_layout_the_seed_is_out_of_reach(tmp_path):
     """The bundle as Gradescope runs it (run_autograder as root): the submission reads every command
     line and environment it can, and looks for the seed file; the seed is in none of them."""

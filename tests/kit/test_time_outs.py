@@ -18,6 +18,8 @@ import pytest
 
 from tests.kit.harness import KIT_ROOT, SEED, failed_checks, mutate
 
+pytestmark = pytest.mark.slow  # a genuine hang and a fifth of a core: minutes
+
 CPU_CGROUP = "/sys/fs/cgroup/cpu"
 needs_a_cpu_cgroup = pytest.mark.skipif(os.geteuid() != 0 or not os.access(CPU_CGROUP, os.W_OK),
                                         reason="needs root and a writable cpu cgroup (v1)")

@@ -8,7 +8,6 @@ import os
 import re
 import shutil
 import stat
-
 import subprocess
 import sys
 

@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from grader.checks import expect_close, expect_equal, expect_type
-from grader.sandbox.wire import InvalidResult, decode, encode
 from grader.grading.outcomes import CheckFailed
+from grader.sandbox.wire import InvalidResult, decode, encode
 
 
 class AlwaysEqual(list):

@@ -146,7 +146,13 @@ def _start(tmp_path, source, *args):
     command = [sys.executable, "-m", "grader", EX, "--target", str(folder), "--seed", SEED, "--profile", "fast",
                "-q", *args]
     return subprocess.Popen(command, cwd=KIT_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True), mark
+                            text=True, preexec_fn=_ctrl_c_as_in_a_terminal), mark
+
+
+def _ctrl_c_as_in_a_terminal():
+    """The grader starts with Ctrl-C's default action, as from a terminal, whatever the suite was started
+    from: a job started in the background (nohup, `&` in a script) ignores SIGINT, and so would the grader."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def test_no_process_outlives_the_grader_even_one_in_a_new_session(tmp_path):

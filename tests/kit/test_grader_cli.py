@@ -164,6 +164,37 @@ def test_gradescope_with_several_targets_is_a_usage_error(tmp_path):
                                           "--gradescope", str(tmp_path / "r.json"))
 
 
+def test_only_checks_grades_the_named_checks_and_reports_no_other(tmp_path):
+    """--only-checks: a folder named in the file is graded on those checks alone, and the checks left
+    out are absent from its report (never counted as passed); a folder not named is graded whole."""
+    from tests.kit.harness import mutate
+
+    split = "torch.tensor_split(batch, world_size, dim=0)[rank]"
+    for name, source in {"strided": mutate("ex04_sharding", (split, "batch[rank::world_size]")),
+                         "whole": mutate("ex04_sharding")}.items():
+        (tmp_path / "subs" / name).mkdir(parents=True)
+        (tmp_path / "subs" / name / "ex04_sharding.py").write_text(source)
+    chosen = tmp_path / "only.json"
+    chosen.write_text(json.dumps({"strided": ["test_shard_batch_matches_tensor_split"]}))
+    report = tmp_path / "report.json"
+    done = grader("ex04", "--submissions", str(tmp_path / "subs"), "--only-checks", str(chosen), "--json",
+                  str(report), "--seed", SEED, "--profile", "fast", "--device", "cpu", "-q")
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = {os.path.basename(r["target"]): r for r in json.loads(report.read_text())["submissions"]}
+    graded = {name: [(c["name"], c["status"]) for e in row["exercises"] for c in e["checks"]]
+              for name, row in rows.items()}
+    assert graded["strided"] == [("test_shard_batch_matches_tensor_split", "failed")], graded
+    assert len(graded["whole"]) > 1 and all(status == "passed" for _, status in graded["whole"]), graded
+    assert rows["strided"]["score"] < rows["strided"]["max_score"], rows["strided"]
+
+
+def test_only_checks_that_cannot_be_read_is_a_usage_error(tmp_path):
+    assert "--only-checks" in _usage_error("ex04", "--only-checks", str(tmp_path / "absent.json"))
+    malformed = tmp_path / "malformed.json"
+    malformed.write_text('{"a": "test_x"}')
+    assert "expected" in _usage_error("ex04", "--only-checks", str(malformed))
+
+
 def test_cuda_without_a_gpu_is_a_usage_error():
     from grader.devices import cuda_present
 

@@ -563,7 +563,7 @@ def grade(args):
     from grader.grading import runner
     from grader.grading.options import Options
     from grader.grading.session import resolve_target
-    from grader.grading.status import Status
+    from grader.records import Status
 
     chosen = args.devices
     seed = args.seed if args.seed is not None else random.randrange(2**31)

@@ -226,7 +226,7 @@ def test_a_seed_file_others_may_read_is_refused(tmp_path):
 
 
 def test_the_gradescope_writer_escapes_notes_and_problems():
-    from grader.grading.status import TargetResult
+    from grader.records import TargetResult
 
     note = f"graded a\n{FORGED}\x1b/{EX}.py as {EX}"
     result = TargetResult(target="x", exercises=[], execution_time=0.0, notes=[note], problem="empty\nscore: 100")

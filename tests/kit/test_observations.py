@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from grader.checks import expect_close, expect_equal, expect_type
-from grader.grading.outcomes import CheckFailed
+from grader.records import CheckFailed
 from grader.sandbox.wire import InvalidResult, decode, encode
 
 

@@ -19,17 +19,20 @@ tokenizer encodes the whole list in one call, in Rust, instead of once per examp
 ``map`` returns a new dataset with the tokenizer's columns added; the dataset you were
 given stays as it was.
 
-Finally keep only what the model's ``forward`` takes: ``input_ids``,
+Finally keep the columns a training batch is made of: ``input_ids``,
 ``attention_mask`` and ``labels`` (Transformers models compute the loss from a
-``labels`` argument, so ``label`` is renamed). Drop the text, ``token_type_ids``
-(which BERT-style tokenizers add) and any other column, and put the dataset in torch
-format so that indexing gives tensors ready for a DataLoader.
+``labels`` argument, so ``label`` is renamed). A batch is passed on as
+``model(**batch)``, so every raw column the model has no argument for must go: the
+text (strings cannot become a tensor), ``idx`` and any other. ``token_type_ids``,
+which BERT-style tokenizers add, is an argument of BERT's ``forward``: keep it or
+remove it, both are accepted (``run_glue`` and the HF course keep it). Then put the
+dataset in torch format so that indexing gives tensors ready for a DataLoader.
 
 Example::
 
     dataset = Dataset.from_dict({"text": ["a great film", ""], "label": [1, 0]})
     tokenized = tokenize_dataset(dataset, tokenizer, max_length=8)
-    tokenized.column_names        # ['labels', 'input_ids', 'attention_mask'] (any order)
+    tokenized.column_names        # ['labels', 'input_ids', 'attention_mask'] (any order; maybe 'token_type_ids')
     tokenized[:]["input_ids"]     # tensor of shape (2, 8), int64
 
 What to use:
@@ -44,6 +47,7 @@ import datasets
 
 
 def tokenize_dataset(dataset: datasets.Dataset, tokenizer, max_length: int = 32) -> datasets.Dataset:
-    """Tokenize ``text`` in batches to max_length tokens; keep input_ids, attention_mask and labels; torch format."""
-    # TODO: map a batched tokenizing function, rename label to labels, remove the other columns, torch format.
+    """Tokenize ``text`` in batches to max_length tokens; keep input_ids, attention_mask, labels (and maybe
+    token_type_ids), nothing else; torch format."""
+    # TODO: map a batched tokenizing function, rename label to labels, remove the other raw columns, torch format.
     raise NotImplementedError

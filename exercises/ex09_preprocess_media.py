@@ -34,8 +34,8 @@ What to use:
 
 * ``image_processor(images, return_tensors="pt")["pixel_values"]``, ``Tensor.float()``
 * ``feature_extractor(waveforms, sampling_rate=feature_extractor.sampling_rate,
-  padding="max_length", max_length=max_length, truncation=True,
-  return_attention_mask=True, return_tensors="pt")``
+  return_attention_mask=True, padding="max_length", max_length=max_length,
+  truncation=True, return_tensors="pt")``
 """
 
 import numpy

@@ -15,15 +15,19 @@ Three pieces:
   save a checkpoint at the end of every epoch (``eval_strategy`` and ``save_strategy``
   ``"epoch"``; transformers 5 renamed ``evaluation_strategy`` to ``eval_strategy``), report
   to no experiment tracker (``report_to="none"``), and use the one batch size for training
-  and for evaluation. Leave every other field at its default.
+  and for evaluation. Leave every other field at its default: no ``weight_decay``, warmup or
+  ``load_best_model_at_end`` of your own (tutorials add them; this contract does not). The
+  logging settings (``logging_strategy``, ``logging_steps``, ``log_level``, ...) are free:
+  set them as you like.
 * ``compute_metrics`` turns what evaluation collected into numbers. The Trainer calls it with
   an ``EvalPrediction``: ``predictions`` are the logits (a numpy array, samples x classes) and
   ``label_ids`` the labels. Return ``{"accuracy": ..., "f1": ...}`` as Python floats; the
   Trainer logs them as ``eval_accuracy`` and ``eval_f1``. The F1 is the *macro* F1: for each
   class ``2 TP / (2 TP + FP + FN)``, averaged with equal weight over the classes that appear in
-  the labels or in the predictions (what scikit-learn's ``f1_score(average="macro")`` gives;
-  write it with numpy here). Micro F1 pools the classes and equals the accuracy; macro F1
-  shows a rare class that the model ignores.
+  the labels or in the predictions (what scikit-learn's ``f1_score(average="macro")`` gives:
+  scikit-learn is installed with the kit, so ``sklearn.metrics`` or numpy by hand are both
+  fine). Micro F1 pools the classes and equals the accuracy; macro F1 shows a rare class that
+  the model ignores.
 * ``build_trainer`` puts the model, the arguments, both datasets and ``compute_metrics``
   into a ``Trainer``.
 
@@ -39,7 +43,8 @@ What to use:
 * ``transformers.TrainingArguments(output_dir=..., eval_strategy="epoch", save_strategy="epoch",
   report_to="none", per_device_train_batch_size=..., per_device_eval_batch_size=...,
   learning_rate=..., num_train_epochs=..., seed=...)``
-* ``np.argmax(logits, axis=-1)``, ``np.union1d``, ``np.sum``, ``float(...)``
+* ``np.argmax(logits, axis=-1)``, ``np.union1d``, ``np.sum``, ``float(...)``; or
+  ``sklearn.metrics.accuracy_score(labels, predictions)`` and ``f1_score(..., average="macro")``
 * ``transformers.Trainer(model=..., args=..., train_dataset=..., eval_dataset=...,
   compute_metrics=...)``
 """

@@ -13,9 +13,13 @@ lr_scheduler)`` returns the four objects ready for the processes at hand:
 * the dataloader, sharded: each rank gets its own batches of ``batch_size``
   (the global batch is ``batch_size * num_processes``), placed on the device,
   the last ones evened out by repeating samples from the start;
-* the scheduler, which steps once per process at each ``step()``: a schedule
-  written for one process counts samples, and each step now consumes that
-  many batches.
+* the scheduler, which then steps the schedule ``num_processes`` times at each
+  ``step()``: each optimizer step consumes one batch on every process, so a
+  schedule written in global steps (the batches of the whole dataset, as one
+  process would count them) stays right. Unprepared, it lags ``num_processes``
+  times behind. (A loop that builds its scheduler from the prepared loader's
+  length may leave it unprepared; the one given here is built for the whole
+  dataset, so prepare it.)
 
 The loop itself stays plain PyTorch, with one change: back-propagate with
 ``accelerator.backward(loss)``, which scales the loss where accelerate needs

@@ -1,4 +1,5 @@
-"""Reference solution for ex08: tokenize a text dataset with Dataset.map."""
+"""Reference solution for ex08: tokenize a text dataset with Dataset.map (token_type_ids removed: keeping
+them where the tokenizer makes them is right too)."""
 
 import datasets
 

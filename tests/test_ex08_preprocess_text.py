@@ -6,7 +6,9 @@ words, some unknown ones ([UNK]), empty texts and texts longer than max_length, 
 column (plain ints or a ClassLabel) and maybe more columns (`idx`, `source`).
 
 tokenize_dataset's result must have exactly the columns input_ids, attention_mask and labels
-(labels holding label's values), the token values equal to the reference's and to the
+(labels holding label's values), and token_type_ids where the tokenizer makes them (kept or
+removed: both accepted, as run_glue and the HF course keep them; kept, they must be the
+tokenizer's), every other column removed; the token values equal to the reference's and to the
 tokenizer's own `tokenizer(texts, truncation=True, padding="max_length", max_length=...)`,
 every column in torch format (int64 tensors), the input dataset unchanged (columns, format,
 fingerprint, values), and the tokenizer called on batches of texts (Dataset.map(batched=True)),
@@ -22,6 +24,7 @@ from grader.checks import expect_equal, explicit_examples, fail
 from grader.probing import InvalidResult
 
 COLUMNS = ["attention_mask", "input_ids", "labels"]
+OPTIONAL = "token_type_ids"  # kept or removed, where the tokenizer makes them
 VOCABULARY = list(media.WORDS) * 4 + list(media.UNKNOWN_WORDS) + list(media.MADE_UP_WORDS)
 EXTRAS = ([], ["idx"], ["idx", "source"])
 
@@ -152,7 +155,7 @@ def probe_tokenize(ctx, case):
     state = _state(result)
     state["view"] = {str(name): _view(value) for name, value in result[:].items()} if result.num_rows else {}
     return {"result": state, "input_before": before, "input_after": _state(dataset), "calls": calls,
-            "oracle": {"input_ids": oracle["input_ids"], "attention_mask": oracle["attention_mask"]},
+            "oracle": {name: oracle[name] for name in ("input_ids", "attention_mask", OPTIONAL) if name in oracle},
             "natural": natural, "without_special_tokens": plain["input_ids"],
             "model_max_length": case["model_max_length"]}
 
@@ -162,14 +165,13 @@ def probe_tokenize(ctx, case):
 COLUMN_HINTS = {
     "label": "rename the label column to labels (dataset.rename_column('label', 'labels')): models take labels",
     "text": "remove the text column (remove_columns): the model takes token ids, not strings",
-    "token_type_ids": "remove token_type_ids too: a BERT-style tokenizer adds it, the result keeps only input_ids, "
-                      "attention_mask and labels",
+    "token_type_ids": "remove token_type_ids: this tokenizer does not make them, so they are not its output",
     "idx": "remove every column the model does not take (idx, source, ...): remove_columns on what is left over",
     "source": "remove every column the model does not take (idx, source, ...): remove_columns on what is left over",
 }
 
 
-def _columns_hint(columns):
+def _columns_hint(columns, optional):
     if "labels" not in columns and "label" in columns:
         return COLUMN_HINTS["label"]
     if "attention_mask" not in columns:
@@ -177,9 +179,10 @@ def _columns_hint(columns):
     if "input_ids" not in columns:
         return "keep the tokenizer's input_ids column"
     for name in ("text", "token_type_ids", "idx", "source", "label"):
-        if name in columns:
+        if name in columns and name not in optional:
             return COLUMN_HINTS[name]
-    return "keep exactly input_ids, attention_mask and labels"
+    return ("keep exactly input_ids, attention_mask and labels (and token_type_ids, if you like, where the "
+            "tokenizer makes them)")
 
 
 @pytest.mark.device_free
@@ -188,10 +191,13 @@ def _columns_hint(columns):
 def test_tokenize_dataset_keeps_exactly_the_model_columns(grade, case):
     expected, actual = grade.compare(probe_tokenize, case)
     columns = actual["result"]["columns"]
-    if sorted(columns) != COLUMNS:
+    optional = [OPTIONAL] if OPTIONAL in actual["oracle"] else []
+    if sorted(set(columns) - set(optional)) != COLUMNS or len(set(columns)) != len(columns):
+        also = " (and token_type_ids, kept or removed: this tokenizer makes them)" if optional else ""
         fail(f"{describe(case)}: the result's columns are {columns}, expected exactly input_ids, attention_mask "
-             f"and labels (in any order)", hint=_columns_hint(columns))
-    expect_equal(sorted(columns), sorted(expected["result"]["columns"]), f"{describe(case)}: the result's columns")
+             f"and labels{also}, in any order", hint=_columns_hint(columns, optional))
+    expect_equal(sorted(set(columns) - set(optional)), sorted(set(expected["result"]["columns"]) - set(optional)),
+                 f"{describe(case)}: the result's columns")
     expect_equal(actual["result"]["num_rows"], expected["result"]["num_rows"], f"{describe(case)}: the rows",
                  hint="one row per example: map must not drop or add rows")
 
@@ -230,15 +236,16 @@ def test_tokenize_dataset_matches_the_tokenizer(grade, case):
     if "input_ids" not in values:
         fail(f"{what}: the result has no input_ids column (columns {actual['result']['columns']})",
              hint="map a function that returns the tokenizer's output: its input_ids become a column")
-    for name in ("input_ids", "attention_mask"):
-        if name not in values:
-            continue  # the columns check names what is missing
+    for name in ("input_ids", "attention_mask", OPTIONAL):
+        if name not in values or name not in actual["oracle"]:
+            continue  # the columns check names what is missing, or kept where the tokenizer makes none
         rows = values[name]
         hint = _token_hint(values["input_ids"], actual, limit)
         expect_equal(rows, actual["oracle"][name],
                      f"{what}: {name} (against tokenizer(texts, truncation=True, padding='max_length', "
                      f"max_length={limit}))", hint=hint)
-        expect_equal(rows, expected["result"]["values"][name], f"{what}: {name}", hint=hint)
+        if name in expected["result"]["values"]:
+            expect_equal(rows, expected["result"]["values"][name], f"{what}: {name}", hint=hint)
     if "labels" in values:
         expect_equal(values["labels"], list(case["labels"]), f"{what}: the labels column",
                      hint="labels holds the label column's values, row for row (rename_column keeps them)")
@@ -267,11 +274,11 @@ def _format_hint(result, name, view):
 def test_tokenize_dataset_is_in_torch_format(grade, case):
     expected, actual = grade.compare(probe_tokenize, case)
     result, what = actual["result"], describe(case)
-    for name in COLUMNS:
-        if name not in result["columns"]:
-            continue  # the columns check names what is missing
+    for name in [*COLUMNS, OPTIONAL]:
+        if name not in result["columns"] or (name == OPTIONAL and OPTIONAL not in actual["oracle"]):
+            continue  # the columns check names what is missing, or kept where the tokenizer makes none
         view = result["view"].get(name)
-        want = expected["result"]["view"][name]
+        want = expected["result"]["view"][name if name in expected["result"]["view"] else "input_ids"]
         if view != want:
             got = (f"a tensor of {view['dtype']} of shape {tuple(view['shape'])}" if view and view["kind"] == "tensor"
                    else f"a {view['kind']}" if view else "nothing")

@@ -5,8 +5,10 @@ training_arguments: the TrainingArguments the learner builds must match, field b
 (evaluate and save every epoch, report to nothing, one batch size for training and evaluation,
 the learning rate, epochs and seed passed through): every other field stays at its default.
 Logging settings (the fields named log*) are free. The folder is a fresh one in the worker's scratch.
+A field is named in a message as the learner wrote it: the fields passed to TrainingArguments come
+first, so load_best_model_at_end=True is named, not the greater_is_better it derives.
 
-compute_metrics: on drawn logits (2 to 6 classes, ties in the argmax, float32 or float64) and
+compute_metrics (numpy, torch or scikit-learn, a dependency of the kit): on drawn logits (2 to 6 classes, ties in the argmax, float32 or float64) and
 labels (classes absent from the labels but predicted, a single class), accuracy and macro F1
 must be Python floats equal to the exact values computed here with fractions: F1 of a class
 is 2 TP / (2 TP + FP + FN), averaged over the classes present in the labels or the predictions
@@ -28,6 +30,7 @@ so the contract's use_cpu=False holds on both devices.
 """
 
 import contextlib
+import inspect
 import math
 import os
 import shutil
@@ -113,6 +116,27 @@ def _fields(args, output_dir):
     return fields
 
 
+@contextlib.contextmanager
+def _passed_fields():
+    """The names of the fields each TrainingArguments(...) call made meanwhile was given, in order: what the
+    learner wrote, not what TrainingArguments derived from it."""
+    from transformers import TrainingArguments
+
+    init, calls = TrainingArguments.__init__, []
+    signature = inspect.signature(init)
+
+    def recording(self, *args, **kwargs):
+        with contextlib.suppress(TypeError):  # a field TrainingArguments lacks: init itself says so
+            calls.append([name for name in signature.bind(self, *args, **kwargs).arguments if name != "self"])
+        init(self, *args, **kwargs)
+
+    TrainingArguments.__init__ = recording
+    try:
+        yield calls
+    finally:
+        TrainingArguments.__init__ = init
+
+
 def _call_training_arguments(module, output_dir, case):
     try:
         return module.training_arguments(output_dir=output_dir, learning_rate=case["learning_rate"],
@@ -130,11 +154,13 @@ def probe_arguments(ctx, case):
     from transformers import TrainingArguments
 
     with _workspace(ctx) as output_dir:
-        args = _call_training_arguments(ctx.module, output_dir, case)
+        with _passed_fields() as calls:
+            args = _call_training_arguments(ctx.module, output_dir, case)
         if not isinstance(args, TrainingArguments):
             raise InvalidResult(f"training_arguments returned a {type(args).__module__}.{type(args).__qualname__}, "
                                 "expected a transformers.TrainingArguments")
         return {"fields": _fields(args, output_dir), "type": type(args).__name__,
+                "passed": list(dict.fromkeys(name for call in calls for name in call)),
                 "engine": _fields(_contract_arguments(output_dir, case), output_dir),
                 "default": _fields(TrainingArguments(output_dir=output_dir), output_dir)}
 
@@ -166,7 +192,7 @@ def _argument_hint(name, got, engine, default):
         return f"pass {given} through: {name}={given}"
     if name in default:
         return (f"leave {name} at its default ({default[name]!r}): the contract sets only "
-                f"{', '.join(CONTRACT_FIELDS)} (logging settings are free)")
+                f"{', '.join(CONTRACT_FIELDS)} (logging settings, log*, are free)")
     return "build a transformers.TrainingArguments itself, not a subclass with fields of its own"
 
 
@@ -182,7 +208,11 @@ def test_training_arguments_set_the_contract_fields_and_leave_the_rest(grade, ca
     expected, actual = grade.compare(probe_arguments, case)
     engine, default, fields = expected["engine"], expected["default"], actual["fields"]
     what = describe_arguments(case)
-    names = list(CONTRACT_FIELDS) + sorted(set(engine) - set(CONTRACT_FIELDS)) + sorted(set(fields) - set(engine))
+    # the contract's fields, then those the learner passed (as written), then the rest (derived by TrainingArguments
+    # from what was passed, or set afterwards)
+    passed = [name for name in actual["passed"] if name in fields]
+    names = list(dict.fromkeys([*CONTRACT_FIELDS, *passed, *sorted(set(engine) - set(CONTRACT_FIELDS)),
+                                *sorted(set(fields) - set(engine))]))
     for name in names:
         if name not in fields:
             fail(f"{what}: args.to_dict() has no field {name!r}", hint="return a transformers.TrainingArguments")
@@ -190,7 +220,8 @@ def test_training_arguments_set_the_contract_fields_and_leave_the_rest(grade, ca
             fail(f"{what}: args has a field {name!r} that TrainingArguments lacks",
                  hint=_argument_hint(name, fields[name], engine, default))
         if not _same(fields[name], engine[name]):
-            fail(f"{what}: args.{name} is {fields[name]!r}, expected {engine[name]!r}",
+            how = " (passed to TrainingArguments)" if name in passed else ""
+            fail(f"{what}: args.{name} is {fields[name]!r}{how}, expected {engine[name]!r}",
                  hint=_argument_hint(name, fields[name], engine, default))
 
 

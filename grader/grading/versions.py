@@ -19,7 +19,8 @@ CONSTRAINTS = "constraints.txt"
 # Named in every report: the kit's direct dependencies (pyproject.toml) and the libraries under them
 # whose releases change what a check observes.
 REPORTED = ("torch", "transformers", "accelerate", "datasets", "tokenizers", "safetensors", "huggingface-hub",
-            "numpy", "pillow", "hypothesis", "pytest", "pytest-timeout", "psutil", "pyseccomp")
+            "numpy", "pillow", "hypothesis", "pytest", "pytest-timeout", "psutil", "pyseccomp",
+            "scikit-learn")
 _NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
 
 

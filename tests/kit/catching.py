@@ -25,12 +25,20 @@ class Wrong:
     diagnosed_by: str | None = None
     status: str | None = None  # the status its checks must end with, where "not passed" is not enough ("timed out")
     also_fails: tuple = ()  # other checks it must fail too (graded with it, the same status where one is given)
+    # Other checks it must pass (graded with it): where its one cause is another check's, a consequence of it
+    # must not fail these too (one mistake, one failure, one message).
+    passes: tuple = ()
 
     @property
     def checks(self) -> tuple:
-        """The checks it is graded on: its own, those it also fails, and the one that names its cause."""
+        """The checks it must fail: its own, those it also fails, and the one that names its cause."""
         named = (self.check, *self.also_fails, *((self.diagnosed_by,) if self.diagnosed_by else ()))
         return tuple(dict.fromkeys(named))
+
+    @property
+    def graded(self) -> tuple:
+        """The checks it is graded on: those it must fail, then those it must pass."""
+        return tuple(dict.fromkeys((*self.checks, *self.passes)))
 
     @property
     def diagnosing_check(self) -> str:

@@ -77,7 +77,7 @@ class Gradings:
                                  {entry.name: entry.source for entry in wrong + right}, *args,
                                  profile="fast" if call != "right" else default_profile(),
                                  device="cuda" if call == "cuda" else "cpu",
-                                 only_checks={w.name: w.checks for w in wrong})
+                                 only_checks={w.name: w.graded for w in wrong})
 
 
 @pytest.fixture(scope="session")
@@ -93,6 +93,9 @@ def test_wrong_is_caught(gradings, exercise, wrong):
     for name in wrong.checks:
         assert name in checks, f"{name} was not graded (graded: {sorted(checks)})"
         assert checks[name]["status"] != "passed", f"{wrong.name}: {name} passed"
+    for name in wrong.passes:
+        assert name in checks, f"{name} was not graded (graded: {sorted(checks)})"
+        assert checks[name]["status"] == "passed", f"{wrong.name}: {name} failed too:\n{checks[name]['message']}"
     for name in (wrong.check, *wrong.also_fails) if wrong.status is not None else ():
         check = checks[name]
         assert check["status"] == wrong.status, check

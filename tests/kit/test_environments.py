@@ -20,7 +20,7 @@ PYTHONS = ("3.10", "3.11", "3.12", "3.13")
 SOURCES = ("grader", "tests", "exercises", "solutions", "benchmarks")
 # What the issue names: the kit's direct dependencies and the libraries under them that change observations.
 PINNED = ("torch", "transformers", "accelerate", "datasets", "hypothesis", "pytest", "pytest-timeout", "psutil",
-          "pillow", "tokenizers", "safetensors", "huggingface-hub", "numpy")
+          "pillow", "tokenizers", "safetensors", "huggingface-hub", "numpy", "scikit-learn")
 MISSING = re.compile(r"python -m grader: error: torch, .* not installed: run pip install -e \. first")
 
 

@@ -67,7 +67,11 @@ WRONG = [
           "test_average_gradients_is_the_elementwise_mean"),
     # added up in bfloat16 itself: every partial sum rounds
     Wrong("sums_in_input_dtype", mutate(EX, (MEAN, "sum(grads[name] for grads in replica_grads) / len(replica_grads)")),
-          "test_average_gradients_is_the_elementwise_mean"),
+          "test_average_gradients_is_the_elementwise_mean", diagnosis="add up in float32"),
+    # float16 added up in float16 (float16 is drawn on a GPU only)
+    Wrong("sums_float16_in_float16", mutate(EX, (MEAN, "(sum(grads[name] for grads in replica_grads) / len(replica_grads) "
+                                                      "if first.dtype == torch.float16 else " + MEAN + ")")),
+          "test_average_gradients_is_the_elementwise_mean", diagnosis="add up in float32", on_a_gpu=True),
     # += into the first replica's tensors
     Wrong("sums_into_first_replica", SUMS_INTO_FIRST_REPLICA, "test_average_gradients_leaves_its_inputs_alone"),
     # one replica: its own dict handed back, so the result is the caller's tensors

@@ -80,9 +80,9 @@ WRONG = [
     # the label column kept under its own name
     Wrong("label_not_renamed", mutate(EX, (RENAME, ""), (KEEP, KEEP.replace('"labels"', '"label"'))), COLUMNS,
           diagnosis="rename the label column to labels"),
-    # token_type_ids (BERT-style tokenizers) left in
-    Wrong("keeps_token_type_ids", mutate(EX, (KEEP, KEEP.replace(")", ', "token_type_ids")'))), COLUMNS,
-          diagnosis="remove token_type_ids"),
+    # token_type_ids kept (allowed), and the idx column with them
+    Wrong("keeps_token_type_ids_and_idx", mutate(EX, (KEEP, KEEP.replace(")", ', "token_type_ids", "idx")'))), COLUMNS,
+          diagnosis="remove every column the model does not take"),
     # only the tokenizer's columns removed... the text stays
     Wrong("keeps_text", mutate(EX, (KEEP, KEEP.replace(")", ', "text")'))), COLUMNS,
           diagnosis="remove the text column"),
@@ -95,6 +95,11 @@ WRONG = [
     Wrong("torch_format_on_some_columns", mutate(EX, (RETURN, 'return tokenized.with_format("torch", columns=["input_ids", '
                                                               '"attention_mask"], output_all_columns=True)')), FORMAT,
           diagnosis="leaves labels out"),
+    # token_type_ids kept, but left out of the torch format: they come back as lists
+    Wrong("token_type_ids_not_in_torch_format", mutate(EX, (KEEP, KEEP.replace(")", ', "token_type_ids")')),
+                                                       (RETURN, 'return tokenized.with_format("torch", columns=["input_ids", '
+                                                                '"attention_mask", "labels"], output_all_columns=True)')),
+          FORMAT, diagnosis="leaves token_type_ids out"),
     # the format set on the dataset given, in place, before mapping
     Wrong("set_format_on_input", mutate(EX, (MAP, 'dataset.set_format("torch")\n    ' + MAP)), INPUT,
           diagnosis="not on the dataset you were given"),
@@ -117,7 +122,35 @@ WRONG = [
                                            (MAP, SHOW + MAP.replace("batched=True", "batched=False"))), BATCHED),
 ]
 
+# run_glue_no_trainer's recipe: labels set in the mapped function, every raw column removed by map; token_type_ids stay
+RUN_GLUE = '''
+def tokenize_dataset(dataset, tokenizer, max_length=32):
+    def preprocess_function(examples):
+        result = tokenizer(examples["text"], padding="max_length", max_length=max_length, truncation=True)
+        result["labels"] = examples["label"]
+        return result
+
+    processed = dataset.map(preprocess_function, batched=True, remove_columns=dataset.column_names)
+    return processed.with_format("torch")
+'''
+
+# the HF course's chapter 3: the raw columns named and removed, label renamed, token_type_ids kept
+COURSE = '''
+def tokenize_dataset(dataset, tokenizer, max_length=32):
+    def tokenize_function(example):
+        return tokenizer(example["text"], truncation=True, padding="max_length", max_length=max_length)
+
+    tokenized_datasets = dataset.map(tokenize_function, batched=True)
+    tokenized_datasets = tokenized_datasets.remove_columns([c for c in dataset.column_names if c != "label"])
+    tokenized_datasets = tokenized_datasets.rename_column("label", "labels")
+    tokenized_datasets.set_format("torch")
+    return tokenized_datasets
+'''
+
 RIGHT = [
+    Right("keeps_token_type_ids", mutate(EX, (KEEP, KEEP.replace(")", ', "token_type_ids")')))),
+    Right("run_glue_no_trainer", RUN_GLUE),
+    Right("course_chapter_3", COURSE),
     Right("labels_in_map", LABELS_IN_MAP),
     Right("select_columns", SELECT_COLUMNS),
     Right("keyword_text", KEYWORD_TEXT),

@@ -139,6 +139,9 @@ WRONG = [
     Wrong("audio_padding_to_longest", mutate(EX, (PADDING, "padding=True")), AUDIO, diagnosis="not padding=True"),
     # the mask not asked for: a KeyError where the extractor does not return one by default
     Wrong("audio_mask_not_requested", mutate(EX, (MASK, "")), AUDIO, diagnosis="request the attention mask"),
+    # the mask not asked for and read with .get: None where the extractor does not return one by default
+    Wrong("audio_mask_not_requested_get", mutate(EX, (MASK, ""), ('features["attention_mask"]}', 'features.get("attention_mask")}')),
+          AUDIO_MASK, diagnosis="return_attention_mask=True", also_fails=(AUDIO,)),
     # the mask not asked for but built by hand: input_values normalised over the padding
     Wrong("audio_mask_by_hand", MASK_BY_HAND, AUDIO, diagnosis="request the attention mask"),
     # float64 input_values

@@ -55,7 +55,46 @@ def build_trainer(model, args, train_dataset, eval_dataset):
 '''
 
 
+# the HF task guide's arguments (text classification): the contract's fields and two of the guide's own
+TASK_GUIDE = '''
+from transformers import Trainer, TrainingArguments
+
+
+def training_arguments(output_dir, learning_rate, num_epochs, batch_size, seed):
+    return TrainingArguments(
+        output_dir=output_dir,
+        learning_rate=learning_rate,
+        per_device_train_batch_size=batch_size,
+        per_device_eval_batch_size=batch_size,
+        num_train_epochs=num_epochs,
+        weight_decay=0.01,
+        eval_strategy="epoch",
+        save_strategy="epoch",
+        load_best_model_at_end=True,
+        report_to="none",
+        seed=seed,
+    )
+'''
+
+# scikit-learn's metrics (a dependency of the kit), imported at the top as the HF course does
+SKLEARN_METRICS = mutate(EX, ("import numpy as np\n", "import numpy as np\nfrom sklearn.metrics import accuracy_score, f1_score\n"),
+                         ("    accuracy = float(np.mean(predictions == labels))\n", ""),
+                         ("    scores = []\n"
+                          "    for label in np.union1d(labels, predictions):\n"
+                          "        true_positives = np.sum((predictions == label) & (labels == label))\n"
+                          "        false_positives = np.sum((predictions == label) & (labels != label))\n"
+                          "        false_negatives = np.sum((predictions != label) & (labels == label))\n"
+                          "        scores.append(2 * true_positives / (2 * true_positives + false_positives + false_negatives))\n"
+                          "    return " + F1_RETURN,
+                          '    return {"accuracy": float(accuracy_score(labels, predictions)),\n'
+                          '            "f1": float(f1_score(labels, predictions, average="macro"))}'))
+
 WRONG = [
+    # the best checkpoint loaded at the end: named as written, not as the greater_is_better it derives
+    Wrong("load_best_model_at_end", mutate(EX, (EVAL_BATCH, EVAL_BATCH + "        load_best_model_at_end=True,\n")), ARGUMENTS,
+          diagnosis="args.load_best_model_at_end is True (passed to TrainingArguments), expected False"),
+    # the task guide's weight decay and best model: settings beyond the contract
+    Wrong("task_guide_arguments", TASK_GUIDE, ARGUMENTS, diagnosis="leave weight_decay at its default"),
     # evaluation left at the default "no": no per-epoch evaluation
     Wrong("no_eval_strategy", mutate(EX, (EVAL_STRATEGY, "")), ARGUMENTS, diagnosis='eval_strategy="epoch"'),
     # the transformers 4 name, gone in transformers 5
@@ -107,6 +146,8 @@ WRONG = [
 
 # other right ways to do it: they must score full marks
 RIGHT = [
+    # scikit-learn's accuracy_score and f1_score(average="macro")
+    Right("sklearn_metrics", SKLEARN_METRICS),
     # torch arithmetic (float32), positional arguments, float epochs, a lambda around compute_metrics
     Right("torch_metrics", TORCH_METRICS),
     # report_to left out (transformers 5's default is "none"), the metrics from a confusion matrix

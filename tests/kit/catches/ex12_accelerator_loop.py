@@ -13,6 +13,12 @@ ZERO_GRAD = "            optimizer.zero_grad()\n"
 GATHER = "losses.append(accelerator.gather(loss.detach().reshape(1)))  # one value per process"
 EPOCH = "        epoch_losses.append("
 
+SCHEDULE = "test_train_steps_the_scheduler_after_every_batch"
+# what a wrong schedule changes, and the checks that must not fail for it again: the scheduler check names it
+PARAMETERS = "test_train_ends_equal_to_the_single_process_baseline"
+GRADIENTS = "test_train_steps_on_each_global_batchs_gradient"
+LOSSES = "test_train_returns_the_gathered_epoch_losses"
+
 
 WRONG = [
     # loss.backward(): the same gradients on the CPU, but accelerate never sees the loss
@@ -20,7 +26,7 @@ WRONG = [
           "test_train_backpropagates_with_accelerator_backward", diagnosis="not loss.backward()"),
     # the scheduler stepped once per epoch
     Wrong("scheduler_per_epoch", mutate(EX, (SCHEDULER, ""), (EPOCH, "        lr_scheduler.step()\n" + EPOCH)),
-          "test_train_steps_the_scheduler_after_every_batch", diagnosis="once per epoch"),
+          SCHEDULE, diagnosis="once per epoch", passes=(GRADIENTS,)),
     # zero_grad forgotten: every step adds the earlier batches' gradients
     Wrong("no_zero_grad", mutate(EX, (ZERO_GRAD, "")), "test_train_steps_on_each_global_batchs_gradient",
           diagnosis="optimizer.zero_grad()"),
@@ -33,9 +39,12 @@ WRONG = [
     # the model not prepared: no DistributedDataParallel, each rank steps on its own gradient
     Wrong("unprepared_model", mutate(EX, (PREPARE, "optimizer, dataloader, lr_scheduler = accelerator.prepare(optimizer, dataloader, lr_scheduler)")),
           "test_train_steps_on_each_global_batchs_gradient", diagnosis="prepare the model too"),
-    # the scheduler not prepared: one scheduler step per batch instead of one per process
+    # the scheduler not prepared (the course's loop leaves it so): one scheduler step per optimizer step instead of
+    # one per process; one failure, whose message says what a prepared scheduler does and why
     Wrong("unprepared_scheduler", mutate(EX, (PREPARE, "model, optimizer, dataloader = accelerator.prepare(model, optimizer, dataloader)")),
-          "test_train_steps_the_scheduler_after_every_batch", diagnosis="one per process"),
+          SCHEDULE, diagnosis="prepared scheduler steps the schedule num_processes times per optimizer step, because "
+                              "each optimizer step consumes one batch on every process",
+          passes=(PARAMETERS, GRADIENTS, LOSSES)),
     # gradients cleared between backward and step: the optimizer steps on nothing
     Wrong("zero_grad_before_step", mutate(EX, (ZERO_GRAD, ""), ("            optimizer.step()\n", ZERO_GRAD + "            optimizer.step()\n")),
           "test_train_ends_equal_to_the_single_process_baseline"),

@@ -20,7 +20,9 @@ Details that matter:
 
 * round to nearest (``torch.round``); ``.to(torch.int8)`` alone truncates
   toward zero and doubles the error;
-* an all-zero block has absmax 0: its codes are 0 (do not divide by zero);
+* an all-zero block has absmax 0: its codes are 0. Do not divide by zero:
+  0 / 0 is NaN, and a NaN cast to int8 is undefined (0 on some CPUs, -127
+  in bitsandbytes' kernel);
 * the codes are flat, int8, exactly one per value: pad the last block if that
   helps, but drop the padding again;
 * inputs may be float16, bfloat16 or float32: compute in float32.

@@ -32,6 +32,10 @@ Counting parameters has two traps. A *tied* weight (the token embedding reused
 as the language-model head, ``tie_word_embeddings``) is one tensor registered
 under two names: count it once, by identity, as ``model.parameters()`` and
 transformers' ``model.num_parameters()`` do (``state_dict()`` lists it twice).
+The models the checks hand ``count_parameters`` are transformers models
+(``PreTrainedModel``), so ``num_parameters()`` is there; a plain
+``torch.nn.Module`` such as the ``Linear`` below has no such method, while
+``model.parameters()`` works for both.
 And a *frozen* parameter (``requires_grad=False``) counts in the total but is
 not trainable: it needs no gradient and no optimizer state.
 

@@ -58,11 +58,11 @@ import torch
 
 def accumulation_step(model, optimizer, micro_batches, loss_fn) -> float:
     """One optimizer step on all the micro-batches, run one at a time; return the whole batch's loss."""
-    # TODO: zero the gradients, backward each micro-batch's loss * rows / total_rows, step once, return the mean loss.
+    # TODO: one optimizer step equal to one on the whole batch, one micro-batch in memory at a time.
     raise NotImplementedError
 
 
 def train_with_accumulation(accelerator, model, optimizer, dataloader, loss_fn) -> int:
     """One pass over the dataloader under accelerator.accumulate(model); return the optimizer steps applied."""
-    # TODO: per batch, under accelerator.accumulate(model): forward, accelerator.backward, step, zero_grad; count steps.
+    # TODO: accelerate's own accumulation loop; return the number of optimizer steps applied.
     raise NotImplementedError

@@ -36,13 +36,14 @@ Hugging Face models have it built in: ``model.gradient_checkpointing_enable()``
 (renamed ``activation_checkpointing_enable()`` in transformers 5.23; the old
 name still works with a warning) turns it on in every layer that supports it.
 The layers checkpoint only in training mode (in eval mode there is no backward
-pass to save memory for), so leave the model in train mode, and return the
-same model object: the caller's optimizer holds its parameters.
+pass to save memory for); the training loop puts the model in train mode, so
+the mode you leave it in does not matter here. Return the same model object:
+the caller's optimizer holds its parameters.
 
 What to use: ``torch.utils.checkpoint.checkpoint(..., use_reentrant=False)``,
 ``model.activation_checkpointing_enable()`` (or
-``model.gradient_checkpointing_enable()`` where that is the only one),
-``model.train()``.
+``model.gradient_checkpointing_enable()`` where that is the only one).
+Stuck? ``python -m grader hint ex14`` gives one step at a time.
 
 Example::
 
@@ -54,7 +55,8 @@ Example::
     out.sum().backward()                    # blocks recomputed one by one
 
     model = AutoModelForSequenceClassification.from_pretrained("distilbert-base-uncased")
-    model = enable_gradient_checkpointing(model)   # the same object, in train mode
+    model = enable_gradient_checkpointing(model)   # the same object, its layers checkpointed
+    model.train()                                  # as the training loop does before it steps
 """
 
 import torch
@@ -64,12 +66,12 @@ from transformers import PreTrainedModel
 
 def checkpointed_forward(blocks: torch.nn.ModuleList, x: torch.Tensor) -> torch.Tensor:
     """x through each block in turn, each block under its own checkpoint."""
-    # TODO: for each block, x = torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False); return x.
+    # TODO: each block under a checkpoint of its own.
     raise NotImplementedError
 
 
 def enable_gradient_checkpointing(model: PreTrainedModel) -> PreTrainedModel:
-    """Turn checkpointing on in every layer that supports it; the same model, in train mode."""
-    # TODO: call model.activation_checkpointing_enable() (gradient_checkpointing_enable() on older
-    #  transformers), put the model in train mode and return it.
+    """Turn checkpointing on in every layer that supports it; the same model (its layers checkpoint whenever it
+    is in train mode, as a training loop puts it)."""
+    # TODO: switch it on with the model's own method.
     raise NotImplementedError

@@ -47,5 +47,5 @@ import torch.distributed as dist
 
 def local_sgd_train(model, optimizer, batches, loss_fn, local_steps: int) -> int:
     """Train on this rank's batches, averaging the parameters every local_steps steps and at the end."""
-    # TODO: per batch zero_grad, forward, backward, step; at a round's end all_reduce (SUM) / world size each param.
+    # TODO: local steps on this rank's batches, the parameters averaged over the ranks at each round's end.
     raise NotImplementedError

@@ -23,26 +23,31 @@ Mixed precision keeps the best of both:
 * *Loss scaling* (needed for float16) fights underflow: multiply the loss by a
   large factor before ``backward()`` so that small gradients stay
   representable, divide the gradients by it again before the optimizer step.
-  ``torch.amp.GradScaler`` does all of it: ``scaler.scale(loss).backward()``,
-  then ``scaler.step(optimizer)`` unscales the gradients and *skips* the step
-  if any of them is inf or NaN (an overflow: the scale was too large), then
-  ``scaler.update()`` halves the scale after an overflow and doubles it after
-  ``growth_interval`` steps without one. Calling ``optimizer.step()``
-  yourself would apply scaled (or inf) gradients; forgetting ``update()``
-  keeps a scale that overflows again and again.
+  A ``torch.amp.GradScaler`` does all of it, in three calls a step:
+  ``scaler.scale(t)`` returns ``t`` times the current scale (the tensor to
+  back-propagate); ``scaler.step(opt)`` unscales the gradients of ``opt``'s
+  parameters and *skips* the step if any of them is inf or NaN (an
+  overflow: the scale was too large); ``scaler.update()`` then halves the
+  scale after an overflow and doubles it after ``growth_interval`` steps
+  without one. Calling ``optimizer.step()`` yourself would apply scaled (or
+  inf) gradients; forgetting ``update()`` keeps a scale that overflows again
+  and again.
 
-``scaled_step`` is one training step: the forward pass and the loss under
-autocast (the device type is ``inputs.device.type``), the scaled backward
-pass, ``scaler.step``, ``scaler.update``, then the gradients cleared
-(``optimizer.zero_grad()``). It returns the loss as a Python float (the
-unscaled one; NaN or inf when the step overflowed). The caller builds the
-scaler for its device: ``torch.amp.GradScaler("cuda")`` or
-``GradScaler("cpu")`` (a bare ``GradScaler()`` means CUDA and disables
-itself on a machine without one).
+``scaled_step`` is one training step of a loop that calls it again and
+again: the forward pass and the loss under autocast (the device type is the
+inputs' own, ``inputs.device.type``), the backward pass of the scaled loss,
+the optimizer step through the scaler, and the scale updated. The gradients
+of one call must not leak into the next: clear them (``zero_grad``) at the
+start of the call, as PyTorch's AMP recipe does, or after the step. It
+returns the loss as a Python float (the unscaled one; NaN or inf when the
+step overflowed). The caller builds the scaler for its device:
+``torch.amp.GradScaler("cuda")`` or ``GradScaler("cpu")`` (a bare
+``GradScaler()`` means CUDA and disables itself on a machine without one).
 
-What to use: ``torch.autocast(device_type, dtype=dtype)``,
-``scaler.scale(loss).backward()``, ``scaler.step(optimizer)``,
-``scaler.update()``, ``optimizer.zero_grad()``, ``loss.item()``.
+What to use: ``torch.autocast(device_type, dtype=...)`` as a context
+manager, a ``torch.amp.GradScaler``'s ``scale``, ``step`` and ``update``,
+``optimizer.zero_grad()``, ``tensor.item()``. Stuck? ``python -m grader
+hint ex16`` gives one step at a time.
 
 Example::
 
@@ -61,13 +66,12 @@ import torch
 def autocast_forward(model: torch.nn.Module, inputs: torch.Tensor, device_type: str,
                      dtype: torch.dtype) -> torch.Tensor:
     """The forward pass under autocast: each op in the precision autocast picks for it."""
-    # TODO: run model(inputs) inside torch.autocast(device_type, dtype=dtype) and return its output.
+    # TODO: the forward pass under autocast, its output as autocast gives it.
     raise NotImplementedError
 
 
 def scaled_step(model, optimizer, scaler: torch.amp.GradScaler, inputs, targets, loss_fn, dtype: torch.dtype) -> float:
     """One mixed-precision training step with loss scaling; returns the (unscaled) loss."""
-    # TODO: loss = loss_fn(model(inputs), targets) under torch.autocast(inputs.device.type, dtype=dtype);
-    #  scaler.scale(loss).backward(); scaler.step(optimizer); scaler.update(); optimizer.zero_grad();
-    #  return loss.item().
+    # TODO: forward and loss under autocast, the scaled backward pass, the step and the update through the
+    #  scaler; no gradient of an earlier call may leak in.
     raise NotImplementedError

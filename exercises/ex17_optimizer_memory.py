@@ -32,6 +32,10 @@ Counting parameters has two traps. A *tied* weight (the token embedding reused
 as the language-model head, ``tie_word_embeddings``) is one tensor registered
 under two names: count it once, by identity, as ``model.parameters()`` and
 transformers' ``model.num_parameters()`` do (``state_dict()`` lists it twice).
+The models the checks hand ``count_parameters`` are transformers models
+(``PreTrainedModel``), so ``num_parameters()`` is there; a plain
+``torch.nn.Module`` such as the ``Linear`` below has no such method, while
+``model.parameters()`` works for both.
 And a *frozen* parameter (``requires_grad=False``) counts in the total but is
 not trainable: it needs no gradient and no optimizer state.
 
@@ -67,19 +71,18 @@ BLOCK_SIZE = 256  # values per block of the idealised 8-bit state
 
 def count_parameters(model: torch.nn.Module) -> tuple[int, int]:
     """Return (total, trainable) numbers of parameter values, a tied weight counted once."""
-    # TODO: loop over model.parameters() (each tensor once); add numel() to total, and to trainable if requires_grad.
+    # TODO: (total, trainable), each tensor counted once.
     raise NotImplementedError
 
 
 def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
     """Return the bytes held by every tensor in ``optimizer.state``."""
-    # TODO: for every parameter's state dict, add numel() * element_size() of each value that is a tensor.
+    # TODO: the bytes of every tensor in the optimizer's state.
     raise NotImplementedError
 
 
 def estimate_state_bytes(shapes: list[tuple[int, ...]], optimizer: str) -> int:
     """Return the bytes of the state's value tensors for parameters of these shapes ("sgd", "sgd_momentum",
     "adamw", "adafactor", "adamw_8bit"); ValueError for any other name."""
-    # TODO: 0, 4 or 8 bytes a value; Adafactor's row and column statistics for 2+ dims;
-    # TODO: 8-bit: 2 bytes a value plus two float32 scales per block of BLOCK_SIZE values (ceil).
+    # TODO: each optimizer's formula above, from the shapes alone.
     raise NotImplementedError

@@ -47,6 +47,5 @@ import torch
 def adamw_step(param: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor, step: int,
                lr: float, betas: tuple[float, float], eps: float, weight_decay: float) -> None:
     """Apply one AdamW update (``step`` is 1-based) to param, exp_avg and exp_avg_sq in place."""
-    # TODO: decay param first (param.mul_(1 - lr * weight_decay)), update both moments in place,
-    # TODO: bias-correct them, and step param by -lr * m_hat / (sqrt(v_hat) + eps). Do not modify grad.
+    # TODO: one AdamW update, in place, as torch.optim.AdamW makes it; grad unchanged.
     raise NotImplementedError

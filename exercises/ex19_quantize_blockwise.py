@@ -20,7 +20,9 @@ Details that matter:
 
 * round to nearest (``torch.round``); ``.to(torch.int8)`` alone truncates
   toward zero and doubles the error;
-* an all-zero block has absmax 0: its codes are 0 (do not divide by zero);
+* an all-zero block has absmax 0: its codes are 0. Do not divide by zero:
+  0 / 0 is NaN, and a NaN cast to int8 is undefined (0 on some CPUs, -127
+  in bitsandbytes' kernel);
 * the codes are flat, int8, exactly one per value: pad the last block if that
   helps, but drop the padding again;
 * inputs may be float16, bfloat16 or float32: compute in float32.
@@ -48,12 +50,11 @@ import torch
 
 def quantize_blockwise(x: torch.Tensor, block_size: int = 256) -> tuple[torch.Tensor, torch.Tensor]:
     """Return (int8 codes, one per value, flat; float32 absmax, one per block of ``block_size`` values)."""
-    # TODO: flatten in float32, cut into ceil(n / block_size) blocks, divide each by its absmax (0 stays 0),
-    # TODO: times 127, round to nearest, int8; drop any padding so there is one code per value.
+    # TODO: the codes and the absmax, as described above.
     raise NotImplementedError
 
 
 def dequantize_blockwise(codes: torch.Tensor, absmax: torch.Tensor, block_size: int, shape) -> torch.Tensor:
     """Return float32 values ``codes / 127 * absmax`` (each block's own absmax), reshaped to ``shape``."""
-    # TODO: repeat each absmax block_size times, keep the first codes.numel(), multiply, reshape.
+    # TODO: each code times its own block's absmax, over 127, in shape.
     raise NotImplementedError

@@ -9,20 +9,23 @@ and exits 1 while one does (`--rebalance` applies the edit it proposes). A secon
 
 `dev check` checks the kit against itself. First what can be read without running anything: the catalog
 against the files (each id has its four files, and no file lacks its id), the ids, the points per chapter,
-the hints, the README's generated tables, the stubs' signatures against the references', and that every
+the hints, the README's generated tables, the stubs' signatures against the references', that no stub gives
+away more than a third of its reference's lines of code (in its TODOs, docstrings or examples), and that every
 check is named by a wrong implementation; then one grade of `solutions/` and `exercises/` together: every
 reference must pass every check, and every stub must fail every check as "not started". Each problem is
 named with the command or edit that fixes it; the exit status is 1 when there is one, 2 for a usage error.
-Warnings (stubs that give too much away, files still as `dev new` wrote them) change no exit status.
+Warnings (files still as `dev new` wrote them, catches files of the old format) change no exit status.
 """
 
 import ast
+import io
 import json
 import math
 import os
 import random
 import re
 import sys
+import tokenize
 
 from grader import KIT_ROOT, catalog, layout
 from grader.learner.commands import command_parser
@@ -30,7 +33,7 @@ from grader.learner.commands import command_parser
 ID = re.compile(r"ex(\d\d)_[a-z0-9]+(?:_[a-z0-9]+)*")
 CHAPTER_POINTS = 100  # each chapter is one homework assignment of 100 points (catalog.toml, README)
 POINTS_STEP = 5  # the points of the catalog are multiples of 5; a proposed rebalance keeps them so
-STUB_SHARE = 3  # a stub holds at most a third of its reference's lines of function bodies
+STUB_SHARE = 3  # a stub's text holds at most a third of its reference's lines of code (of function bodies)
 SKELETON = "skeleton written by python -m grader dev new"  # in each file `dev new` writes, until replaced
 UPDATE = "run python -m grader dev update"
 CATALOG = "grader/catalog.toml"
@@ -90,21 +93,22 @@ def main(argv):
 
 
 def run_check(args):
-    problems = 0
+    problems = blocking = 0
     for name, check in (("files", files), ("ids", ids), ("points", points), ("hints", hints),
-                        ("README", readme_table), ("signatures", signatures),
+                        ("README", readme_table), ("signatures", signatures), ("stub size", stub_sizes),
                         ("wrong implementations", wrong_implementations)):
         found, summary = check()
         problems += len(found)
+        blocking += len(found) if check is not stub_sizes else 0  # a stub that says too much still grades
         _report(name, found, summary)
-    for name, check in (("stub size", stub_sizes), ("skeletons", skeletons), ("catches format", old_catches)):
+    for name, check in (("skeletons", skeletons), ("catches format", old_catches)):
         found, summary = check()
         print(f"{'ok  ' if not found else 'warn'}  {name}: {summary}")
         for warning in found:
             print(f"        {warning}")
     if args.no_grade:
         print("skipped grading (--no-grade)")
-    elif problems:
+    elif blocking:
         print("skipped grading: fix the problems above first")
     else:
         problems += grade(args)
@@ -492,8 +496,9 @@ def _raises_not_implemented(statement):
 
 
 def body_lines(path):
-    """The lines of the bodies of a module's top-level functions (and its classes' methods) that are code: not
-    blank, not a comment, not a docstring, not a top-level `raise NotImplementedError` (a stub's placeholder)."""
+    """The lines of the bodies of a module's top-level functions (and its classes' methods) that are code, in
+    order, stripped, a trailing comment cut off: not blank, not a comment, not a docstring, not a top-level
+    `raise NotImplementedError` (a stub's placeholder), not a line of brackets alone."""
     with open(path) as handle:
         source = handle.read()
     lines, tree, counted = source.splitlines(), ast.parse(source, path), set()
@@ -511,24 +516,45 @@ def body_lines(path):
             skip = {n for node in ast.walk(statement) if id(node) in docstrings  # a nested function's docstring
                     for n in range(node.lineno, node.end_lineno + 1)}
             counted |= {n for n in range(statement.lineno, statement.end_lineno + 1) if n not in skip}
-    return sum(1 for n in counted if lines[n - 1].strip() and not lines[n - 1].strip().startswith("#"))
+    comments = {token.start[0]: token.start[1] for token in tokenize.generate_tokens(io.StringIO(source).readline)
+                if token.type == tokenize.COMMENT}
+    code = [lines[n - 1][:comments.get(n)].strip() for n in sorted(counted)]
+    return [line for line in code if re.search(r"\w", line)]
+
+
+def _uncommented(line):
+    """A line of a stub as the measure reads it: stripped, a leading `# ` removed."""
+    line = line.strip()
+    return line[1:].strip() if line.startswith("#") else line
+
+
+def given_away(stub, reference):
+    """The reference's lines of code (body_lines) that occur anywhere in the stub's text, its comments,
+    docstrings and examples included: as a substring not inside a longer name (`enable()` is not in
+    `model.gradient_checkpointing_enable()`, `return x` is not in `return x_hat`)."""
+    with open(stub) as handle:
+        text = "\n".join(_uncommented(line) for line in handle.read().splitlines())
+    return [line for line in body_lines(reference) if re.search(rf"(?<![\w.]){re.escape(line)}(?!\w)", text)]
 
 
 def stub_sizes():
-    """A warning, not a problem: stubs holding more than a third of their reference's lines of function bodies
-    give away too much of the solution (another change rewrites them)."""
-    found = []
+    """No stub gives away more than a third of its reference: of the reference's lines of code in function
+    bodies, at most a third may occur in the stub's text (TODOs, docstrings and examples included)."""
+    found, count = [], 0
     for exercise in catalog.EXERCISES:
         paths = layout.files(exercise.id)
         try:
-            stub, reference = body_lines(_path(paths.stub)), body_lines(_path(paths.reference))
-        except (OSError, SyntaxError):
+            lines, shown = body_lines(_path(paths.reference)), given_away(_path(paths.stub), _path(paths.reference))
+        except (OSError, SyntaxError, tokenize.TokenError):
             continue  # `files` and `signatures` name it
-        if stub * STUB_SHARE > reference:
-            found.append(f"{paths.stub}: {stub} lines of function bodies, over a third of the reference's "
-                         f"{reference} (at most {reference // STUB_SHARE}): cut the stub to a raise under a TODO")
-    return found, (f"{len(found)} stub(s) over a third of their reference's lines (not counted as a problem)" if found
-                   else "every stub holds at most a third of its reference's lines")
+        count += 1
+        if len(shown) * STUB_SHARE > len(lines):
+            listed = "; ".join(f"`{line}`" for line in shown[:4]) + (" ..." if len(shown) > 4 else "")
+            found.append(f"{paths.stub} holds {len(shown)} of the {len(lines)} lines of code of {paths.reference} "
+                         f"(at most {len(lines) // STUB_SHARE}): {listed}: take them out of its TODOs, docstrings "
+                         f"and examples (pose the problem: the idea, the API, an example of use), and move the "
+                         f"steps into the exercise's hints in {CATALOG}, one at a time")
+    return found, f"each of the {count} stubs holds at most a third of its reference's lines of code"
 
 
 def skeletons():

@@ -15,9 +15,9 @@ def checkpointed_forward(blocks: torch.nn.ModuleList, x: torch.Tensor) -> torch.
 
 
 def enable_gradient_checkpointing(model: PreTrainedModel) -> PreTrainedModel:
-    """Turn checkpointing on in every layer that supports it; the same model, in train mode."""
+    """Turn checkpointing on in every layer that supports it; the same model (its layers checkpoint whenever it
+    is in train mode, as a training loop puts it)."""
     # transformers 5.23 renamed gradient_checkpointing_enable (the old name still works, with a warning)
     enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
     enable()
-    model.train()  # the layers checkpoint only in training mode
     return model

@@ -7,14 +7,17 @@ without averaging the replicas drift apart. After local_sgd_train:
   averaged after every local_steps steps and after the last step), within float64 tolerance;
 - the number returned is the number of rounds, ceil(len(batches) / local_steps), as an int;
   collectives (counted by wrapping torch.distributed's functions inside the probe) happen only
-  on round boundaries, at least one per round, and the ranks agree after every round;
+  on round boundaries, at least one per round, none before the first step (a round starts
+  with local steps), and the ranks agree after every round;
 - the BatchNorm buffers and the optimizer's state (momentum, AdamW's moments) are never
   touched between the optimizer steps: they stay each rank's own.
 
 A wrong run is compared with a simulation of each usual mistake (gradients averaged instead
 of parameters, averaging after every step, no final round, a sum instead of a mean, buffers
 or optimizer state averaged too), so each gets its own hint. Per-step observations come from
-the optimizer's step hooks and a forward pre-hook, registered by the probe.
+the optimizer's step hooks and a forward pre-hook, registered by the probe. A run that raises
+after a collective on an integer tensor (BatchNorm's num_batches_tracked, from model.state_dict())
+is told so, with its cause.
 """
 
 import math
@@ -122,7 +125,7 @@ class _Counter:
     imported names for them are wrapped, and put back on leaving."""
 
     def __init__(self, module):
-        self.module, self.count, self.saved = module, 0, []
+        self.module, self.count, self.saved, self.integers = module, 0, [], []
 
     def __enter__(self):
         originals = {}
@@ -144,6 +147,8 @@ class _Counter:
     def _wrap(self, function):
         def call(*args, **kwargs):
             self.count += 1
+            self.integers += [str(value.dtype) for value in (*args, *kwargs.values())
+                              if isinstance(value, torch.Tensor) and not value.is_floating_point()]
             return function(*args, **kwargs)
 
         return call
@@ -175,8 +180,14 @@ def probe_local_sgd(ctx, case):
         optimizer.register_step_pre_hook(before)
         optimizer.register_step_post_hook(after)
         model.register_forward_pre_hook(lambda *_: record["buffers_at_forward"].append(_buffers(model)))
-        result = ctx.module.local_sgd_train(model, optimizer, _batches(case, ctx.rank, device),
-                                            getattr(torch.nn.functional, case["loss"]), case["local_steps"])
+        try:
+            result = ctx.module.local_sgd_train(model, optimizer, _batches(case, ctx.rank, device),
+                                                getattr(torch.nn.functional, case["loss"]), case["local_steps"])
+        except Exception as error:
+            if not counter.integers:
+                raise
+            # the error, and the integer tensors that went through a collective before it
+            return {"raised": f"{type(error).__name__}: {error}"[:300], "integers": sorted(set(counter.integers))}
         record["collectives"] = counter.count
     record["result_type"] = f"{type(result).__module__}.{type(result).__qualname__}"
     record["result"] = result if type(result) is int else None
@@ -262,6 +273,17 @@ PARAMETER_HINT = ("each rank: zero_grad, loss_fn(model(x), y).backward(), optimi
                   "the world size")
 
 
+def _raised(case, actual):
+    """Fail a run that raised after a collective on an integer tensor, naming that cause."""
+    for rank, got in enumerate(actual):
+        if "raised" in got:
+            fail(f"{describe(case)}: rank {rank} raised {got['raised']}, after a collective on integer tensors "
+                 f"({', '.join(got['integers'])})",
+                 hint="average model.parameters() only: model.state_dict() holds the buffers too, BatchNorm's "
+                      "num_batches_tracked among them, an integer (Long) tensor that cannot be divided in place by "
+                      "the world size; buffers stay each rank's own")
+
+
 def _same(got, want):
     return training.same_parameters(got, want, RTOL, ATOL)
 
@@ -286,6 +308,7 @@ def _expect_parameters(actual, expected, what, hint):
 @with_examples
 def test_parameters_match_a_simulation_of_the_replicas(grade, case):
     expected, actual = grade.compare(probe_local_sgd, case, world_size=case["world_size"])
+    _raised(case, actual)
     simulated = grade.reference(probe_simulation, case)
     hint = None
     for rank, (got, want, sim) in enumerate(zip(actual, expected, simulated)):
@@ -313,6 +336,7 @@ def test_parameters_match_a_simulation_of_the_replicas(grade, case):
 @with_examples
 def test_averages_only_at_round_boundaries(grade, case):
     actual = grade.run(probe_local_sgd, case, world_size=case["world_size"])
+    _raised(case, actual)
     n, every = case["batches"], case["local_steps"]
     rounds = math.ceil(n / every)
     ends = boundaries(case)
@@ -323,16 +347,28 @@ def test_averages_only_at_round_boundaries(grade, case):
         if len(got["after_step"]) != n:
             fail(f"{describe(case)}: rank {rank}'s optimizer stepped {len(got['after_step'])} times, expected {n}",
                  hint="one optimizer.step() per batch")
+        first = got["collectives_before_step"][0] if got["collectives_before_step"] else got["collectives"]
+        if first:
+            fail(f"{describe(case)}: rank {rank} made {first} collective(s) before its first step"
+                 + (" (there are no batches)" if not n else f" (rounds end after steps {ends})"),
+                 hint="a round starts with local steps and ends with the average: average after every "
+                      "local_steps-th step and after the last, not also at the start of a round (the ranks start "
+                      "equal, and that average is a collective a round for nothing)")
         # collectives made in the gap after step k (before the next step, or before returning)
         marks = got["collectives_after_step"]
         nexts = got["collectives_before_step"][1:] + [got["collectives"]]
         gaps = {k: nexts[k - 1] - marks[k - 1] for k in range(1, n + 1)}
         busy = [k for k, made in gaps.items() if made and k not in ends]
         if busy:
+            made = [k for k, count in gaps.items() if count]
             fail(f"{describe(case)}: rank {rank} made collectives after step(s) {busy}, which end no round "
-                 f"(rounds end after steps {ends})",
+                 f"(rounds end after steps {ends}; it communicated after steps {made})",
                  hint=("communicate only at the end of a round: a collective on every step (averaging every step, "
-                       "or averaging gradients as data parallelism does) is the communication local SGD saves"))
+                       "or averaging gradients as data parallelism does) is the communication local SGD saves"
+                       if len(made) == n else
+                       "a round ends after steps local_steps, 2 * local_steps, ... counted from 1 (and after the "
+                       "last): step % local_steps == 0 with enumerate(batches, start=1), or (i + 1) % local_steps == "
+                       "0 counting from 0; the rounds here end one step off"))
         idle = [k for k in ends if not gaps[k]]
         if idle:
             fail(f"{describe(case)}: rank {rank} made no collective after step(s) {idle}, where a round ends "
@@ -340,8 +376,11 @@ def test_averages_only_at_round_boundaries(grade, case):
                  hint=(MODE_HINTS["no_final_round"] if idle == [n] and n % every else
                        "after every local_steps-th step, all-reduce the parameters and divide by the world size"))
     for rank, got in enumerate(actual):
+        # it did average after the last step (or the idle check above would have failed): only the count is off
         expect_equal(got["result"], rounds, f"{describe(case)}: the number of rounds rank {rank} returned",
-                     hint=(MODE_HINTS["no_final_round"] if got["result"] == n // every else
+                     hint=("count the last, shorter round too: it ends with an average like the others, so the "
+                           "number of rounds is ceil(len(batches) / local_steps), not len(batches) // local_steps"
+                           if got["result"] == n // every else
                            "one round per local_steps steps, and one for a shorter last round: "
                            "ceil(len(batches) / local_steps), 0 for no batches"))
     for k in ends:
@@ -357,6 +396,7 @@ def test_averages_only_at_round_boundaries(grade, case):
 @with_examples
 def test_buffers_and_optimizer_state_stay_each_ranks_own(grade, case):
     actual = grade.run(probe_local_sgd, case, world_size=case["world_size"])
+    _raised(case, actual)
     n = case["batches"]
     for rank, got in enumerate(actual):
         steps = len(got["after_step"])

@@ -14,8 +14,10 @@ run by the grader (autocast forward and loss, scaler.scale(loss).backward(), sca
 scaler.update, zero_grad) and the reference's. On a drawn step one input is inf, so the
 gradients overflow: that step must be skipped (the parameters unchanged) and the scale
 lowered (halved, the tracker reset) exactly as GradScaler does; its loss is NaN or inf and is
-compared as such. Gradients are cleared after every call (None or zeros), the weights stay
-float32. A wrong step is compared with what each usual mistake gives (no scaler.scale, the
+compared as such. No gradient of an earlier call leaks into a later one: a call may clear them at
+its start (PyTorch's AMP recipe) or after its step (to None or zeros), so the gradients left after
+a call are none, zeros, or that call's own (computed by the probe from the parameters and scale
+before the call); the weights stay float32. A wrong step is compared with what each usual mistake gives (no scaler.scale, the
 forward outside autocast, optimizer.step instead of scaler.step, zero_grad forgotten), so each
 gets its own hint.
 """
@@ -200,8 +202,26 @@ def _batch(case, step, device):
     return inputs, targets
 
 
-def _loop(case, device, step_fn):
-    """Run step_fn(model, optimizer, scaler, inputs, targets, loss_fn, dtype) case['steps'] times; record after each."""
+def _own_gradients(case, device, parameters, scale, inputs, targets, dtype):
+    """Trusted: the gradients of one call alone, from the parameters and the scale before it (what clearing the
+    gradients at the start of the call leaves on the model): scaled backward, then unscaled as scaler.step does."""
+    import torch
+
+    model = _step_model(case, device)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            param.copy_(parameters[name])
+    scaler = torch.amp.GradScaler(device.type, init_scale=scale)
+    with torch.autocast(device.type, dtype=dtype):
+        loss = training.loss_fn(case["loss"], case["loss_kind"])(model(inputs), targets)
+    scaler.scale(loss).backward()
+    scaler.unscale_(torch.optim.SGD(model.parameters(), lr=0.0))
+    return {name: p.grad.detach().cpu().clone() for name, p in model.named_parameters()}
+
+
+def _loop(case, device, step_fn, own=False):
+    """Run step_fn(model, optimizer, scaler, inputs, targets, loss_fn, dtype) case['steps'] times; record after each
+    (with `own`, also each call's own gradients, beside the non-zero gradients it left)."""
     import torch
 
     model = _step_model(case, device)
@@ -209,10 +229,15 @@ def _loop(case, device, step_fn):
     scaler = torch.amp.GradScaler(device.type, init_scale=case["init_scale"], growth_interval=case["growth_interval"])
     dtype = getattr(torch, case["dtype"])
     record = {"losses": [], "loss_types": [], "parameters": [], "scales": [], "trackers": [], "grads_left": [],
-              "weight_dtypes": []}
+              "weight_dtypes": [], "left": [], "own": []}
     for step in range(case["steps"]):
         inputs, targets = _batch(case, step, device)
+        before = ({name: p.detach().clone() for name, p in model.named_parameters()}, float(scaler.get_scale()))
         loss = step_fn(model, optimizer, scaler, inputs, targets, training.loss_fn(case["loss"], case["loss_kind"]), dtype)
+        if own:
+            record["own"].append(_own_gradients(case, device, *before, *_batch(case, step, device), dtype))
+            record["left"].append({name: p.grad.detach().cpu().clone() for name, p in model.named_parameters()
+                                   if p.grad is not None and bool((p.grad != 0).any())})
         record["loss_types"].append(f"{type(loss).__module__}.{type(loss).__qualname__}")
         record["losses"].append(float(loss) if type(loss) is float else None)
         record["parameters"].append({name: p.detach().cpu().clone() for name, p in model.named_parameters()})
@@ -226,7 +251,7 @@ def _loop(case, device, step_fn):
 
 def probe_steps(ctx, case):
     """The module's scaled_step, called case['steps'] times on one model, optimizer and scaler."""
-    return _loop(case, ctx.torch_device(), ctx.module.scaled_step)
+    return _loop(case, ctx.torch_device(), ctx.module.scaled_step, own=True)
 
 
 def _right_step(model, optimizer, scaler, inputs, targets, loss_fn, dtype):
@@ -364,11 +389,12 @@ MISTAKE_HINTS = {
                          "torch.autocast(inputs.device.type, dtype=dtype)"),
     "optimizer_step": ("the optimizer stepped on inf/NaN gradients: call scaler.step(optimizer), not "
                        "optimizer.step(): it skips the step when the gradients overflow"),
-    "no_zero_grad": ("the gradients of earlier calls were added in: clear them after the step "
-                     "(optimizer.zero_grad())"),
+    "no_zero_grad": ("the gradients of earlier calls were added in: clear them in every call, at its start (as "
+                     "PyTorch's AMP recipe does) or after the step (optimizer.zero_grad())"),
 }
 STEP_HINT = ("loss under torch.autocast(inputs.device.type, dtype=dtype), then scaler.scale(loss).backward(), "
-             "scaler.step(optimizer), scaler.update(), optimizer.zero_grad()")
+             "scaler.step(optimizer), scaler.update(); the gradients cleared at the start of the call or after the "
+             "step")
 
 
 def _step_diagnosis(grade, case, actual, baseline, step):
@@ -494,6 +520,11 @@ def test_scaled_step_clears_gradients_and_keeps_float32_weights(grade, case):
             fail(f"{what}: after call {step + 1} the weights are {actual['weight_dtypes'][step]}",
                  hint="the weights stay float32 (the master copy the optimizer updates): do not call model.half() or "
                       "model.to(dtype); autocast runs each op in lower precision by itself")
-        if actual["grads_left"][step]:
-            fail(f"{what}: after call {step + 1} the gradients of {actual['grads_left'][step]} were left non-zero",
-                 hint=MISTAKE_HINTS["no_zero_grad"] + " (set_to_none=True or zeros, both are fine)")
+        # cleared after the step: nothing left; cleared at the start: this call's own gradients, nothing added
+        for name, grad in actual["left"][step].items():
+            own = actual["own"][step][name]
+            if not close(grad, own):
+                off = (grad.double() - own.double()).abs().nan_to_num(float("inf")).max().item()
+                fail(f"{what}: after call {step + 1} the gradient of {name!r} left on the model is not that call's "
+                     f"own (computed from the parameters and the scale before it): off by up to {off:.3g}",
+                     hint=MISTAKE_HINTS["no_zero_grad"] + " (to None or zeros, both are fine)")

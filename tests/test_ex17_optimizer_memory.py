@@ -1,15 +1,17 @@
 """ex17: optimizer memory. count_parameters must give (total, trainable) as model.parameters() and
-transformers' num_parameters() count them: a Linear weight shared by two modules and GPT-2's tied
-word embeddings counted once, frozen parameters in the total only. optimizer_state_bytes must give
+transformers' num_parameters() count them, on transformers models (each has num_parameters()): a
+Linear weight shared by two modules of a small PreTrainedModel and GPT-2's tied word embeddings
+counted once, frozen parameters in the total only. optimizer_state_bytes must give
 the bytes of every tensor in the state of real optimizers after one or two steps (SGD, SGD with
 momentum, AdamW and Adam with amsgrad in float32, float64 and bfloat16, transformers' Adafactor),
 step tensors and RMS scalars included, a parameter without a gradient holding none.
 estimate_state_bytes must follow the contract's formula on drawn shapes of 0 to 4 dims (dims of
 size 0 too, except for Adafactor) and, where the formula describes a real optimizer (SGD with
 momentum, AdamW, Adafactor on float32 weights), equal that optimizer's value tensors after a
-step; an unknown name raises ValueError. A wrong estimate is compared with what each usual
-mistake gives (2 or 4 bytes a moment, Adafactor not factored or factored over other dims, floor
-blocks) for a hint."""
+step, the 8-bit state in a check of its own (so that a mistake there is not hidden behind
+another optimizer's); an unknown name raises ValueError. A wrong estimate is compared with what
+each usual mistake gives (2 or 4 bytes a moment, Adafactor not factored or factored over other
+dims, floor blocks, one 8-bit moment, a padded last block) for a hint."""
 
 import math
 
@@ -60,8 +62,8 @@ COUNT_EXAMPLES = [count_example("tied_linear", 3, "none"), count_example("gpt2",
 def describe_count(case):
     if case["model"] == "tied_linear":
         n = case["size"]
-        model = (f"a module with first=Linear({n}, {n}), second=Linear({n}, {n}) sharing first's weight"
-                 if case["tie"] else f"a module with first=Linear({n}, {n}), second=Linear({n}, {n})") + \
+        model = (f"a PreTrainedModel with first=Linear({n}, {n}), second=Linear({n}, {n}) sharing first's weight"
+                 if case["tie"] else f"a PreTrainedModel with first=Linear({n}, {n}), second=Linear({n}, {n})") + \
                 f", head=Linear({n}, 2, bias=False)"
     else:
         model = (f"GPT2LMHeadModel(n_embd={case['size']}, n_layer={case['layers']}, "
@@ -71,23 +73,32 @@ def describe_count(case):
     return f"count_parameters(model) on {model}{frozen}"
 
 
-class TiedLinear(torch.nn.Module):
-    def __init__(self, n, tie):
-        super().__init__()
-        self.first = torch.nn.Linear(n, n)
-        self.second = torch.nn.Linear(n, n)
-        if tie:
-            self.second.weight = self.first.weight
-        self.head = torch.nn.Linear(n, 2, bias=False)
+def _tied_linear(n, tie):
+    """A small transformers model (a PreTrainedModel, so it has num_parameters()): two Linear layers, the
+    second sharing the first's weight when tied, and a head."""
+    from transformers import PretrainedConfig, PreTrainedModel
 
-    def forward(self, x):
-        return self.head(self.second(torch.tanh(self.first(x))))
+    class TiedLinear(PreTrainedModel):
+        config_class = PretrainedConfig
+
+        def __init__(self):
+            super().__init__(PretrainedConfig())
+            self.first = torch.nn.Linear(n, n)
+            self.second = torch.nn.Linear(n, n)
+            if tie:
+                self.second.weight = self.first.weight
+            self.head = torch.nn.Linear(n, 2, bias=False)
+
+        def forward(self, x):
+            return self.head(self.second(torch.tanh(self.first(x))))
+
+    return TiedLinear()
 
 
 def _count_model(case):
     torch.manual_seed(case["seed"])
     if case["model"] == "tied_linear":
-        model, tied = TiedLinear(case["size"], case["tie"]), "first.weight"
+        model, tied = _tied_linear(case["size"], case["tie"]), "first.weight"
     else:
         from transformers import GPT2LMHeadModel
 
@@ -112,8 +123,7 @@ def probe_count(ctx, case):
         "manual": [sum(p.numel() for p in model.parameters()),
                    sum(p.numel() for p in model.parameters() if p.requires_grad)],
         "twice": [sum(p.numel() for _, p in every), sum(p.numel() for _, p in every if p.requires_grad)],
-        "num_parameters": ([model.num_parameters(), model.num_parameters(only_trainable=True)]
-                           if hasattr(model, "num_parameters") else None),
+        "num_parameters": [model.num_parameters(), model.num_parameters(only_trainable=True)],
     }
     result = ctx.module.count_parameters(model)
     if type(result) is not tuple or len(result) != 2:
@@ -138,11 +148,8 @@ def test_count_parameters_counts_tied_weights_once_and_frozen_as_untrainable(gra
     what = describe_count(case)
     total, trainable = actual["result"]
     want_total, want_trainable = expected["manual"]
-    if expected["num_parameters"] is not None:
-        assert expected["num_parameters"] == expected["manual"], (expected["num_parameters"], expected["manual"])
-        said = f" (model.num_parameters() says {want_total}, num_parameters(only_trainable=True) {want_trainable})"
-    else:
-        said = ""
+    assert expected["num_parameters"] == expected["manual"], (expected["num_parameters"], expected["manual"])
+    said = f" (model.num_parameters() says {want_total}, num_parameters(only_trainable=True) {want_trainable})"
     twice_total, twice_trainable = expected["twice"]
     if total != want_total:
         hint = None
@@ -281,18 +288,22 @@ def test_optimizer_state_bytes_counts_every_state_tensor(grade, case):
 
 
 @st.composite
-def estimate_case(draw):
-    optimizer = draw(st.sampled_from(ESTIMATES), label="optimizer")
+def estimate_case(draw, optimizers=tuple(ESTIMATES)):
+    optimizer = draw(st.sampled_from(optimizers), label="optimizer")
     return dict(optimizer=optimizer, shapes=draw(shapes(zero=optimizer != "adafactor"), label="shapes"))
 
 
 ESTIMATE_EXAMPLES = [
     dict(optimizer="adafactor", shapes=[(6, 4), (2, 3, 5), (2, 1, 3, 4), (5,), ()]),
-    dict(optimizer="adamw_8bit", shapes=[(257,), (16, 16), (3,), (600, 2)]),
     dict(optimizer="adamw", shapes=[(4, 3), (3,), ()]),
     dict(optimizer="sgd_momentum", shapes=[(2, 0, 3), (5, 5)]),
     dict(optimizer="sgd", shapes=[(3, 3)]),
 ]
+# blocks of 256 with a short last one, several short tensors, an empty one
+EIGHT_BIT_EXAMPLES = [dict(optimizer="adamw_8bit", shapes=[(257,), (16, 16), (3,), (600, 2)]),
+                      dict(optimizer="adamw_8bit", shapes=[(0, 4), (2, 2), (1,), (3, 100)])]
+EIGHT_BIT_HINT = ("adamw_8bit, per tensor: 2 * numel bytes of codes (one int8 for each of the two moments) plus "
+                  "2 * 4 * math.ceil(numel / 256) bytes of scales (one float32 absmax per moment per block)")
 
 REAL = {"sgd_momentum": "sgd_momentum", "adamw": "adamw", "adafactor": "adafactor"}
 
@@ -330,6 +341,9 @@ def _variants(kind, shapes):
                 [sum(2 * k + 4 * math.ceil(k / 256) for k in numels),
                  sum(2 * k + 16 * math.ceil(k / 256) for k in numels)],
             "add the scales: each int8 block keeps a float32 absmax per moment": [2 * n],
+            "two moments, one int8 code each: 2 bytes a value, not 1": [sum(k + 8 * math.ceil(k / 256) for k in numels)],
+            "one code per value: a last, shorter block is not padded to 256 values (no minimum size)":
+                [sum(2 * 256 * math.ceil(k / 256) + 8 * math.ceil(k / 256) for k in numels)],
         }
     right = "for shape (..., rows, cols) keep prod(shape[:-1]) row values and prod(shape[:-2]) * shape[-1] column values"
 
@@ -361,8 +375,7 @@ def _estimate_hint(kind, shapes, got, want):
 @example(case=ESTIMATE_EXAMPLES[1])
 @example(case=ESTIMATE_EXAMPLES[2])
 @example(case=ESTIMATE_EXAMPLES[3])
-@example(case=ESTIMATE_EXAMPLES[4])
-@given(case=estimate_case())
+@given(case=estimate_case(optimizers=tuple(name for name in ESTIMATES if name != "adamw_8bit")))
 def test_estimate_state_bytes_follows_the_formula_and_the_real_optimizers(grade, case):
     """The contract's formula; equal to the real optimizer's value tensors where the formula describes one."""
     expected, actual = grade.compare(probe_estimate, case)
@@ -377,6 +390,18 @@ def test_estimate_state_bytes_follows_the_formula_and_the_real_optimizers(grade,
         fail(f"{what}: got {got}, but the real optimizer's value tensors on float32 weights of these shapes take "
              f"{expected['real']} bytes ({real[case['optimizer']]}, step counters and RMS left out)", hint=hint)
     expect_equal(got, want, what, hint=hint)
+
+
+@example(case=EIGHT_BIT_EXAMPLES[0])
+@example(case=EIGHT_BIT_EXAMPLES[1])
+@given(case=estimate_case(optimizers=("adamw_8bit",)))
+def test_estimate_state_bytes_of_the_8bit_state(grade, case):
+    """adamw_8bit: two int8 codes a value and two float32 scales per block of 256 values, per tensor."""
+    expected, actual = grade.compare(probe_estimate, case)
+    shape_list = [tuple(s) for s in case["shapes"]]
+    got, want = actual["result"], expected["result"]
+    expect_equal(got, want, f"estimate_state_bytes({shape_list}, 'adamw_8bit')",
+                 hint=_estimate_hint("adamw_8bit", shape_list, got, want) or EIGHT_BIT_HINT)
 
 
 def probe_unknown(ctx, name):

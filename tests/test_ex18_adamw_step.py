@@ -5,8 +5,8 @@ exp_avg_sq equal to torch.optim.AdamW(..., foreach=False) after the same steps, 
 (abs(initial param) + lr * steps) for float32 (1e-10 for float64: about 30 float64 roundings a
 step are 1e-14, and a float32 detour 1e-7); grad must come back unchanged, and the updates must
 happen in the very tensors passed in. A wrong result is compared with what each usual mistake
-gives (L2 penalty, no bias correction, decay after the update, eps inside the root or before
-the correction) for a hint."""
+gives (L2 penalty, no bias correction, step + 1 in the correction, decay after the update, eps
+inside the root or before the correction) for a hint."""
 
 import math
 
@@ -100,7 +100,8 @@ def _mistake(case, device, kind):
             param = param * (1 - lr * wd)
         m = beta1 * m + (1 - beta1) * grad
         v = beta2 * v + (1 - beta2) * grad * grad
-        c1, c2 = (1.0, 1.0) if kind == "no_bias_correction" else (1 - beta1 ** step, 1 - beta2 ** step)
+        power = step + 1 if kind == "step_plus_one" else step
+        c1, c2 = (1.0, 1.0) if kind == "no_bias_correction" else (1 - beta1 ** power, 1 - beta2 ** power)
         if kind == "eps_inside_sqrt":
             denom = (v / c2 + eps).sqrt()
         elif kind == "eps_before_correction":
@@ -118,6 +119,8 @@ MISTAKES = {
                   "weight_decay * param to the gradient is Adam's L2 penalty, which the moments then rescale",
     "no_bias_correction": "bias-correct the moments: divide exp_avg by 1 - beta1 ** step and exp_avg_sq by "
                           "1 - beta2 ** step (step is 1-based)",
+    "step_plus_one": "step is already the 1-based number of this update (torch's state['step'] after its "
+                     "increment): bias-correct with 1 - beta ** step, not 1 - beta ** (step + 1)",
     "decay_after": "apply the weight decay before the Adam update, to the old weights "
                    "(param.mul_(1 - lr * weight_decay) first, as torch.optim.AdamW does)",
     "eps_inside_sqrt": "eps goes after the square root: sqrt(v_hat) + eps, not sqrt(v_hat + eps)",

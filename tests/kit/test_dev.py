@@ -101,6 +101,46 @@ def test_dev_check_names_each_fault_in_the_files_the_catalog_and_the_readme(tmp_
     assert done.stdout.strip().endswith("dev check: 5 problems")
 
 
+def test_dev_check_refuses_a_stub_that_spells_out_its_reference(tmp_path):
+    """A stub poses the problem: at most a third of its reference's lines of code may occur in its text (its TODOs,
+    docstrings and examples included). A stub whose TODO lists the reference's steps is refused, with the fix."""
+    kit = kit_copy(tmp_path / "kit")
+    fine = dev_check(kit, "--no-grade")
+    assert fine.returncode == 0 and lines_under(fine.stdout, "stub size") == [], fine.stdout
+    assert any(line.startswith("ok") and line.split()[1:3] == ["stub", "size:"] for line in fine.stdout.splitlines())
+    reference = (kit / "solutions" / "ex16_mixed_precision.py").read_text().splitlines()
+    start = next(index for index, line in enumerate(reference) if "def scaled_step" in line)
+    steps = [line.strip() for line in reference[start:]
+             if line.startswith("    ") and not line.strip().startswith('"""')]
+    stub = kit / "exercises" / "ex16_mixed_precision.py"
+    stub.write_text(stub.read_text().replace("    raise NotImplementedError\n", "    # TODO: " + "\n    #  ".join(steps)
+                                             + "\n    raise NotImplementedError\n"))
+    done = dev_check(kit, "--no-grade")
+    assert done.returncode == 1 and "Traceback" not in done.stdout + done.stderr, done.stdout + done.stderr
+    assert lines_under(done.stdout, "stub size") == [
+        "exercises/ex16_mixed_precision.py holds 7 of the 9 lines of code of solutions/ex16_mixed_precision.py (at "
+        "most 3): `with torch.autocast(inputs.device.type, dtype=dtype):`; `loss = loss_fn(model(inputs), targets)`; "
+        "`scaler.scale(loss).backward()`; `scaler.step(optimizer)` ...: take them out of its TODOs, docstrings and "
+        "examples (pose the problem: the idea, the API, an example of use), and move the steps into the exercise's "
+        "hints in grader/catalog.toml, one at a time"], done.stdout
+    assert done.stdout.strip().endswith("dev check: 1 problem")
+
+
+def test_the_stub_measure_reads_lines_of_code_and_whole_names(tmp_path):
+    """The reference's lines of code (no docstring, comment, or bracket alone; a trailing comment cut off) that the
+    stub's text holds, comments included, a name inside a longer name not counted."""
+    from grader.dev import body_lines, given_away
+
+    reference, stub = tmp_path / "reference.py", tmp_path / "stub.py"
+    reference.write_text('def f(model, x):\n    """Docstring: enable() here is not code."""\n    # a comment\n'
+                         "    enable = model.enable  # a trailing comment\n    enable()\n"
+                         "    y = g(\n        x,\n    )\n    return x\n")
+    assert body_lines(reference) == ["enable = model.enable", "enable()", "y = g(", "x,", "return x"]
+    stub.write_text('def f(model, x):\n    """Call model.gradient_checkpointing_enable() and return x_hat."""\n'
+                    "    # TODO: enable = model.enable\n    raise NotImplementedError\n")
+    assert given_away(stub, reference) == ["enable = model.enable"]
+
+
 @pytest.mark.slow
 def test_dev_check_grades_references_and_stubs(tmp_path):
     """A stub that passes is a fault: the shipped stubs must all be 'not started'."""

@@ -8,7 +8,6 @@ EX = "ex14_gradient_checkpointing"
 
 CALL = "x = torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False)"
 ENABLE = "    enable()\n"
-TRAIN = "    model.train()  # the layers checkpoint only in training mode\n"
 RETURN_MODEL = "    return model\n"
 LOOP = "    for block in blocks:\n"
 
@@ -24,7 +23,7 @@ WHOLE_STACK = '''
 FORWARD, SAVED, RECOMPUTED = ("test_checkpointed_forward_matches_the_plain_forward",
                               "test_checkpointed_forward_keeps_one_input_per_block",
                               "test_each_block_is_recomputed_once_in_backward")
-SAME_MODEL, FLAGS, FEWER, SAME_RESULTS = ("test_enable_returns_the_same_model_in_train_mode",
+SAME_MODEL, FLAGS, FEWER, SAME_RESULTS = ("test_enable_returns_the_same_model",
                                           "test_enable_turns_checkpointing_on_in_every_layer",
                                           "test_enabled_model_keeps_fewer_activations",
                                           "test_enabled_model_computes_the_same_outputs_and_gradients")
@@ -51,12 +50,8 @@ WRONG = [
     Wrong("detached_input", mutate(EX, (LOOP, "    x = x.detach()\n" + LOOP)), FORWARD, diagnosis="no .detach()"),
     # reseeding for "reproducible" dropout: masks differ from the caller's stream
     Wrong("reseeds", mutate(EX, (LOOP, "    torch.manual_seed(0)\n" + LOOP)), FORWARD),
-    # enable not called: only train mode
+    # the method looked up but never called
     Wrong("enable_not_called", mutate(EX, (ENABLE, "")), FLAGS, diagnosis="activation_checkpointing_enable()"),
-    # the model left in the mode it came in (eval, as from_pretrained gives it)
-    Wrong("left_in_eval_mode", mutate(EX, (TRAIN, "")), SAME_MODEL, diagnosis="call model.train()"),
-    # eval mode set afterwards "to be safe"
-    Wrong("eval_afterwards", mutate(EX, (TRAIN, "    model.eval()\n")), FEWER, diagnosis="left in eval mode"),
     # a copy returned: the caller's model unchanged
     Wrong("returns_a_copy", mutate(EX, ("    enable = getattr(model,", "    import copy\n    model = copy.deepcopy(model)\n"
                                         "    enable = getattr(model,")), SAME_MODEL,
@@ -64,24 +59,35 @@ WRONG = [
     # the config flag of transformers 3: does nothing now
     Wrong("config_flag_only", mutate(EX, (ENABLE, "    model.config.gradient_checkpointing = True\n")), FLAGS,
           diagnosis="model.config.gradient_checkpointing"),
-    # every second layer only
+    # every second layer only: half the layers keep all their activations
     Wrong("every_other_layer", mutate(EX, (ENABLE, "    enable(every_n_layers=2)\n")), FLAGS,
-          diagnosis="not every n-th one"),
+          diagnosis="not every n-th one", also_fails=(FEWER,)),
+    # the same, told by the activations kept
+    Wrong("every_other_layer_kept", mutate(EX, (ENABLE, "    enable(every_n_layers=2)\n")), FEWER,
+          diagnosis="checkpoint every layer"),
     # a "dry run" of each block under no_grad first (to see its output): every block runs twice forward
     Wrong("dry_run_first", mutate(EX, (LOOP, "    with torch.no_grad():\n        y = x\n        for block in blocks:\n"
                                              "            y = block(y)\n" + LOOP)), RECOMPUTED),
     # half precision on top "to save even more memory": other outputs and gradients
-    Wrong("half_precision_too", mutate(EX, (TRAIN, TRAIN + "    model.half()\n")), SAME_RESULTS),
+    Wrong("half_precision_too", mutate(EX, (ENABLE, ENABLE + "    model.half()\n")), SAME_RESULTS),
 ]
 
 RIGHT = [
+    # the old method alone, on a model handed over in eval mode and left so (the mode returned is not graded)
+    Right("enable_alone", mutate(EX, ("    enable = getattr(model, \"activation_checkpointing_enable\", None) or "
+                                      "model.gradient_checkpointing_enable\n    enable()\n",
+                                      "    model.gradient_checkpointing_enable()\n"))),
+    # train mode set too (transformers' layers checkpoint only while training)
+    Right("train_mode_too", mutate(EX, (ENABLE, ENABLE + "    model.train()\n"))),
+    # eval mode set afterwards "to be safe": a training loop calls model.train() before it steps
+    Right("eval_afterwards", mutate(EX, (ENABLE, ENABLE + "    model.eval()\n"))),
     # the function imported by name, the block's forward passed, the old method name
     Right("imported_checkpoint", mutate(EX, ("import torch.utils.checkpoint\n", "from torch.utils.checkpoint import checkpoint\n"),
                                         (CALL, "x = checkpoint(block.__call__, x, use_reentrant=False, preserve_rng_state=True)"),
                                         ("    enable = getattr(model, \"activation_checkpointing_enable\", None) or "
                                          "model.gradient_checkpointing_enable\n", "    enable = model.gradient_checkpointing_enable\n"))),
     # explicit non-reentrant keyword arguments, train mode first, enabling on the body alone
-    Right("explicit_keywords", mutate(EX, (ENABLE + TRAIN, TRAIN + "    if hasattr(model, \"activation_checkpointing_enable\"):\n"
+    Right("explicit_keywords", mutate(EX, (ENABLE, "    model.train()\n    if hasattr(model, \"activation_checkpointing_enable\"):\n"
                                            "        model.activation_checkpointing_enable(activation_checkpointing_kwargs="
                                            "{\"use_reentrant\": False})\n    else:\n        model.gradient_checkpointing_enable("
                                            "gradient_checkpointing_kwargs={\"use_reentrant\": False})\n"))),

@@ -91,6 +91,22 @@ WRONG = [
     Wrong("optimizer_state_averaged", AVERAGE_STATE, STATE_CHECK, diagnosis="the optimizer's state was averaged too"),
     # averaged at the start of each round instead of its end
     Wrong("average_at_round_start", AVERAGE_FIRST, PARAMETER_CHECK),
+    # averaged at the start of each round as well as at its end: the same parameters, a collective a round more
+    Wrong("average_at_start_and_end", mutate(EX, ("        optimizer.zero_grad(set_to_none=True)\n        loss_fn",
+                                                  "        if (step - 1) % local_steps == 0:\n"
+                                                  "            _average_parameters(model)\n"
+                                                  "        optimizer.zero_grad(set_to_none=True)\n        loss_fn")),
+          ROUNDS_CHECK, diagnosis="not also at the start of a round"),
+    # the whole state_dict averaged: BatchNorm's num_batches_tracked is a Long tensor, and div_ raises on it
+    Wrong("state_dict_average_all", mutate(EX, (PARAMETERS, "        for param in model.state_dict().values():\n")),
+          STATE_CHECK, diagnosis="num_batches_tracked among them"),
+    # the steps counted from 0: each round ends one step early
+    Wrong("off_by_one_boundary", mutate(EX, ("enumerate(batches, start=1)", "enumerate(batches)"),
+                                        ("step == len(batches)", "step == len(batches) - 1")),
+          ROUNDS_CHECK, diagnosis="the rounds here end one step off"),
+    # the rounds counted with a floor: the last, shorter round averaged but not counted
+    Wrong("floored_rounds", mutate(EX, ("    return rounds", "    return len(batches) // local_steps")), ROUNDS_CHECK,
+          diagnosis="count the last, shorter round too"),
     # rank 0's parameters broadcast instead of an average
     Wrong("broadcast_from_rank_0", mutate(EX, (AVERAGE, "            dist.broadcast(param.data, src=0)\n")),
           PARAMETER_CHECK, diagnosis="every rank took rank 0's parameters"),

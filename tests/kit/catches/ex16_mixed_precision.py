@@ -49,11 +49,12 @@ WRONG = [
           OVERFLOW, diagnosis="not optimizer.step()", diagnosed_by=LOOP),
     # optimizer.step on the scaled gradients, no scaler.step (update then raises)
     Wrong("optimizer_step_scaled", mutate(EX, (SCALER_STEP, "    optimizer.step()")), LOOP),
-    # zero_grad forgotten: gradients pile up across calls
+    # zero_grad forgotten: gradients pile up across calls (the parameters show it, and the gradients left)
     Wrong("no_zero_grad", mutate(EX, (ZERO_GRAD, "")), CLEARS, diagnosis="gradients of earlier calls were added in",
-          diagnosed_by=LOOP),
-    # zero_grad at the start instead of the end: gradients left after the call
-    Wrong("zero_grad_first", mutate(EX, (ZERO_GRAD, ""), (STEP_AUTOCAST, ZERO_GRAD + STEP_AUTOCAST)), CLEARS),
+          also_fails=(LOOP,)),
+    # zero_grad forgotten, the loop's own diagnosis
+    Wrong("no_zero_grad_parameters", mutate(EX, (ZERO_GRAD, "")), LOOP,
+          diagnosis="clear them in every call, at its start"),
     # the forward and the loss outside autocast in the training step
     Wrong("step_outside_autocast", mutate(EX, (STEP_AUTOCAST, "    loss = loss_fn(model(inputs), targets)\n")), LOOP,
           diagnosis="ran in float32"),
@@ -81,6 +82,11 @@ RIGHT = [
     # explicit unscale_ before scaler.step (the gradient-clipping pattern), zero_grad at both ends
     Right("unscale_then_step", mutate(EX, (SCALER_STEP, "    scaler.unscale_(optimizer)\n" + SCALER_STEP),
                                       (STEP_AUTOCAST, "    model.zero_grad()\n" + STEP_AUTOCAST))),
+    # PyTorch's AMP recipe: the gradients cleared at the start of the step, this call's left on the model after it
+    Right("zero_grad_first", mutate(EX, (ZERO_GRAD, ""), (STEP_AUTOCAST, ZERO_GRAD + STEP_AUTOCAST))),
+    # the same, to zeros
+    Right("zero_grad_first_to_zeros", mutate(EX, (ZERO_GRAD, ""), (STEP_AUTOCAST, "    optimizer.zero_grad(set_to_none=False)\n"
+                                                                  + STEP_AUTOCAST))),
     # the loss computed outside the model call's autocast block but still inside autocast
     Right("loss_in_own_block", mutate(EX, (STEP_AUTOCAST, "    with torch.autocast(inputs.device.type, dtype=dtype):\n"
                                            "        outputs = model(inputs)\n"

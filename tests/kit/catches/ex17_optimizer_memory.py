@@ -10,6 +10,7 @@ COUNT = "test_count_parameters_counts_tied_weights_once_and_frozen_as_untrainabl
 STATE = "test_optimizer_state_bytes_counts_every_state_tensor"
 ESTIMATE = "test_estimate_state_bytes_follows_the_formula_and_the_real_optimizers"
 UNKNOWN = "test_estimate_state_bytes_rejects_unknown_optimizers"
+EIGHT_BIT = "test_estimate_state_bytes_of_the_8bit_state"
 
 LOOP = "    for param in model.parameters():\n"
 TENSOR = "if isinstance(value, torch.Tensor):"
@@ -93,10 +94,22 @@ WRONG = [
     Wrong("adafactor_last_two_dims", mutate(EX, (FACTORED, "return shape[-2] + shape[-1]")), ESTIMATE,
           diagnosis="the leading dims stay in both"),
     # floor: the last short block has no scale
-    Wrong("floor_blocks", mutate(EX, (BLOCKS, "(n // BLOCK_SIZE)")), ESTIMATE, diagnosis="ceil(numel / 256) blocks"),
+    Wrong("floor_blocks", mutate(EX, (BLOCKS, "(n // BLOCK_SIZE)")), EIGHT_BIT, diagnosis="ceil(numel / 256) blocks"),
     # one scale per block for both moments
-    Wrong("one_scale_per_block", mutate(EX, ("2 * n + 2 * 4 *", "2 * n + 4 *")), ESTIMATE,
+    Wrong("one_scale_per_block", mutate(EX, ("2 * n + 2 * 4 *", "2 * n + 4 *")), EIGHT_BIT,
           diagnosis="two float32 scales per block"),
+    # one int8 code a value: one moment only
+    Wrong("eight_bit_one_moment", mutate(EX, ("2 * n + 2 * 4 *", "n + 2 * 4 *")), EIGHT_BIT,
+          diagnosis="two moments, one int8 code each"),
+    # the same, beside an Adafactor mistake: each check names its own cause
+    Wrong("eight_bit_one_moment_and_adafactor_not_factored",
+          mutate(EX, ("2 * n + 2 * 4 *", "n + 2 * 4 *"), ("if len(shape) >= 2:", "if False:")), EIGHT_BIT,
+          diagnosis="two moments, one int8 code each", also_fails=(ESTIMATE,)),
+    # the blocks counted over all the tensors together, not per tensor: no usual mistake's number, the formula told
+    Wrong("eight_bit_blocks_over_all_tensors",
+          mutate(EX, ("        return sum(2 * n + 2 * 4 * math.ceil(n / BLOCK_SIZE) for n in numels)",
+                      "        return 2 * sum(numels) + 2 * 4 * math.ceil(sum(numels) / BLOCK_SIZE)")), EIGHT_BIT,
+          diagnosis="adamw_8bit, per tensor"),
     # an unknown name gives 0
     Wrong("unknown_returns_zero", mutate(EX, (RAISE, "return 0")), UNKNOWN),
     # an unknown name: KeyError from a dict lookup
@@ -105,6 +118,9 @@ WRONG = [
 
 RIGHT = [
     Right("identity_set_and_table", TABLE),
+    # transformers' own count: every model the checks pass is a PreTrainedModel
+    Right("num_parameters", mutate(EX, (LOOP, "    return model.num_parameters(), model.num_parameters(only_trainable=True)\n"
+                                              + LOOP))),
     # nbytes, and the parameters of the param groups
     Right("nbytes", mutate(EX, (BYTES, "total += value.nbytes"))),
     # trainable from a filter, total from a generator

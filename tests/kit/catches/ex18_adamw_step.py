@@ -93,6 +93,10 @@ WRONG = [
     Wrong("no_bias_correction", mutate(EX, ("bias_correction1 = 1 - beta1 ** step", "bias_correction1 = 1.0"),
                                        ("bias_correction2 = 1 - beta2 ** step", "bias_correction2 = 1.0")), VALUES,
           diagnosis="bias-correct the moments"),
+    # the step counted once more: bias correction with step + 1
+    Wrong("step_plus_one", mutate(EX, ("bias_correction1 = 1 - beta1 ** step", "bias_correction1 = 1 - beta1 ** (step + 1)"),
+                                  ("bias_correction2 = 1 - beta2 ** step", "bias_correction2 = 1 - beta2 ** (step + 1)")),
+          VALUES, diagnosis="not 1 - beta ** (step + 1)"),
     # weight decay after the Adam update
     Wrong("decay_after_update", mutate(EX, (DECAY, ""), (UPDATE, UPDATE + DECAY)), VALUES,
           diagnosis="apply the weight decay before the Adam update"),

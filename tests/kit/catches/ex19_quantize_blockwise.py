@@ -14,6 +14,8 @@ ROUND = "codes = torch.round(padded / scale[:, None] * 127).to(torch.int8)"
 ABSMAX = "absmax = padded.abs().amax(dim=1)"
 RETURN = "return codes.reshape(-1)[:n].clone(), absmax"
 SCALES = "scales = absmax.float().repeat_interleave(block_size)[:n]"
+GUARD = "scale = torch.where(absmax > 0, absmax, torch.ones_like(absmax))"
+DEQUANT_RETURN = "return (codes.float() / 127 * scales).reshape(shape)"
 
 # a loop over blocks, multiplying by 127 / absmax, clamped
 LOOP = '''
@@ -69,10 +71,22 @@ WRONG = [
     Wrong("floor_blocks", mutate(EX, ("blocks = math.ceil(n / block_size)", "blocks = max(1, n // block_size)"),
                                  ("padded[:n] = flat", "padded[:] = flat[:blocks * block_size]")), CODES,
           diagnosis="ceil(n / block_size) blocks"),
+    # no zero guard: 0 / 0 is NaN in an all-zero block, and a NaN cast to int8 is undefined (0 on this CPU)
+    Wrong("no_zero_guard", mutate(EX, (GUARD, "scale = absmax")), CODES, diagnosis="add a zero guard"),
+    # what bitsandbytes' kernel makes of that NaN: -127 codes for an all-zero block
+    Wrong("minus_127_codes", mutate(EX, (GUARD, "scale = absmax"),
+                                    (ROUND, "codes = torch.round(torch.nan_to_num(padded / scale[:, None] * 127, "
+                                            "nan=-127.0)).to(torch.int8)")), CODES, diagnosis="add a zero guard"),
+    # a non-linear ("dynamic") code map, square-root spaced, and its inverse
+    Wrong("dynamic_map", mutate(EX, (ROUND, "ratio = padded / scale[:, None]\n"
+                                            "    codes = torch.round(ratio.sign() * ratio.abs().sqrt() * 127).to(torch.int8)"),
+                                (DEQUANT_RETURN, "levels = codes.float() / 127\n"
+                                                 "    return (levels.sign() * levels * levels * scales).reshape(shape)")),
+          ROUND_TRIP, diagnosis="the codes are not linear"),
     # every absmax repeated as a whole (repeat, not repeat_interleave)
     Wrong("repeat_not_interleave", mutate(EX, (SCALES, "scales = absmax.float().repeat(block_size)[:n]")), DEQUANT),
     # dequantized in the codes' shape, shape ignored
-    Wrong("shape_ignored", mutate(EX, ("return (codes.float() / 127 * scales).reshape(shape)",
+    Wrong("shape_ignored", mutate(EX, (DEQUANT_RETURN,
                                        "return codes.float() / 127 * scales")), DEQUANT),
 ]
 
@@ -82,6 +96,6 @@ RIGHT = [
     Right("reciprocal_scale", mutate(EX, (ROUND, "codes = torch.round(padded * (127 / scale[:, None])).clamp(-127, 127)"
                                                  ".to(torch.int8)"))),
     # zero blocks through nan_to_num instead of where
-    Right("nan_to_num", mutate(EX, ("scale = torch.where(absmax > 0, absmax, torch.ones_like(absmax))", "scale = absmax"),
+    Right("nan_to_num", mutate(EX, (GUARD, "scale = absmax"),
                                (ROUND, "codes = torch.round(torch.nan_to_num(padded / scale[:, None] * 127)).to(torch.int8)"))),
 ]

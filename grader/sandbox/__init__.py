@@ -41,7 +41,7 @@ from grader.sandbox import identity, landlock, memory, namespaces, syscall_filte
 from grader.sandbox.containers import Container, Containers, available_kind
 from grader.sandbox.containers import describe as describe_container
 from grader.sandbox.forkservers import ABSTRACT_ADDRESSES, adopt_orphans, kill_descendants
-from grader.sandbox.pools import Pools, Ranks, WorkerFailure
+from grader.sandbox.pools import PoolKey, Pools, Ranks, WorkerFailure
 from grader.sandbox.worker import WorkerSpec
 
 OUTPUT_LIMIT = 8 * 2**20  # bytes a submission may print per call before writes fail
@@ -102,7 +102,7 @@ class _Prepared:
 class Call:
     """A request sent to its workers, whose replies are still to be read."""
 
-    def __init__(self, key: tuple, ranks: Ranks, request: Request, deadline: float) -> None:
+    def __init__(self, key: PoolKey, ranks: Ranks, request: Request, deadline: float) -> None:
         self.key = key
         self.ranks = ranks
         self.request = request
@@ -201,7 +201,7 @@ class Sandbox:
         return replies
 
     @staticmethod
-    def pool_key(request: Request) -> tuple:
+    def pool_key(request: Request) -> PoolKey:
         """The reference's workers serve every exercise of their preload; a submission's, one exercise;
         each on one device (a CUDA worker is confined with the GPU's nodes, a CPU worker sees no GPU)."""
         if request.trusted:

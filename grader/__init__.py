@@ -11,7 +11,7 @@ import os
 GRADER_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
-def _kit_root():
+def _kit_root() -> str:
     """The kit's folder (its check files, exercises and references): beside this package in a
     checkout or an editable install; the current folder for a package installed elsewhere
     (`pip install .`, then grading from the kit's folder)."""

@@ -93,7 +93,7 @@ def close(actual: torch.Tensor, expected: torch.Tensor, rtol: float | None = Non
     return bool(torch.isclose(actual, expected, rtol=rtol, atol=atol, equal_nan=True).all())
 
 
-def _tensor_layout(actual, expected) -> str:
+def _tensor_layout(actual: torch.Tensor, expected: torch.Tensor) -> str:
     if tuple(actual.shape) != tuple(expected.shape):
         return f"expected shape {tuple(expected.shape)}, got {tuple(actual.shape)}"
     if actual.dtype != expected.dtype:
@@ -101,7 +101,7 @@ def _tensor_layout(actual, expected) -> str:
     return ""
 
 
-def _max_difference(actual, expected) -> str:
+def _max_difference(actual: torch.Tensor, expected: torch.Tensor) -> str:
     a, b = actual.double(), expected.double()
     if a.numel() == 0:
         return "(empty)"
@@ -111,7 +111,7 @@ def _max_difference(actual, expected) -> str:
             f"(expected {b.flatten()[worst].item():.6g}, got {a.flatten()[worst].item():.6g})")
 
 
-def _difference(actual, expected, where=""):
+def _difference(actual: Any, expected: Any, where: str = "") -> str:
     """'' when equal, else what differs first."""
     at = f" at {where}" if where else ""
     if type(actual) is not type(expected):

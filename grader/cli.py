@@ -385,7 +385,7 @@ class Progress:
             self._flush(final=True)
             self._write("\n")
 
-    def _flush(self, final=False) -> None:
+    def _flush(self, final: bool = False) -> None:
         """Write the complete lines that are next in the table's order."""
         while self.written < len(self.order) and (final or self.order[self.written] in self.finished):
             key = self.order[self.written]
@@ -393,7 +393,7 @@ class Progress:
             if key in self.marks:
                 self._write(("\r\x1b[K" if self.live else "") + self._line(key) + "\n")
 
-    def _line(self, key):
+    def _line(self, key: tuple[str, str]) -> str:
         target, exercise = key
         shown = f"{exercise} {self.marks[key]}"
         return f"{text.one_line(target)}: {shown}" if self.several else shown

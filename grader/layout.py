@@ -26,7 +26,7 @@ class ExerciseFiles:
         return ExerciseFiles(*(os.path.join(root, path) for path in (self.stub, self.reference, self.checks,
                                                                       self.catches)))
 
-    def all(self) -> tuple:
+    def all(self) -> tuple[str, str, str, str]:
         return (self.stub, self.reference, self.checks, self.catches)
 
 

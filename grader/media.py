@@ -15,10 +15,17 @@ transformers and tokenizers are imported lazily, so a check file can import this
 grading process for its word lists alone.
 """
 
+from __future__ import annotations
+
 import contextlib
 import sys
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterator, Sequence
+from types import FrameType
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
+    from transformers import PreTrainedTokenizerFast
 
 # The tokenizer's words: no j, k, q, x or z in any of them, so a word holding one of those
 # letters is a single [UNK] token; a made-up word of known letters splits into known word pieces.
@@ -33,7 +40,7 @@ TOKENIZER_KINDS = ("bert", "distilbert")
 SUFFIXES = ("##s", "##ed", "##ing", "##er", "##ly", "##line", "##goer", "##actor")
 
 
-def _vocabulary():
+def _vocabulary() -> dict[str, int]:
     """{token: id}, the same in every process: the special tokens, the letters (alone and as word
     pieces), some suffixes, then the words."""
     letters = sorted({letter for word in WORDS for letter in word})
@@ -42,7 +49,7 @@ def _vocabulary():
     return {token: i for i, token in enumerate(tokens)}
 
 
-def _wordpiece(lowercase=True):
+def _wordpiece(lowercase: bool = True) -> Tokenizer:
     from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
 
     # A WordPiece model with a fixed vocabulary (training one here orders tied pieces differently in
@@ -56,13 +63,15 @@ def _wordpiece(lowercase=True):
     return tokenizer
 
 
-def build_tokenizer(kind="bert", model_max_length=16, padding_side="right"):
+def build_tokenizer(kind: str = "bert", model_max_length: int = 16,
+                    padding_side: str = "right") -> PreTrainedTokenizerFast:
     """A fast WordPiece tokenizer, built here: "bert" gives token_type_ids, "distilbert" does not.
 
     `model_max_length` is what `truncation=True` without `max_length` truncates to (and what
     `padding="max_length"` without `max_length` pads to).
     """
-    from transformers import BertTokenizerFast, DistilBertTokenizerFast
+    # transformers 5 keeps the Fast names as aliases of the unified classes, outside its typed exports.
+    from transformers import BertTokenizerFast, DistilBertTokenizerFast  # type: ignore[attr-defined]
 
     if kind not in TOKENIZER_KINDS:
         raise ValueError(f"unknown tokenizer kind {kind!r} (known: {', '.join(TOKENIZER_KINDS)})")
@@ -97,7 +106,7 @@ def build_feature_extractor(sampling_rate: int, do_normalize: bool = True, retur
 INPUT_KEYWORDS = ("text", "images", "raw_speech", "audio")  # what a tokenizer or processor takes first, by name
 
 
-def _kind(value):
+def _kind(value: object) -> str:
     if isinstance(value, str):
         return "str"
     if isinstance(value, (list, tuple)):
@@ -112,7 +121,7 @@ BACKEND = {"encode": "str", "encode_batch": "list of texts", "encode_batch_fast"
 
 
 @contextlib.contextmanager
-def tokenizer_calls(tokenizer):
+def tokenizer_calls(tokenizer: object) -> Iterator[list[dict[str, str]]]:
     """Log every call that encodes with `tokenizer`, however it was reached; yields the log.
 
     A profiler watches the code of the tokenizer's encoding methods (the outermost call logged, with
@@ -122,13 +131,15 @@ def tokenizer_calls(tokenizer):
     codes = {getattr(vars(klass)[name], "__code__", None) for klass in type(tokenizer).__mro__
              for name in ENCODERS if name in vars(klass)} - {None}
     backend = getattr(tokenizer, "_tokenizer", None)
-    calls, open_frames = [], []
+    calls: list[dict[str, str]] = []
+    open_frames: list[FrameType] = []
 
-    def profile(frame, event, arg) -> None:
+    def profile(frame: FrameType, event: str, arg: Any) -> None:
         if event == "call" and frame.f_code in codes and frame.f_locals.get("self") is tokenizer:
             if not open_frames:
                 text = frame.f_locals.get(frame.f_code.co_varnames[1]) if frame.f_code.co_argcount > 1 else None
-                calls.append({"first": _kind(text), "via": frame.f_code.co_qualname})
+                # co_qualname is Python 3.11's: on 3.10 this line raises AttributeError.
+                calls.append({"first": _kind(text), "via": frame.f_code.co_qualname})  # type: ignore[attr-defined]
             open_frames.append(frame)
         elif event == "return" and open_frames and frame is open_frames[-1]:
             open_frames.pop()
@@ -151,11 +162,11 @@ def record_calls(obj: Any, method: str = "__call__") -> list[dict[str, Any]]:
     "ndarray"), `keywords`, the sorted keyword names, and `sampling_rate` as passed (None when not).
     An image processor's `__call__` calls its `preprocess`: log "preprocess" to see either.
     """
-    calls = []
+    calls: list[dict[str, Any]] = []
     base = type(obj)
     original = getattr(base, method)
 
-    def recorded(self, *args, **kwargs):
+    def recorded(self: Any, *args: Any, **kwargs: Any) -> Any:
         named = [kwargs[key] for key in INPUT_KEYWORDS if key in kwargs]
         first = args[0] if args else named[0] if named else next(iter(kwargs.values()), None)
         rate = kwargs.get("sampling_rate")

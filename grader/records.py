@@ -55,7 +55,7 @@ class Status(enum.Enum):
         return next(status for status in cls if status.label == label)
 
     @classmethod
-    def parse(cls, name: str | Status) -> Status:
+    def parse(cls, name: object) -> Status:
         """A Status from its name ('not_started') or itself; InvalidStatus for anything else."""
         if isinstance(name, cls):
             return name

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, NoReturn, TypeAlias
 
 from grader import catalog
 from grader.grading.recordings import RUN
@@ -20,7 +20,12 @@ from grader.sandbox.pools import HANG_BOUND
 
 if TYPE_CHECKING:
     from grader.grading.session import Session
-    from grader.sandbox import Target
+    from grader.sandbox import Call, Target
+
+    # (who: "reference" or the target's folder, exercise, probe's name, repr(args), world size, device)
+    CacheKey: TypeAlias = tuple[str, str, str, str, int, str]
+    # (cache key, the call in flight or None when cached, trusted)
+    Started: TypeAlias = tuple[CacheKey, Call | None, bool]
 
 
 class Grade:
@@ -72,7 +77,7 @@ class Grade:
         self._settle(self._start(probe, args, world_size, trusted=True))
         return self._reference_value(probe, args, world_size)
 
-    def _settle(self, started) -> None:
+    def _settle(self, started: Started) -> None:
         """Finish a reference call; workers that did not start become its failed reply."""
         try:
             self._finish(started)
@@ -84,11 +89,11 @@ class Grade:
         self._finish(self._start(probe, args, world_size, trusted=False))
         return self._target_value(probe, args, world_size)
 
-    def _key(self, probe, args, world_size: int, trusted):
+    def _key(self, probe: Callable[..., Any], args: tuple[Any, ...], world_size: int, trusted: bool) -> CacheKey:
         who = "reference" if trusted else self.target.path
         return (who, self.exercise, probe.__name__, repr(args), world_size, self.device)
 
-    def _start(self, probe, args, world_size: int, trusted):
+    def _start(self, probe: Callable[..., Any], args: tuple[Any, ...], world_size: int, trusted: bool) -> Started:
         """(cache key, call in flight or None when cached)."""
         key = self._key(probe, args, world_size, trusted)
         if not trusted:
@@ -110,7 +115,7 @@ class Grade:
                 raise Verdict(Status.TIMED_OUT, f"the check ran out of time ({self.session.timeout:g} s, --timeout)")
             raise Verdict(error.status, str(error))
 
-    def _finish(self, started):
+    def _finish(self, started: Started) -> list[Reply]:
         key, call, trusted = started
         cache = self.session.reference_cache if trusted else self.session.target_cache
         if call is not None:
@@ -123,10 +128,10 @@ class Grade:
                     self._charge(call)
         return cache[key]
 
-    def _time_left(self):
+    def _time_left(self) -> float:
         return min(self.allowed - self.used, HANG_BOUND * self.allowed - self.spent)
 
-    def _charge(self, call) -> None:
+    def _charge(self, call: Call) -> None:
         """Count a target call against the check's time: its wall time less what its workers spent
         starting or waiting for a CPU (a starved worker is not a stuck one; one that spins or sleeps
         does not wait for a CPU), and its wall time against HANG_BOUND x --timeout."""
@@ -134,7 +139,7 @@ class Grade:
         self.spent += elapsed
         self.used += max(0.0, elapsed - call.waited)
 
-    def _reference_value(self, probe, args, world_size: int):
+    def _reference_value(self, probe: Callable[..., Any], args: tuple[Any, ...], world_size: int) -> Any:
         """The reference's settled observation. A reference that failed is run once more with no
         submission running (the target's workers, and all it started, killed first): only when it
         fails again is the check "not graded", the grader's own failure."""
@@ -162,11 +167,11 @@ class Grade:
             recordings.record(self._portable(key), value, self.session.sandbox.rundir)
         return value
 
-    def _portable(self, key):
+    def _portable(self, key: CacheKey) -> str:
         """The key without this run's scratch folder (a checkpoint's path differs from run to run)."""
         return repr(key).replace(self.session.sandbox.rundir, RUN)
 
-    def _target_value(self, probe, args, world_size: int):
+    def _target_value(self, probe: Callable[..., Any], args: tuple[Any, ...], world_size: int) -> Any:
         replies = self.session.target_cache[self._key(probe, args, world_size, trusted=False)]
         self.printed = _printed(replies)
         if any(not reply.ok for reply in replies):
@@ -174,12 +179,12 @@ class Grade:
         return _unwrap(replies)
 
 
-def _unwrap(replies):
+def _unwrap(replies: Sequence[Reply]) -> Any:
     values = [reply.value for reply in replies]
     return values[0] if len(replies) == 1 else values
 
 
-def _printed(replies):
+def _printed(replies: Sequence[Reply]) -> str:
     """What the code under test printed, each rank's under its name when there are several."""
     if len(replies) == 1:
         return replies[0].output.strip()
@@ -187,7 +192,7 @@ def _printed(replies):
                      if reply.output.strip())
 
 
-def _failure(replies, args):
+def _failure(replies: Sequence[Reply], args: tuple[Any, ...]) -> NoReturn:
     """The most telling failure among the ranks' replies.
 
     The status names the kind of failure (reports print its label), so the message does not
@@ -216,7 +221,7 @@ def _failure(replies, args):
     raise CheckFailed(rank + label + message + others, status=status, details=details)
 
 
-def _uneven_collectives(replies):
+def _uneven_collectives(replies: Sequence[Reply]) -> list[str]:
     """One line per collective the ranks made different numbers of times."""
     lines = []
     calls = [reply.collectives for reply in replies]
@@ -229,7 +234,7 @@ def _uneven_collectives(replies):
     return lines
 
 
-def _other_ranks(replies, shown):
+def _other_ranks(replies: Sequence[Reply], shown: Reply) -> list[str]:
     """The other ranks' own errors, whole."""
     lines = []
     for rank, reply in enumerate(replies):
@@ -239,6 +244,6 @@ def _other_ranks(replies, shown):
     return lines
 
 
-def _short(args, limit: int = 160):
+def _short(args: Sequence[Any], limit: int = 160) -> str:
     text = ", ".join(repr(a) for a in args)
     return text if len(text) <= limit else text[: limit - 3] + "..."

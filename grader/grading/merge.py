@@ -13,6 +13,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Sequence
+from typing import Any, NoReturn, TypedDict, cast
 
 from grader.grading import report, shards
 from grader.records import TargetResult
@@ -22,12 +24,21 @@ class MergeError(Exception):
     pass
 
 
+class ShardReport(TypedDict):
+    """A shard's report as `read` gives it."""
+
+    path: str
+    rec: dict[str, Any]  # its `batch`, as read: checked only to name a shard
+    rows: list[dict[str, Any]]  # each a TargetResult's dict
+    versions: dict[str, Any]  # {"versions": ..., "version_mismatch": ...}
+
+
 class Parser(argparse.ArgumentParser):
-    def error(self, message):
+    def error(self, message: str) -> NoReturn:
         raise MergeError(message)
 
 
-def build_parser():
+def build_parser() -> Parser:
     parser = Parser(prog="python -m grader merge",
                     description="Merge the JSON reports of a class graded in shards (--shard K/N --json) into one.")
     parser.add_argument("reports", nargs="+", metavar="SHARD.json", help="every shard's JSON report, once each")
@@ -36,7 +47,7 @@ def build_parser():
     return parser
 
 
-def main(argv=None):
+def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
         if not args.csv and not args.json:
@@ -60,7 +71,7 @@ def main(argv=None):
     return 0
 
 
-def read(path: str) -> dict:
+def read(path: str) -> ShardReport:
     """A shard's report: {path, rec, rows: [result dict], versions}."""
     try:
         with open(path) as handle:
@@ -74,16 +85,16 @@ def read(path: str) -> dict:
     if not (isinstance(shard, list) and len(shard) == 2 and all(isinstance(n, int) for n in shard)):
         raise MergeError(f"{path}: not a shard's report (write each shard's with --shard K/N --json PATH)")
     rows = data["submissions"] if "submissions" in data else [data]
-    return {"path": path, "rec": rec, "rows": rows,
+    return {"path": path, "rec": cast("dict[str, Any]", rec), "rows": rows,  # rec: a dict, its shard read from it
             "versions": {"versions": data.get("versions", {}), "version_mismatch": data.get("version_mismatch", [])}}
 
 
-def merge(parts: list[dict]):
+def merge(parts: list[ShardReport]) -> tuple[list[TargetResult], shards.BatchRecord, dict[str, Any]]:
     """The class's results in the batch's order, its record and the versions it was graded with."""
     first = parts[0]
     count = first["rec"]["shard"][1]
     seen: dict[int, str] = {}
-    owner: dict[str, str] = {}
+    owner: dict[str | None, str] = {}  # by a row's target
     for part in parts:
         rec, path = part["rec"], part["path"]
         number, of = rec["shard"]
@@ -117,7 +128,7 @@ def merge(parts: list[dict]):
     rows = {row["target"]: TargetResult.from_dict(row) for part in parts for row in part["rows"]}
     results = [rows[name] for name in names]
     rec = dict(first["rec"], shard=None, merged=count)
-    return results, rec, first["versions"]
+    return results, cast(shards.BatchRecord, rec), first["versions"]
 
 
 if __name__ == "__main__":

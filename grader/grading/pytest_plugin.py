@@ -6,10 +6,12 @@ through this plugin; the grader only adds a collector and its own report, and ha
 line).
 """
 
+from __future__ import annotations
+
 import gc
 import time
-from collections.abc import Iterator, Sequence
-from typing import Any
+from collections.abc import Generator, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 from hypothesis import HealthCheck, Phase, settings
@@ -24,6 +26,9 @@ from grader.grading.text import shown
 from grader.records import CheckFailed, Status, Verdict
 from grader.sandbox import missing as missing_layers
 from grader.sandbox.forkservers import depth
+
+if TYPE_CHECKING:
+    from pluggy import Result
 
 SESSION = pytest.StashKey[Session]()  # the run's grading session, on pytest's config
 
@@ -156,12 +161,12 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         warm_up({catalog.get(exercise).preload for exercise in graded if exercise is not None})
 
 
-def _preload_rank(item):
+def _preload_rank(item: pytest.Item) -> int:
     exercise = exercise_of(item.path)
     return depth(catalog.get(exercise).preload) if exercise else 0
 
 
-def _target_index(item):
+def _target_index(item: pytest.Item) -> int:
     callspec = getattr(item, "callspec", None)
     if callspec is None or "grade" not in callspec.params:
         return 0
@@ -183,16 +188,18 @@ def grade(request: pytest.FixtureRequest) -> Iterator[Grade]:
 
 
 @pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item, call):
+def pytest_runtest_makereport(item: pytest.Item,
+                               call: pytest.CallInfo[None]) -> Generator[None, Result[pytest.TestReport], None]:
     """Label each report with its case and the check's status and message (for any listener): the one
     place a check's status is derived from how pytest ran it."""
     outcome = yield
-    report = outcome.get_result()
+    report: Any = outcome.get_result()  # a TestReport, given the grader_* attributes below
     callspec = getattr(item, "callspec", None)
     if callspec is not None and "grade" in callspec.params:
         target, device = callspec.params["grade"]
         report.grader_case = (target.label, exercise_of(item.path), getattr(item, "originalname", item.name), device)
-        report.grader_title = ((item.function.__doc__ or "").strip().splitlines() or [""])[0]
+        check = cast(pytest.Function, item)  # only a Function has a callspec
+        report.grader_title = ((check.function.__doc__ or "").strip().splitlines() or [""])[0]
         marker = item.get_closest_marker("measured_in_worker")
         report.grader_evidence = f"measured inside the worker: {marker.args[0]}" if marker else "compared in the grader"
         if report.when == "setup" and not report.passed:  # plain text: pytest-xdist sends reports between processes

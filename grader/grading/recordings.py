@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 RECORDED_ONLY = "the reference is recorded, not shipped"
@@ -80,7 +80,7 @@ class Recordings:
                 handle.write(PLACEHOLDER)
 
 
-def _strings(value, change):
+def _strings(value: Any, change: Callable[[str], str]) -> Any:
     """`value` (plain data) with `change` applied to every string in it."""
     if type(value) is str:
         return change(value)

@@ -14,9 +14,12 @@ given is taken from it, and so are the exercises when none are named.
 
 from __future__ import annotations
 
+import argparse
 import csv
 import json
 import os
+from collections.abc import Sequence
+from typing import cast
 
 from grader.grading import shards, text
 from grader.records import TargetResult
@@ -25,8 +28,9 @@ from grader.records import TargetResult
 class Previous:
     """A previous batch report: its rows by label (in its order), and how it was graded."""
 
-    def __init__(self, path: str, kind: str, order: list[str], rows: dict, rec: dict, redo: set[str],
-                 versions: dict | None = None):
+    def __init__(self, path: str, kind: str, order: list[str],
+                 rows: dict[str, TargetResult] | dict[str, list[str]],  # a JSON report's results, a CSV's rows
+                 rec: shards.BatchRecord, redo: set[str], versions: dict[str, str] | None = None) -> None:
         self.path, self.kind, self.order, self.rows = path, kind, order, rows
         self.rec, self.redo, self.versions = rec, redo, versions or {}
 
@@ -56,14 +60,16 @@ def _from_json(path: str, content: str) -> Previous:
         raise shards.ShardError(f"--regrade {path}: shard {rec['shard'][0]}/{rec['shard'][1]} of a class alone; "
                                 "merge the shards first (python -m grader merge)")
     found = data["submissions"] if "submissions" in data else [data]
-    rows, order, redo = {}, [], set()
+    rows: dict[str, TargetResult] = {}
+    order: list[str] = []
+    redo: set[str] = set()
     for row in found:
         result = TargetResult.from_dict(row)
         rows[result.target] = result
         order.append(result.target)
         if row.get("not_graded"):
             redo.add(result.target)
-    return Previous(path, "json", order, rows, rec, redo, data.get("versions"))
+    return Previous(path, "json", order, rows, cast(shards.BatchRecord, rec), redo, data.get("versions"))
 
 
 def _from_csv(path: str, content: str) -> Previous:
@@ -86,8 +92,8 @@ def _from_csv(path: str, content: str) -> Previous:
     except ValueError:
         raise shards.ShardError(f"--regrade {path}: its seed {seed_text!r} is not a whole number")
     exercises = header[header.index("problem") + 1:-len(shards.CSV_COLUMNS)] if "problem" in header else []
-    rec = {"shard": None, "seed": seed, "profile": profile, "devices": devices.split(), "exercises": exercises,
-           "kit": kit}
+    rec: shards.BatchRecord = {"shard": None, "seed": seed, "profile": profile, "devices": devices.split(),
+                               "exercises": exercises, "kit": kit}
     if header != shards.csv_header(exercises):
         raise shards.ShardError(f"--regrade {path}: its columns are not those of a batch's CSV for "
                                 f"{' '.join(exercises) or 'no exercise'}")
@@ -99,7 +105,7 @@ def _from_csv(path: str, content: str) -> Previous:
     return Previous(path, "csv", order, rows, rec, redo)
 
 
-def adopt(args, previous: Previous) -> None:
+def adopt(args: argparse.Namespace, previous: Previous) -> None:
     """The seed, profile and exercises of the previous file, where the command line gives none."""
     if args.seed is None and args.seed_file is None:
         args.seed = previous.rec["seed"]
@@ -114,7 +120,7 @@ def key(previous: Previous, label: str) -> str:
     return text.csv_cell(label) if previous.kind == "csv" else text.shown(label)
 
 
-def chosen(previous: Previous, labels: list[str], submissions_dir: str) -> list[str]:
+def chosen(previous: Previous, labels: Sequence[str], submissions_dir: str) -> list[str]:
     """The labels (folders of the class) to grade: those the previous file says were not graded, and
     those it has no row for. A row to regrade whose folder is gone is a usage error."""
     present = {key(previous, label): label for label in labels}
@@ -126,13 +132,13 @@ def chosen(previous: Previous, labels: list[str], submissions_dir: str) -> list[
             not in previous.rows]
 
 
-def order(previous: Previous, labels: list[str]) -> list[str]:
+def order(previous: Previous, labels: Sequence[str]) -> list[str]:
     """Every row's key: the class's folders as a full batch orders them, then rows whose folder is gone."""
     keys = [key(previous, label) for label in labels]
     return keys + [k for k in previous.order if k not in set(keys)]
 
 
-def describe(previous: Previous, graded: list[str]) -> str:
+def describe(previous: Previous, graded: Sequence[str]) -> str:
     new = sum(key(previous, label) not in previous.rows for label in graded)
     return (f"regrade: grading {len(graded)} of {len(previous.rows) + new} submissions ({len(graded) - new} not "
             f"graded in {os.path.basename(previous.path)}, {new} new); the other rows are kept as they were")

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from grader.grading import text, versions
-from grader.records import Layer, Status, TargetResult
+from grader.records import CheckResult, ExerciseResult, Layer, Status, TargetResult
 
 REPEATING = (Status.NOT_STARTED, Status.MISSING, Status.IMPORT_ERROR, Status.USES_REFERENCE)
 
@@ -54,7 +54,7 @@ def terminal(result: TargetResult, verbose: bool = False) -> str:
     return "\n".join(lines)
 
 
-def _telling(note) -> bool:
+def _telling(note: str) -> bool:
     """A note worth a line: a file graded under another name, or one ignored."""
     words = note.split()
     return not (len(words) == 4 and words[0] == "graded" and words[1] == words[3] + ".py")
@@ -67,7 +67,7 @@ def sandbox_footer(layers: Sequence[Layer]) -> str:
     return text + ("; missing: " + "; ".join(missing) if missing else "")
 
 
-def _repeats(row, check):
+def _repeats(row: ExerciseResult, check: CheckResult) -> bool:
     """A stub or a missing file says the same on every check: show it once per exercise."""
     if row.status in REPEATING:
         same = [c for c in row.checks if c.status is check.status]

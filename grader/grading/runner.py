@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import pytest
 
@@ -90,7 +90,7 @@ def run(options: Options, exercises: Sequence[Exercise],
 
 
 @contextlib.contextmanager
-def _only_hypothesis_plugin():
+def _only_hypothesis_plugin() -> Iterator[None]:
     """Of the installed pytest plugins, the checks need Hypothesis's alone: loading the others
     (anyio, benchmark, ...) costs a quarter of a second and can change how tests run."""
     saved = os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD")
@@ -115,7 +115,7 @@ class _quiet_stdout:
             self.saved = sys.stdout
             sys.stdout = open(os.devnull, "w")
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         if not self.verbose:
             sys.stdout.close()
             sys.stdout = self.saved

@@ -19,11 +19,20 @@ its CSV carries the seed, profile, devices and kit as its last columns.
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import os
 import re
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 from grader import KIT_ROOT, catalog, layout
+from grader.records import TargetResult
+
+if TYPE_CHECKING:
+    from grader.grading.options import Options
+    from grader.grading.regrade import Previous
+    from grader.sandbox import Target
 
 # The CSV's last columns: what a regrade of that file must find equal.
 CSV_COLUMNS = ("seed", "profile", "devices", "kit")
@@ -33,7 +42,24 @@ class ShardError(ValueError):
     """A usage error of --shard / --regrade: one line."""
 
 
-def parse(text: str, environ=None) -> tuple[int, int]:
+class _Graded(TypedDict):
+    seed: int | None
+    profile: str
+    devices: list[str]
+    exercises: list[str]
+    kit: str
+
+
+class BatchRecord(_Graded, total=False):
+    """A batch report's `batch` (see `record`); a CSV's record (regrade) has no `submissions`, a merge's
+    adds `merged`, the number of shards."""
+
+    shard: list[int] | None
+    submissions: list[str]
+    merged: int
+
+
+def parse(text: str, environ: Mapping[str, str] | None = None) -> tuple[int, int]:
     """`K/N` (1 <= K <= N) or `auto/N` (K from the scheduler's environment) -> (K, N)."""
     environ = os.environ if environ is None else environ
     match = re.fullmatch(r"\s*(auto|\d+)\s*/\s*(\d+)\s*", text or "")
@@ -50,7 +76,7 @@ def parse(text: str, environ=None) -> tuple[int, int]:
     return number, count
 
 
-def auto(count: int, environ) -> int:
+def auto(count: int, environ: Mapping[str, str]) -> int:
     """K (from 1) from a Slurm array task's or a Kubernetes Indexed Job's index."""
     if environ.get("SLURM_ARRAY_TASK_ID", "").strip():
         index = _whole(environ, "SLURM_ARRAY_TASK_ID")
@@ -70,19 +96,19 @@ def auto(count: int, environ) -> int:
     return number
 
 
-def _whole(environ, name: str) -> int:
+def _whole(environ: Mapping[str, str], name: str) -> int:
     value = environ[name].strip()
     if not value.isdigit():
         raise ShardError(f"--shard auto: {name}={value!r} is not a whole number")
     return int(value)
 
 
-def split(names: list[str], number: int, count: int) -> list[str]:
+def split(names: Sequence[str], number: int, count: int) -> list[str]:
     """The names of shard `number` of `count` (names in the order given: sorted)."""
     return list(names[number - 1::count])
 
 
-def kit_identity(exercise_ids, root: str = KIT_ROOT) -> str:
+def kit_identity(exercise_ids: Collection[str], root: str = KIT_ROOT) -> str:
     """The kit's version and a digest of what a grade of these exercises depends on: their catalog
     entries, check files and references (or a release's recorded observations), and the versions of
     Python (its minor release) and of the libraries every report names. The grader's own code is
@@ -91,7 +117,7 @@ def kit_identity(exercise_ids, root: str = KIT_ROOT) -> str:
 
     digest = hashlib.sha256()
 
-    def add(label, data: bytes):
+    def add(label: str, data: bytes) -> None:
         digest.update(f"{label}\0{len(data)}\0".encode())
         digest.update(data)
 
@@ -130,18 +156,20 @@ def kit_version(root: str = KIT_ROOT) -> str:
             return "unknown"
 
 
-def record(names, shard, options, exercise_ids) -> dict:
+def record(names: Iterable[str], shard: tuple[int, int] | None, options: Options,
+           exercise_ids: Collection[str]) -> BatchRecord:
     """The JSON report's `batch`: what shards merged, or a file regraded, must share."""
     return {"shard": list(shard) if shard else None, "submissions": list(names),
             "seed": options.seed, "profile": options.profile, "devices": list(options.devices),
             "exercises": list(exercise_ids), "kit": kit_identity(exercise_ids)}
 
 
-def csv_values(rec: dict) -> list:
+def csv_values(rec: BatchRecord) -> list[int | str | None]:
     return [rec["seed"], rec["profile"], " ".join(rec["devices"]), rec["kit"]]
 
 
-def differs(mine: dict, theirs: dict, versions_mine=None, versions_theirs=None) -> str:
+def differs(mine: Mapping[str, Any], theirs: Mapping[str, Any], versions_mine: Mapping[str, str] | None = None,
+            versions_theirs: Mapping[str, str] | None = None) -> str:
     """'' when two records were graded alike, else what differs (seed, profile, devices, exercises, kit)."""
     for key, what in (("seed", "seed"), ("profile", "profile"), ("devices", "devices"),
                       ("exercises", "selection of exercises")):
@@ -155,11 +183,11 @@ def differs(mine: dict, theirs: dict, versions_mine=None, versions_theirs=None) 
     return ""
 
 
-def _shown(value) -> str:
+def _shown(value: object) -> str:
     return " ".join(map(str, value)) if isinstance(value, list) else str(value)
 
 
-def report_json(results, versions_part: dict, rec: dict) -> dict:
+def report_json(results: Sequence[TargetResult], versions_part: dict[str, Any], rec: BatchRecord) -> dict[str, Any]:
     """A batch's JSON report: as `report.as_json` writes it, with the batch's record."""
     from grader.grading import text
 
@@ -167,7 +195,7 @@ def report_json(results, versions_part: dict, rec: dict) -> dict:
     return text.clean(data | versions_part | {"batch": rec})
 
 
-def csv_header(exercise_ids) -> list[str]:
+def csv_header(exercise_ids: Collection[str]) -> list[str]:
     """The CSV's header for these exercises (as `report.summary_csv` writes it), and the record's columns."""
     chapters = [c.number for c in catalog.CHAPTERS if any(e.chapter == c.number and e.id in exercise_ids
                                                           for e in catalog.EXERCISES)]
@@ -176,7 +204,8 @@ def csv_header(exercise_ids) -> list[str]:
             + ["seconds", "not_graded", "review", "problem"] + ids + list(CSV_COLUMNS))
 
 
-def report_csv(results, rec: dict, kept=None) -> str:
+def report_csv(results: Sequence[TargetResult], rec: BatchRecord,
+               kept: tuple[dict[str, list[str]], list[str]] | None = None) -> str:
     """A batch's CSV: `report.summary_csv`'s rows, each ending with the record's columns. `kept`
     {label: row (cells as read)} and an order of labels: rows taken as they are from a previous CSV."""
     import csv
@@ -205,12 +234,12 @@ class Plan:
     """A `--submissions` run: which of the class's folders it grades (all, a shard, or what a regrade
     needs), what it records, and the reports it writes."""
 
-    def __init__(self, args):
+    def __init__(self, args: argparse.Namespace) -> None:
         from grader.grading import regrade
 
         self.args = args
         self.shard = parse(args.shard) if args.shard else None
-        self.previous = None
+        self.previous: Previous | None = None
         given = "--shard" if self.shard else "--regrade" if args.regrade else ""
         if args.shard and args.regrade:
             raise ShardError("give --shard or --regrade, not both")
@@ -226,17 +255,19 @@ class Plan:
                 raise ShardError(f"--regrade {args.regrade}: a CSV's rows make a CSV; write --csv, or regrade "
                                  "the batch's JSON report to write --json")
             regrade.adopt(args, self.previous)
-        self.names, self.graded, self.rec = [], [], None
+        self.names: list[str] = []
+        self.graded: list[str] = []
+        self.rec: BatchRecord | None = None
 
     @classmethod
-    def make(cls, args):
+    def make(cls, args: argparse.Namespace) -> Plan | None:
         """The plan of a `--submissions` run; None for the grading of --target folders alone."""
         if not args.submissions and (args.shard or args.regrade):
             raise ShardError(f"{'--shard' if args.shard else '--regrade'} grades folders of --submissions DIR; "
                              "give it, and no --target")
         return cls(args) if args.submissions else None
 
-    def select(self, targets):
+    def select(self, targets: Sequence[Target]) -> list[Target]:
         """The targets this run grades, of all the class's (staged in sorted order)."""
         from grader.grading import regrade
 
@@ -250,7 +281,7 @@ class Plan:
         self.graded = [name for name in self.names if name in chosen]
         return [target for target in targets if target.label in chosen]
 
-    def check(self, options, exercises) -> None:
+    def check(self, options: Options, exercises: Iterable[catalog.Exercise]) -> None:
         """Record how this run grades; a regrade's previous file must have been graded alike."""
         from grader.grading import versions
 
@@ -271,29 +302,34 @@ class Plan:
             return regrade.describe(self.previous, self.graded)
         return ""
 
-    def _full(self, results):
+    def _full(self, results: Sequence[TargetResult]) -> tuple[list[TargetResult], list[str]]:
         """A regrade of a JSON report: every row, the new ones in place of the old; and their keys."""
         from grader.grading import regrade
 
-        rows = dict(self.previous.rows) | {text_key(result.target): result for result in results}
+        assert self.previous is not None
+        previous_rows = cast("dict[str, TargetResult]", self.previous.rows)  # a JSON report's
+        rows = dict(previous_rows) | {text_key(result.target): result for result in results}
         keys = regrade.order(self.previous, self.names)
         return [rows[k] for k in keys], keys
 
-    def json(self, results) -> dict:
+    def json(self, results: Sequence[TargetResult]) -> dict[str, Any]:
         from grader.grading import versions
 
         rec = self.rec
+        assert rec is not None, "check() records how the run grades first"
         if self.previous:
             results, keys = self._full(results)
-            rec = dict(rec, submissions=keys)
+            rec = {**rec, "submissions": keys}
         return report_json(results, versions.as_report(), rec)
 
-    def csv(self, results) -> str:
+    def csv(self, results: Sequence[TargetResult]) -> str:
         from grader.grading import regrade
 
+        assert self.rec is not None, "check() records how the run grades first"
         if self.previous and self.previous.kind == "csv":
             keys = regrade.order(self.previous, self.names)
-            return report_csv(results, self.rec, (self.previous.rows, keys))
+            rows = cast("dict[str, list[str]]", self.previous.rows)  # a CSV's rows, as read
+            return report_csv(results, self.rec, (rows, keys))
         if self.previous:
             results, keys = self._full(results)
         return report_csv(results, self.rec)

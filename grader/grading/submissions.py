@@ -10,7 +10,7 @@ error that stops a batch: it is graded as all missing, with its reason.
 import os
 import re
 import shutil
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 MAX_DEPTH = 3  # folders below the submission's own that are searched
@@ -33,7 +33,7 @@ def normalize(folder: str, exercise_ids: Sequence[str]) -> Submission:
     """The exercise files of `folder`, each matched to its exercise (exact names first, then
     names that differ only in case, spacing or a copy suffix, shallower folders first)."""
     name = os.path.basename(os.path.normpath(folder))
-    candidates: dict[str, list] = {}
+    candidates: dict[str, list[tuple[bool, int, str]]] = {}  # (not its exact name, depth, path)
     for path, depth in _python_files(folder):
         exercise = _exercise_of(os.path.basename(path), exercise_ids)
         if exercise:
@@ -63,7 +63,7 @@ def stage(submission: Submission, into: str) -> str:
     return into
 
 
-def _python_files(folder, any_file=False):
+def _python_files(folder: str, any_file: bool = False) -> Iterator[tuple[str, int]]:
     base = os.path.normpath(folder).count(os.sep)
     for root, folders, files in os.walk(folder, followlinks=False):
         depth = root.count(os.sep) - base
@@ -76,7 +76,7 @@ def _python_files(folder, any_file=False):
                 yield path, depth
 
 
-def _exercise_of(filename, exercise_ids):
+def _exercise_of(filename: str, exercise_ids: Sequence[str]) -> str | None:
     stem = filename[:-3] if filename.endswith(".py") else None
     if stem is None:
         return None

@@ -14,7 +14,7 @@ import os
 import random
 import stat
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from grader import KIT_ROOT, catalog
 from grader.grading import versions
@@ -116,7 +116,7 @@ def build(out: str, run_script: str, seed: int) -> None:
             bundle.write(os.path.join(KIT_ROOT, path), f"kit/{path}")
 
 
-def _kit_paths():
+def _kit_paths() -> Iterator[str]:
     for folder in KIT_FOLDERS:
         for root, folders, files in os.walk(os.path.join(KIT_ROOT, folder)):
             folders[:] = sorted(f for f in folders if f != "__pycache__" and not f.startswith("."))
@@ -129,7 +129,7 @@ def _kit_paths():
             yield os.path.join("tests", name)
 
 
-def _add_text(bundle, name: str, text: str, executable=False, mode=None) -> None:
+def _add_text(bundle: zipfile.ZipFile, name: str, text: str, executable: bool = False, mode: int | None = None) -> None:
     info = zipfile.ZipInfo(name)
     info.external_attr = ((mode or (0o755 if executable else 0o644)) | stat.S_IFREG) << 16
     info.compress_type = zipfile.ZIP_DEFLATED

@@ -6,6 +6,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
+from typing import NoReturn
 
 from grader import KIT_ROOT, catalog
 from grader.learner import state
@@ -111,7 +112,7 @@ def watch(argv: Sequence[str]) -> int:
         return 0
 
 
-def _mtime(path):
+def _mtime(path: str) -> int | None:
     try:
         return os.stat(path).st_mtime_ns
     except OSError:
@@ -125,13 +126,13 @@ def find(name: str) -> catalog.Exercise:
     return exercise
 
 
-def _usage(message) -> int:
+def _usage(message: str) -> int:
     print(f"python -m grader: error: {message}", file=sys.stderr)
     return 2
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message):
+    def error(self, message: str) -> NoReturn:
         raise SystemExit(_usage(message))
 
 

@@ -100,11 +100,11 @@ def last_grades(target: str, modules: Sequence[str]) -> list[str]:
     return lines
 
 
-def _points(value):
+def _points(value: object) -> str:
     return f"{value:g}" if isinstance(value, (int, float)) else "?"
 
 
-def _only_raises(function):
+def _only_raises(function: ast.FunctionDef) -> bool:
     body = [n for n in function.body if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))]
     return len(body) == 1 and isinstance(body[0], ast.Raise) and "NotImplementedError" in ast.dump(body[0])
 

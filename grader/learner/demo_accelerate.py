@@ -39,7 +39,7 @@ def main() -> None:
     datasets.disable_progress_bars()
     accelerator = Accelerator(cpu=True)
 
-    def say(line) -> None:
+    def say(line: str) -> None:
         if accelerator.is_main_process:
             print(line, flush=True)
 

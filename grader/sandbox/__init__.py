@@ -31,17 +31,17 @@ import sys
 import sysconfig
 import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from grader.records import Layer, Reply, Status
 from grader.sandbox import confinement as confine
 from grader.sandbox import identity, landlock, memory, namespaces, syscall_filter
-from grader.sandbox.containers import Containers, available_kind
+from grader.sandbox.containers import Container, Containers, available_kind
 from grader.sandbox.containers import describe as describe_container
 from grader.sandbox.forkservers import ABSTRACT_ADDRESSES, adopt_orphans, kill_descendants
-from grader.sandbox.pools import Pools, Ranks, WorkerFailure
+from grader.sandbox.pools import PoolKey, Pools, Ranks, WorkerFailure
 from grader.sandbox.worker import WorkerSpec
 
 OUTPUT_LIMIT = 8 * 2**20  # bytes a submission may print per call before writes fail
@@ -74,6 +74,20 @@ class Request:
     deadline: float = 0.0  # time.monotonic() by which the replies must be in (ignored when trusted)
 
 
+class _Common(TypedDict):
+    """What a reference's and a submission's WorkerSpec share (see Sandbox._spec)."""
+
+    preload: str
+    trusted: bool
+    rank: int
+    world_size: int
+    store: str
+    log: str
+    collective_timeout: float
+    shared: str
+    device: str
+
+
 @dataclass
 class _Prepared:
     """A target as the sandbox grades it: its private copy, scratch dir, user and container."""
@@ -82,13 +96,13 @@ class _Prepared:
     copy: str
     scratch: str
     uid: int | None
-    container: object
+    container: Container
 
 
 class Call:
     """A request sent to its workers, whose replies are still to be read."""
 
-    def __init__(self, key: tuple, ranks: Ranks, request: Request, deadline: float) -> None:
+    def __init__(self, key: PoolKey, ranks: Ranks, request: Request, deadline: float) -> None:
         self.key = key
         self.ranks = ranks
         self.request = request
@@ -127,10 +141,10 @@ class Sandbox:
         else:
             os.mkdir(self.reference_copy)
         os.chmod(self.reference_copy, 0o700)
-        self.prepared: dict = {}
+        self.prepared: dict[str, _Prepared] = {}  # by the target's folder
         self.pools = Pools(self.logs, memory.worker_budget() if budget_mb is None else budget_mb)
 
-    def _folder(self, name: str, mode):
+    def _folder(self, name: str, mode: int) -> str:
         path = os.path.join(self.rundir, name)
         os.mkdir(path, mode)
         os.chmod(path, mode)
@@ -187,22 +201,24 @@ class Sandbox:
         return replies
 
     @staticmethod
-    def pool_key(request: Request) -> tuple:
+    def pool_key(request: Request) -> PoolKey:
         """The reference's workers serve every exercise of their preload; a submission's, one exercise;
         each on one device (a CUDA worker is confined with the GPU's nodes, a CPU worker sees no GPU)."""
         if request.trusted:
             return ("reference", request.preload, request.world_size, request.device)
         return ("target", request.target.path, request.exercise, request.world_size, request.device)
 
-    def _spec(self, request, prepared, limit: float):
+    def _spec(self, request: Request, prepared: _Prepared | None, limit: float) -> WorkerSpec:
         # A collective gives up at half the check's time (never under 5 s unless the time left is): a rank
         # stuck in one that other ranks never made then reports itself (its error, its collective
         # counts) before the check's deadline.
-        common = dict(preload=request.preload, trusted=request.trusted, rank=0, world_size=request.world_size,
-                      store="", log="", collective_timeout=max(1.0, min(limit, 5.0), limit / 2), shared=self.shared,
-                      device=request.device)
+        common: _Common = dict(preload=request.preload, trusted=request.trusted, rank=0,
+                               world_size=request.world_size, store="", log="",
+                               collective_timeout=max(1.0, min(limit, 5.0), limit / 2), shared=self.shared,
+                               device=request.device)
         if request.trusted:
             return WorkerSpec(scratch=self.reference_scratch, stores=self.stores, **common)
+        assert prepared is not None  # every untrusted request's target is prepared
         blocked = (self.reference.path, self.reference_copy, self.reference_scratch,
                    os.path.join(self.rundir, "targets"))
         confinement = confine.Confinement(
@@ -216,7 +232,7 @@ class Sandbox:
         return WorkerSpec(scratch=prepared.scratch, stores=prepared.scratch, confinement=confinement,
                           copy=prepared.copy, origin=request.target.path, **common)
 
-    def _prepare(self, target):
+    def _prepare(self, target: Target) -> _Prepared:
         if target.path not in self.prepared:
             index = len(self.prepared)
             base = os.path.join(self.rundir, "targets", str(index))
@@ -260,7 +276,7 @@ class Sandbox:
         shutil.rmtree(self.rundir, ignore_errors=True)
 
 
-def _looks_stuck(replies):
+def _looks_stuck(replies: Sequence[Reply]) -> bool:
     """A failure a starved group shows too: a rank timed out or stuck, or a collective that timed out."""
     if any(reply.status in (Status.TIMED_OUT, Status.STUCK) for reply in replies):
         return True
@@ -307,7 +323,7 @@ def missing(required: tuple[str, ...] = REQUIRED) -> list[Layer]:
     return [layer for layer in layers() if layer.name in required and not layer.active]
 
 
-def _interpreter_paths():
+def _interpreter_paths() -> tuple[str, ...]:
     """The interpreter, its standard library and every installed package, for reading."""
     paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable))}
     wanted = ("stdlib", "platstdlib", "purelib", "platlib")
@@ -316,7 +332,7 @@ def _interpreter_paths():
     return tuple(sorted(path for path in paths if path and os.path.exists(path)))
 
 
-def _copy_tree(source, destination, limit: int) -> None:
+def _copy_tree(source: str, destination: str, limit: int) -> None:
     """Copy regular files and folders only (a symlink could point at the reference), up to `limit` bytes."""
     os.makedirs(destination, exist_ok=True)
     budget = limit
@@ -333,7 +349,7 @@ def _copy_tree(source, destination, limit: int) -> None:
             shutil.copyfile(path, os.path.join(into, name), follow_symlinks=False)
 
 
-def _seal(folder, uid) -> None:
+def _seal(folder: str, uid: int | None) -> None:
     """Read-only to its submission's user alone."""
     for root, _, files in os.walk(folder):
         for name in files:

@@ -15,7 +15,7 @@ import resource
 import signal
 import sys
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from grader.sandbox import identity, landlock, namespaces, syscall_filter
 
@@ -47,9 +47,9 @@ def refused(kind: type[Exception]) -> Exception:
 @dataclass(frozen=True)
 class Confinement:
     scratch: str  # the one folder it may write
-    read: tuple  # folders and files it may read
-    blocked: tuple  # what the audit-hook fallback refuses to read (the reference, other submissions)
-    own: tuple  # inside `blocked` but its own: its copy and its scratch dir
+    read: tuple[str, ...]  # folders and files it may read
+    blocked: tuple[str, ...]  # what the audit-hook fallback refuses to read (the reference, other submissions)
+    own: tuple[str, ...]  # inside `blocked` but its own: its copy and its scratch dir
     container: Container
     uid: int | None  # the submission's user, when the grader is root
     landlock: bool
@@ -57,7 +57,7 @@ class Confinement:
     output_limit: int
     memory_limit: int | None
     namespaces: bool = False  # mount, IPC and network namespaces of its own (see `namespaces`)
-    network: object = None  # "new", or the pid of rank 0 whose network to join
+    network: str | int | None = None  # "new", or the pid of rank 0 whose network to join
     cuda: bool = False  # the GPU's device nodes (and the host's /dev, which CUDA needs beside them)
     seccomp: bool = False
 
@@ -84,7 +84,7 @@ def apply(confinement: Confinement) -> None:
         syscall_filter.install()
 
 
-def _gpu_nodes():
+def _gpu_nodes() -> tuple[str, ...]:
     return tuple(os.path.join("/dev", name) for name in sorted(os.listdir("/dev")) if name.startswith("nvidia")) \
         + ("/dev/dri",)
 
@@ -96,12 +96,12 @@ def scratch_environment(scratch: str) -> dict[str, str]:
     return dict(folders, USER="worker", LOGNAME="worker")  # getpass.getuser() without /etc/passwd
 
 
-def _audit_hook(blocked, own, scratch) -> None:
+def _audit_hook(blocked: tuple[str, ...], own: tuple[str, ...], scratch: str) -> None:
     blocked = tuple(os.path.realpath(path) + os.sep for path in blocked)
     own = tuple(os.path.realpath(path) + os.sep for path in own)
     writable = (os.path.realpath(scratch) + os.sep, "/dev/")
 
-    def hook(event, args):
+    def hook(event: str, args: tuple[Any, ...]) -> None:
         if event == "import" and args and isinstance(args[0], str):
             if args[0] == "solutions" or args[0].startswith("solutions."):
                 raise refused(ImportError)
@@ -109,7 +109,7 @@ def _audit_hook(blocked, own, scratch) -> None:
         if event in CHANGES:  # renames, links, removals: every path they name must be its own to change
             for path in args[:CHANGES[event]]:
                 if isinstance(path, (str, bytes, os.PathLike)) and not _real(path).startswith(writable):
-                    raise PermissionError(f"a submission may change files only in its scratch folder, not {path}")
+                    raise PermissionError(f"a submission may change files only in its scratch folder, not {path!s}")
             return
         path = args[0] if args else None
         if event not in ("open", "os.listdir", "os.scandir") or not isinstance(path, (str, bytes, os.PathLike)):
@@ -128,11 +128,11 @@ CHANGES = {"os.rename": 2, "os.link": 2, "os.symlink": 2, "os.remove": 1, "os.rm
            "os.truncate": 1, "os.chmod": 1, "os.chown": 1, "os.utime": 1, "shutil.rmtree": 1}
 
 
-def _real(path):
+def _real(path: str | bytes | os.PathLike[str] | os.PathLike[bytes]) -> str:
     return os.path.realpath(os.fsdecode(path)) + os.sep
 
 
-def _writes(open_args):
+def _writes(open_args: tuple[Any, ...]) -> bool:
     """Whether an 'open' audit event (path, mode, flags) opens for writing."""
     mode = open_args[1] if len(open_args) > 1 else None
     flags = open_args[2] if len(open_args) > 2 else None

@@ -29,6 +29,9 @@ PROCESS_LIMIT = 256  # tasks (threads count) of one submission at once
 CGROUP_PIDS = "/sys/fs/cgroup/pids"
 CGROUP_MEMORY = "/sys/fs/cgroup/memory"
 
+# (OOM kills of its processes, times it hit its own limit, its peak in bytes): see CgroupContainer._counters
+MemoryMark = tuple[int, int, int]
+
 
 class Container:
     """The processes of one submission."""
@@ -39,11 +42,11 @@ class Container:
     def enter(self) -> None:
         """In the worker, still privileged, before anything untrusted runs."""
 
-    def memory_mark(self) -> int | None:
+    def memory_mark(self) -> MemoryMark | None:
         """Where its memory accounting stands before a call (None: no cgroup of its own)."""
         return None
 
-    def ran_out_of_memory(self, mark: int | None) -> bool | None:
+    def ran_out_of_memory(self, mark: MemoryMark | None) -> bool | None:
         """After a call that lost a worker: True when the kernel killed one of its processes for
         memory and that was its own doing (it hit its own limit, or used more than its share of a
         small box); False when it was killed while using no more than its share (the machine's or
@@ -77,7 +80,7 @@ class Container:
 class CgroupContainer(Container):
     kind = "cgroup"
 
-    def __init__(self, path, memory_path=None) -> None:
+    def __init__(self, path: str, memory_path: str | None = None) -> None:
         self.path = path
         self.memory_path: str | None = None
         os.mkdir(path)
@@ -97,7 +100,7 @@ class CgroupContainer(Container):
         if self.memory_path:
             _write(os.path.join(self.memory_path, "cgroup.procs"), str(os.getpid()))
 
-    def memory_mark(self):
+    def memory_mark(self) -> MemoryMark | None:
         if not self.memory_path:
             return None
         try:
@@ -106,16 +109,17 @@ class CgroupContainer(Container):
             pass
         return self._counters()
 
-    def ran_out_of_memory(self, mark):
+    def ran_out_of_memory(self, mark: MemoryMark | None) -> bool | None:
         now = self._counters() if mark is not None else None
-        if now is None or now[0] <= mark[0]:
+        if now is None or mark is None or now[0] <= mark[0]:
             return None
         if now[1] > mark[1]:  # it reached its own limit
             return True
         return now[2] > memory.submission_share()
 
-    def _counters(self):
+    def _counters(self) -> MemoryMark | None:
         """(OOM kills of its processes, times it hit its own limit, its peak in bytes), or None."""
+        assert self.memory_path is not None  # called only where it has a memory cgroup
         try:
             with open(os.path.join(self.memory_path, "memory.oom_control")) as handle:
                 fields = dict(line.split() for line in handle if len(line.split()) == 2)
@@ -142,7 +146,7 @@ class CgroupContainer(Container):
 class UidContainer(Container):
     kind = "uid"
 
-    def __init__(self, uid) -> None:
+    def __init__(self, uid: int | None) -> None:
         self.uid = uid
 
     def enter(self) -> None:
@@ -176,9 +180,10 @@ class Containers:
     """The session's containers: which kind the machine allows, and one per submission."""
 
     def __init__(self, can_switch_user: bool) -> None:
-        self.root = self.memory_root = None
+        self.root: str | None = None
+        self.memory_root: str | None = None
         self.kind = available_kind(can_switch_user)
-        self.made: list = []
+        self.made: list[Container] = []
         if self.kind == "cgroup":
             _sweep_dead_graders(CGROUP_PIDS)
             name = f"grader-{os.getpid()}-{uuid.uuid4().hex[:8]}"
@@ -197,8 +202,10 @@ class Containers:
                 except OSError:
                     self.memory_root = None
 
-    def new(self, index, uid):
+    def new(self, index: int, uid: int | None) -> Container:
+        container: Container
         if self.kind == "cgroup":
+            assert self.root is not None  # kind falls back from cgroup when it could not be made
             memory_path = os.path.join(self.memory_root, f"target-{index}") if self.memory_root else None
             container = CgroupContainer(os.path.join(self.root, f"target-{index}"), memory_path)
         elif self.kind == "uid":
@@ -221,7 +228,7 @@ def describe(kind: str) -> str:
                 "none": "no cgroup and no spare uid (not root): descendants reaped as the subreaper"}[kind]
 
 
-def _own_memory_cgroup():
+def _own_memory_cgroup() -> str | None:
     """This process's memory cgroup (v1), where it may make cgroups beneath it; else None."""
     try:
         with open("/proc/self/cgroup") as handle:
@@ -235,7 +242,7 @@ def _own_memory_cgroup():
     return None
 
 
-def _sweep_dead_graders(hierarchy) -> None:
+def _sweep_dead_graders(hierarchy: str) -> None:
     """Remove the cgroups of graders that were killed before they could (their tasks are gone)."""
     for name in os.listdir(hierarchy):
         parts = name.split("-")
@@ -253,7 +260,7 @@ def _sweep_dead_graders(hierarchy) -> None:
                 pass
 
 
-def _remove_folders(*paths) -> None:
+def _remove_folders(*paths: str | None) -> None:
     """rmdir each of `paths` that is given (a cgroup still in use is refused, and left)."""
     for path in paths:
         try:
@@ -263,12 +270,12 @@ def _remove_folders(*paths) -> None:
             pass
 
 
-def _write(path, text: str) -> None:
+def _write(path: str, text: str) -> None:
     with open(path, "w") as handle:
         handle.write(text)
 
 
-def _zombie(pid: int):
+def _zombie(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as handle:
             return handle.read().rsplit(")", 1)[1].split()[0] == "Z"

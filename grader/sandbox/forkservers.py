@@ -10,16 +10,20 @@ servers listen on abstract addresses, which a sandboxed worker cannot connect to
 a path only the grader's user may open (a worker running as another uid cannot).
 """
 
+from __future__ import annotations
+
 import multiprocessing
+import multiprocessing.process
 import os
 import secrets
 import socket
 import sys
 import threading
 import types
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from multiprocessing import connection, forkserver, popen_forkserver
 from multiprocessing import context as mp_context
+from typing import Any
 
 from grader import catalog
 from grader.sandbox import landlock, memory
@@ -36,10 +40,10 @@ def preload_modules(kind: str) -> list[str]:
 ABSTRACT_ADDRESSES = sys.platform == "linux" and landlock.abi_version() >= 6
 
 
-def _address():
+def _address() -> str:
     if ABSTRACT_ADDRESSES:
         return f"\0grader-forkserver-{os.getpid()}-{secrets.token_hex(8)}"
-    return connection.arbitrary_address("AF_UNIX")
+    return connection.arbitrary_address("AF_UNIX")  # type: ignore[attr-defined]  # undeclared in typeshed
 
 
 # multiprocessing's ForkServer asks `connection.arbitrary_address` for its address, and uses
@@ -47,7 +51,7 @@ def _address():
 forkserver.connection = types.SimpleNamespace(  # type: ignore[attr-defined]
     arbitrary_address=lambda family: _address())
 
-_servers: dict[str, "Server"] = {}
+_servers: dict[str, Server] = {}
 _chosen = threading.local()  # the server a launch in this thread goes to
 _closing = threading.Event()  # set while kill_descendants runs
 _connect_to_default_server = forkserver.connect_to_new_process
@@ -79,7 +83,7 @@ class Server:
     def start(self) -> None:
         self.forkserver.ensure_running()
 
-    def Process(self, **kwargs):
+    def Process(self, **kwargs: Any) -> ServerProcess:
         process = ServerProcess(**kwargs)
         process.server_kind = self.kind
         return process
@@ -130,7 +134,7 @@ class GraderFork:
     forked = False
     retired = False
 
-    def Process(self, **kwargs):
+    def Process(self, **kwargs: Any) -> multiprocessing.process.BaseProcess:
         if GraderFork.forked:
             return multiprocessing.get_context("spawn").Process(**kwargs)
         GraderFork.forked = True
@@ -153,14 +157,18 @@ class ChainedForkServer(forkserver.ForkServer):
     while the grader starts.
     """
 
-    def __init__(self, base) -> None:
+    # ForkServer's own attributes (set in its __init__), which typeshed does not declare
+    _forkserver_alive_fd: int | None
+    _preload_modules: list[str]
+
+    def __init__(self, base: Server | GraderFork) -> None:
         super().__init__()
         self.base = base
-        self.process = None
+        self.process: multiprocessing.process.BaseProcess | None = None
         self.kind: str | None = None
 
-    def ensure_running(self):
-        with self._lock:
+    def ensure_running(self) -> None:
+        with self._lock:  # type: ignore[attr-defined]  # ForkServer's own, undeclared in typeshed
             if self.running():
                 return
             if _closing.is_set():  # its base is being killed: starting now would race with that
@@ -185,16 +193,16 @@ class ChainedForkServer(forkserver.ForkServer):
             self._forkserver_alive_fd = alive_w.detach()
 
 
-    def running(self):
+    def running(self) -> bool:
         if self.process is None:
             return False
         if self.process.is_alive():
             return True
         # Its base may have been retired (see `retire_lighter_than`): it then lives on as the grader's child.
-        return self.base.retired and _running_as(self.process.pid, f"fs {self.kind}")
+        return self.base.retired and _running_as(self.process.pid, f"fs {self.kind}")  # type: ignore[arg-type]
 
 
-def _running_as(pid: int, name: str):
+def _running_as(pid: int, name: str) -> bool:
     """Whether `pid` is a live process named `name` (see memory.name_process)."""
     try:
         with open(f"/proc/{pid}/stat") as handle:
@@ -204,7 +212,8 @@ def _running_as(pid: int, name: str):
     return head.split("(", 1)[1] == name and tail.split()[0] not in ("Z", "X")
 
 
-def _serve_forks(listener, alive_r, preload, kind, from_grader=False) -> None:
+def _serve_forks(listener: socket.socket, alive_r: socket.socket, preload: list[str], kind: str | None,
+                 from_grader: bool = False) -> None:
     """In a worker of the base server (or a fork of the grader): become a fork server with `preload`
     imported too. A fork of the grader first lets go of the grader's descriptors (the other end of
     `alive_r` among them: the server ends when the grader does) and of its command line."""
@@ -231,19 +240,20 @@ def _forget_command_line() -> None:
 
 
 class ServerProcess(mp_context.ForkServerProcess):
-    server_kind = None
+    server_kind: str | None = None
 
     @staticmethod
-    def _Popen(process_obj):
+    def _Popen(process_obj: ServerProcess) -> _ServerPopen:  # type: ignore[override]
         return _ServerPopen(process_obj)
 
 
 class _ServerPopen(popen_forkserver.Popen):
-    def _launch(self, process_obj) -> None:
+    def _launch(self, process_obj: ServerProcess) -> None:
         # multiprocessing starts a forkserver process through its one module-level server;
         # for the length of this launch, in this thread, that means this process's server.
         if forkserver.connect_to_new_process is not _connect_to_chosen_server:
             forkserver.connect_to_new_process = _connect_to_chosen_server
+        assert process_obj.server_kind is not None  # Server.Process names it
         _chosen.forkserver = server(process_obj.server_kind).forkserver
         try:
             super()._launch(process_obj)  # type: ignore[misc]
@@ -251,7 +261,7 @@ class _ServerPopen(popen_forkserver.Popen):
             _chosen.forkserver = None
 
 
-def _connect_to_chosen_server(fds):
+def _connect_to_chosen_server(fds: Sequence[int]) -> tuple[int, int]:
     chosen = getattr(_chosen, "forkserver", None)
     return chosen.connect_to_new_process(fds) if chosen else _connect_to_default_server(fds)
 
@@ -304,7 +314,7 @@ def retire_lighter_than(kind: str) -> None:
         chosen.retired = True
 
 
-def _start_quietly(chosen) -> None:
+def _start_quietly(chosen: Server) -> None:
     try:
         chosen.start()
     except Exception:  # noqa: BLE001 - the first worker it is asked for starts it again, and says why

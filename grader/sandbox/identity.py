@@ -62,7 +62,7 @@ def drop_privileges(uid: int | None = None) -> None:
     _libc.syscall(_CAPSET, ctypes.byref(header), ctypes.byref(empty))  # root kept as uid: drop them here
 
 
-def _last_capability():
+def _last_capability() -> int:
     try:
         with open("/proc/sys/kernel/cap_last_cap") as handle:
             return int(handle.read())

@@ -9,6 +9,7 @@ The PyPI `landlock` package predates ABI 6 (no scoping), hence these ~80 lines.
 
 import ctypes
 import os
+from collections.abc import Iterable
 
 _CREATE_RULESET, _ADD_RULE, _RESTRICT_SELF = 444, 445, 446  # the same on every architecture
 _VERSION_FLAG = 1  # LANDLOCK_CREATE_RULESET_VERSION
@@ -46,7 +47,7 @@ _libc = ctypes.CDLL(None, use_errno=True)
 _libc.syscall.restype = ctypes.c_long
 
 
-def _call(number: int, *args):
+def _call(number: int, *args: object) -> int:
     result = _libc.syscall(number, *args)
     if result < 0:
         error = ctypes.get_errno()
@@ -62,7 +63,7 @@ def abi_version() -> int:
         return 0
 
 
-def _handled_fs(abi):
+def _handled_fs(abi: int) -> int:
     rights = (1 << 13) - 1  # EXECUTE .. MAKE_SYM
     if abi >= 2:
         rights |= REFER
@@ -73,7 +74,8 @@ def _handled_fs(abi):
     return rights
 
 
-def restrict(read=(), write=(), devices=(), write_files=(), deny_tcp=False):
+def restrict(read: Iterable[str] = (), write: Iterable[str] = (), devices: Iterable[str] = (),
+             write_files: Iterable[str] = (), deny_tcp: bool = False) -> int:
     """Restrict this process for good: read `read`, read and write `write` (folders or files),
     read and write device files under `devices`, read and write (never create) the files under
     `write_files`; with `deny_tcp`, no TCP bind or connect.
@@ -100,7 +102,7 @@ def restrict(read=(), write=(), devices=(), write_files=(), deny_tcp=False):
     return abi
 
 
-def _allow(ruleset, path, rights) -> None:
+def _allow(ruleset: int, path: str, rights: int) -> None:
     try:
         fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
     except OSError:

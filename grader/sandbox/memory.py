@@ -72,7 +72,7 @@ def memory_limit() -> int | None:
     return min(limits) if limits else None
 
 
-def _numbers(path, key=None):
+def _numbers(path: str, key: str | None = None) -> list[int]:
     try:
         with open(path) as handle:
             for line in handle:
@@ -116,7 +116,7 @@ def prefer_killing_others() -> None:
         _adjust(-500)
 
 
-def _adjust(score) -> None:
+def _adjust(score: int) -> None:
     try:
         with open("/proc/self/oom_score_adj", "w") as handle:
             handle.write(str(score))

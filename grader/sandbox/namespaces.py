@@ -29,6 +29,8 @@ import socket
 import stat
 import struct
 import time
+from collections.abc import Iterable
+from typing import NoReturn
 
 NEWNS, NEWIPC, NEWNET = 0x00020000, 0x08000000, 0x40000000
 _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 2, 4, 8
@@ -42,14 +44,14 @@ SHM_BYTES = 512 * 2**20  # its own /dev/shm (DataLoader workers share tensors th
 DISABLE = "GRADER_WITHOUT_LAYERS"  # comma-separated layers to leave off, to prove what each one stops
 
 _libc = ctypes.CDLL(None, use_errno=True)
-_available = None
+_available: bool | None = None
 
 
 class NamespaceError(OSError):
     pass
 
 
-def disabled(layer) -> bool:
+def disabled(layer: str) -> bool:
     """Whether the person running the grader turned `layer` off (the kit's tests do, to show what
     each layer stops). Read in the grading process, never in a worker."""
     return layer in os.environ.get(DISABLE, "").replace(" ", "").split(",")
@@ -63,7 +65,7 @@ def available() -> bool:
     return _available
 
 
-def _try_in_child():
+def _try_in_child() -> bool:
     pid = os.fork()
     if pid == 0:
         code = 1
@@ -79,7 +81,7 @@ def _try_in_child():
     return os.waitstatus_to_exitcode(status) == 0
 
 
-def enter(readable, private_dev=True, network=None) -> None:
+def enter(readable: Iterable[str], private_dev: bool = True, network: str | int | None = None) -> None:
     """Move this (root) process into namespaces of its own; `network`: "new" for a network of its
     own, a pid to join that process's network, None to keep the current one."""
     flags = NEWNS | NEWIPC | (NEWNET if network == "new" else 0)
@@ -96,7 +98,7 @@ def enter(readable, private_dev=True, network=None) -> None:
     _mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, "hidepid=invisible")
 
 
-def _join_network(pid: int, timeout=30.0):
+def _join_network(pid: int, timeout: float = 30.0) -> None:
     """Join rank 0's network once rank 0 has made it (it starts first, but may not be there yet)."""
     own = os.readlink("/proc/self/ns/net")
     deadline = time.monotonic() + timeout
@@ -122,16 +124,16 @@ def _loopback_up() -> None:
         fcntl.ioctl(handle, _SIOCSIFFLAGS, struct.pack("16sH22x", b"lo", flags | _IFF_UP))
 
 
-def _make_reachable(readable) -> None:
+def _make_reachable(readable: Iterable[str]) -> None:
     """Bind each folder to read that sits beneath a folder other users may not enter (mode without
     o+x) under a tmpfs they may traverse, at the same path."""
-    by_barrier: dict = {}
+    by_barrier: dict[str, list[str]] = {}
     for path in readable:
         closed = barrier(path)
         if closed is not None:
             by_barrier.setdefault(closed, []).append(path)
     for closed, paths in sorted(by_barrier.items()):
-        kept: list = []
+        kept: list[tuple[str, int]] = []  # (path, an O_PATH descriptor of it)
         for path in sorted(paths):
             if not any(path.startswith(outer + os.sep) for outer, _ in kept):
                 kept.append((path, os.open(path, os.O_PATH | os.O_CLOEXEC)))
@@ -160,7 +162,7 @@ def barrier(path: str) -> str | None:
     return None
 
 
-def _skeleton(path, is_folder: bool) -> None:
+def _skeleton(path: str, is_folder: bool) -> None:
     if is_folder:
         os.makedirs(path, 0o755, exist_ok=True)
     else:
@@ -179,20 +181,20 @@ def _private_dev() -> None:
     os.mkdir("/dev/shm", 0o1777)
 
 
-def _unshare(flags) -> None:
+def _unshare(flags: int) -> None:
     if _libc.unshare(flags) != 0:
         _raise("unshare")
 
 
-def _mount(source, target, fstype, flags, data=None) -> None:
+def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
     if _libc.mount(_bytes(source), _bytes(target), _bytes(fstype), ctypes.c_ulong(flags), _bytes(data)) != 0:
         _raise(f"mount {target}")
 
 
-def _bytes(text: str):
+def _bytes(text: str | None) -> bytes | None:
     return None if text is None else text.encode()
 
 
-def _raise(what):
+def _raise(what: str) -> NoReturn:
     error = ctypes.get_errno()
     raise NamespaceError(error, f"{what}: {os.strerror(error)}")

@@ -7,20 +7,32 @@ Hypothesis examples; any crash, hang or half-finished collective kills the whole
 and the next call starts a fresh one.
 """
 
+from __future__ import annotations
+
 import dataclasses
 import multiprocessing
 import multiprocessing.connection
+import multiprocessing.process
 import os
 import secrets
 import signal
 import time
 import uuid
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, cast
 
 from grader.records import WORKER_CAUSES, WORKER_STATUSES, Cause, Reply, Status
 from grader.sandbox import memory, worker
 from grader.sandbox.forkservers import ServerStuck, server
 from grader.sandbox.wire import MAX_REPLY_BYTES, InvalidResult, decode
+
+if TYPE_CHECKING:
+    from multiprocessing.connection import Connection
+
+    from grader.sandbox.containers import Container
+
+# Sandbox.pool_key: ("reference", preload, world size, device) or ("target", folder, exercise, world size, device)
+PoolKey = tuple[str | int, ...]
 
 GRACE_AFTER_FAILURE = 1.0  # seconds the other ranks get once one rank has failed
 # A call's time counts only while its ranks could run: the time they spent waiting for a CPU (the
@@ -35,14 +47,14 @@ OWN_MEMORY = "ran out of memory: a submission's processes together may use {:.0f
 class Ranks:
     """One worker (world_size 1) or a process group of world_size workers."""
 
-    def __init__(self, spec, world_size: int, logdir) -> None:
+    def __init__(self, spec: worker.WorkerSpec, world_size: int, logdir: str) -> None:
         self.spec = spec  # a WorkerSpec without rank, store and log
         self.world_size = world_size
         self.logdir = logdir
-        self.processes: list = []
-        self.connections: list = []
+        self.processes: list[multiprocessing.process.BaseProcess] = []
+        self.connections: list[Connection] = []
         self.ready = False
-        self.start_deadline = None
+        self.start_deadline: float | None = None
         self.nonce = secrets.token_hex(16)
         self.token: str | None = None
         self.busy = False  # a request sent, its replies not read yet
@@ -57,7 +69,7 @@ class Ranks:
     def alive(self) -> bool:
         return bool(self.processes) and all(p.is_alive() for p in self.processes)
 
-    def start(self, deadline):
+    def start(self, deadline: float) -> None:
         """Launch the ranks; they report ready (joined) before the first reply is read."""
         tag = uuid.uuid4().hex[:8]
         store = os.path.join(self.spec.stores, f"store-{tag}")
@@ -91,6 +103,7 @@ class Ranks:
         """Raise WorkerFailure unless every rank started (and joined its group)."""
         if self.ready:
             return
+        assert self.start_deadline is not None  # set by start(), which comes first
         replies = self._collect(self.start_deadline, starting=True)
         bad = [r for r in replies if r.status is not Status.READY]
         if bad:
@@ -121,8 +134,8 @@ class Ranks:
         finally:
             self.busy = False
 
-    def _collect(self, deadline, starting=False):
-        replies = [None] * self.world_size
+    def _collect(self, deadline: float, starting: bool = False) -> list[Reply]:
+        replies: list[Reply | None] = [None] * self.world_size
         pending = dict(zip(self.connections, range(self.world_size)))
         given, hard = deadline, self.sent_at + HANG_BOUND * max(0.0, deadline - self.sent_at)
         failed = False
@@ -133,10 +146,11 @@ class Ranks:
                 remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
-            for connection in multiprocessing.connection.wait(list(pending), remaining):
+            ready = cast("list[Connection]", multiprocessing.connection.wait(list(pending), remaining))
+            for connection in ready:
                 rank = pending.pop(connection)
-                replies[rank] = self._read(connection, rank, starting)
-                if replies[rank].status not in (Status.OK, Status.READY):
+                reply = replies[rank] = self._read(connection, rank, starting)
+                if reply.status not in (Status.OK, Status.READY):
                     failed = True
                     deadline = min(deadline, time.monotonic() + GRACE_AFTER_FAILURE)
         if not starting:
@@ -151,40 +165,43 @@ class Ranks:
                                       message="was still waiting (in a collective?) after another rank failed")
             else:
                 replies[rank] = Reply(Status.TIMED_OUT, message="did not finish in time")
-        if pending or any(r.cause is Cause.FORGED for r in replies):
+        collected = cast("list[Reply]", replies)  # every rank's, now
+        if pending or any(r.cause is Cause.FORGED for r in collected):
             self.kill()
-        if any(r.status not in (Status.OK, Status.READY) for r in replies):
+        if any(r.status not in (Status.OK, Status.READY) for r in collected):
             own = self._ran_out_of_memory()
             if own is not None:  # a rank killed for memory takes its group down with it
                 failure = Reply(Status.CRASHED, message=OWN_MEMORY.format(memory.submission_share() / 2**20)) \
                     if own else Reply(Status.NOT_GRADED, message=OUT_OF_MEMORY)
-                replies = [r if r.status in (Status.OK, Status.READY) else failure for r in replies]
-        return replies
+                collected = [r if r.status in (Status.OK, Status.READY) else failure for r in collected]
+        return collected
 
-    def _waited_for_a_cpu(self):
+    def _waited_for_a_cpu(self) -> float:
         """Seconds the most delayed rank has waited for a CPU since the request was sent."""
         now = [run_delay(process.pid) for process in self.processes]
         return max((after - before for after, before in zip(now, self.delays_at_send)), default=0) / 1e9
 
-    def _container(self):
+    def _container(self) -> Container | None:
         return self.spec.confinement.container if self.spec.confinement is not None else None
 
-    def _memory_mark(self):
+    def _memory_mark(self) -> tuple[str, Any]:
         """The submission's memory accounting where it has a cgroup of its own, else the machine's
-        OOM-kill count."""
+        OOM-kill count: ("own", a containers.MemoryMark) or ("machine", a count or None)."""
         container = self._container()
         mark = container.memory_mark() if container is not None else None
         return ("own", mark) if mark is not None else ("machine", memory.oom_kills())
 
-    def _ran_out_of_memory(self):
+    def _ran_out_of_memory(self) -> bool | None:
         """True: the submission's own doing; False: the grader's (the machine or box ran short);
         None: no worker was killed for memory."""
         kind, mark = self.oom_mark
         if kind == "own":
-            return self._container().ran_out_of_memory(mark)
+            container = self._container()
+            assert container is not None  # an "own" mark comes from its container
+            return container.ran_out_of_memory(mark)
         return False if (memory.oom_kills() or 0) > (mark or 0) else None
 
-    def _read(self, connection, rank, starting):
+    def _read(self, connection: Connection, rank: int, starting: bool) -> Reply:
         try:
             data = connection.recv_bytes(MAX_REPLY_BYTES)
         except OSError as error:
@@ -200,7 +217,7 @@ class Ranks:
             return Reply(Status.INVALID, message=str(error))
         return self._reply(fields, connection, starting)
 
-    def _reply(self, fields, connection, starting):
+    def _reply(self, fields: Any, connection: Connection, starting: bool) -> Reply:
         """A typed Reply from what the worker sent, or INVALID where it is not a reply this loop wrote."""
         # One request, one reply: anything more in the pipe was written by someone else (the first
         # reply, while starting, may well be followed by the answer to the request sent meanwhile).
@@ -215,15 +232,16 @@ class Ranks:
         allowed = WORKER_STATUSES | ({Status.NOT_GRADED} if starting else set())
         if status not in allowed and not self.spec.trusted:
             return Reply(Status.INVALID, message=f"the worker reported an unknown status {fields.get('status')!r}")
-        text = {name: fields.get(name) if type(fields.get(name)) is str else "" for name in
-                ("message", "traceback", "output")}
+        text: dict[str, Any] = {name: fields.get(name) if type(fields.get(name)) is str else "" for name in
+                                ("message", "traceback", "output")}  # each a str
         seconds = fields.get("seconds")
         collectives = fields.get("collectives")
         cause = next((cause for cause in WORKER_CAUSES if cause.value == fields.get("cause")), Cause.NONE)
-        return Reply(status, value=fields.get("value"), seconds=seconds if type(seconds) is float else 0.0,
+        # status is None where a trusted worker sent an unknown one (its reply is not held to WORKER_STATUSES)
+        return Reply(status, value=fields.get("value"), seconds=seconds if type(seconds) is float else 0.0,  # type: ignore[arg-type]
                      collectives=collectives if type(collectives) is dict else {}, cause=cause, **text)
 
-    def _crash_reply(self, rank):
+    def _crash_reply(self, rank: int) -> Reply:
         process = self.processes[rank]
         process.join(2)
         code = process.exitcode
@@ -244,7 +262,7 @@ class Ranks:
         """SIGKILL every rank and whatever it started (they die at once; `reap` waits)."""
         for process in self.processes:
             try:
-                os.killpg(process.pid, signal.SIGKILL)
+                os.killpg(process.pid, signal.SIGKILL)  # type: ignore[arg-type]  # None: never started
             except (ProcessLookupError, PermissionError, TypeError):
                 pass
             try:
@@ -260,7 +278,7 @@ class Ranks:
         self.processes, self.connections = [], []
 
 
-def run_delay(pid: int | str = "self") -> float:
+def run_delay(pid: int | str | None = "self") -> float:
     """Nanoseconds the process has spent runnable but waiting for a CPU (0 where the kernel does not say)."""
     try:
         with open(f"/proc/{pid}/schedstat") as handle:
@@ -286,10 +304,10 @@ class Pools:
     def __init__(self, logdir: str, budget_mb: float | None = None) -> None:
         self.logdir = logdir
         self.budget_mb = budget_mb
-        self.ranks: dict = {}  # in order of last use
-        self.stopped: list = []
+        self.ranks: dict[PoolKey, Ranks] = {}  # in order of last use
+        self.stopped: list[Ranks] = []
 
-    def get(self, key: tuple, spec: worker.WorkerSpec, world_size: int, start_timeout: float) -> Ranks:
+    def get(self, key: PoolKey, spec: worker.WorkerSpec, world_size: int, start_timeout: float) -> Ranks:
         ranks = self.ranks.pop(key, None)
         if ranks is not None and not ranks.alive:
             ranks.kill()
@@ -307,7 +325,7 @@ class Pools:
                 raise
         return ranks
 
-    def _make_room(self, needed) -> None:
+    def _make_room(self, needed: float) -> None:
         if self.budget_mb is None:
             return
         for key in list(self.ranks):
@@ -319,12 +337,12 @@ class Pools:
                 ranks.stop()
                 self.stopped.append(ranks)
 
-    def discard(self, key: tuple) -> None:
+    def discard(self, key: PoolKey) -> None:
         ranks = self.ranks.pop(key, None)
         if ranks is not None:
             ranks.kill()
 
-    def close(self, keep=lambda key: False) -> None:
+    def close(self, keep: Callable[[PoolKey], bool] = lambda key: False) -> None:
         """Stop the pools (all but those to keep). Their ranks die at once; the next `close` or
         `reap` collects them, so grading goes on meanwhile."""
         self.reap()  # those stopped last time are long gone by now

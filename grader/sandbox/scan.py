@@ -89,7 +89,7 @@ def source(file: str) -> list[ReviewFlag]:
     return sorted(set(flags), key=lambda flag: flag.line)
 
 
-def _reason(node):
+def _reason(node: ast.AST) -> str | None:
     if isinstance(node, ast.Import):
         for alias in node.names:
             root = alias.name.split(".")[0]

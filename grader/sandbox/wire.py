@@ -14,10 +14,16 @@ reads as 10**8 of them when compared, outside every time-out), within a budget o
 `encode` makes every tensor so, so an honest reply always passes.
 """
 
+from __future__ import annotations
+
 import io
 import time
+import types
 import zipfile
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
 
 PLAIN_SCALARS = (bool, int, float, str, bytes, type(None))
 MAX_REPLY_BYTES = 256 * 2**20  # a reply larger than this is refused unread
@@ -39,7 +45,7 @@ def encode(obj: object) -> bytes:
     return buffer.getvalue()
 
 
-def _compact(obj, torch, done: dict):
+def _compact(obj: Any, torch: types.ModuleType, done: dict[int, Any]) -> Any:
     """obj with every tensor that is not its storage's exact size copied into one that is (a view
     of a larger tensor, an expanded or transposed one), so that `decode` accepts it."""
     if id(obj) in done:
@@ -112,7 +118,7 @@ def validate(obj: object, where: str = "result", deadline: float | None = None,
 
 
 class _Walk:
-    def __init__(self, deadline, exact_storage) -> None:
+    def __init__(self, deadline: float | None, exact_storage: bool) -> None:
         import torch
 
         self.torch = torch
@@ -122,7 +128,7 @@ class _Walk:
         self.elements = 0
         self.seen: set[int] = set()
 
-    def walk(self, obj, where):
+    def walk(self, obj: object, where: str) -> None:
         """Depth first, without recursion: a deep reply is refused by its depth, never by Python's stack."""
         stack = [(obj, where, 0)]
         while stack:
@@ -132,7 +138,7 @@ class _Walk:
                 raise InvalidResult(f"the result nests containers more than {MAX_DEPTH} deep")
             stack.extend((child, at, depth + 1) for child, at in reversed(children))
 
-    def visit(self, obj, where):
+    def visit(self, obj: Any, where: str) -> list[tuple[Any, str]]:
         """Check one item; the (child, where) pairs of a container."""
         self.items += 1
         if self.items > MAX_ITEMS:
@@ -157,7 +163,7 @@ class _Walk:
                 raise InvalidResult(f"{where} has a key of type {type(key).__name__}")
         return [(value, f"{where}[{key!r}]") for key, value in obj.items()]
 
-    def tensor(self, obj, where):
+    def tensor(self, obj: torch.Tensor, where: str) -> None:
         if obj.layout != self.torch.strided:
             raise InvalidResult(f"{where} is a {obj.layout} tensor, expected a dense one")
         problem = self.exact_storage and storage_problem(obj)

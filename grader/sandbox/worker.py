@@ -10,19 +10,30 @@ same process: the grader trusts values it can compare itself, and treats the res
 worker's own account (see `evidence` in the check results).
 """
 
+from __future__ import annotations
+
 import datetime
 import importlib.abc
+import importlib.machinery
 import importlib.util
 import os
 import signal
 import sys
 import time
 import traceback
+import types
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from grader.sandbox import confinement as confine
 from grader.sandbox import memory
 from grader.sandbox.wire import InvalidResult, encode, validate
+
+if TYPE_CHECKING:
+    from multiprocessing.connection import Connection
+
+    import torch
 
 MESSAGE_LIMIT = 4000  # characters of one error message (a rank's whole error, not a cut at 300)
 OUTPUT_TAIL = 2000  # characters of what the code printed, sent with every reply
@@ -41,7 +52,7 @@ class WorkerSpec:
     scratch: str  # its current directory
     collective_timeout: float
     stores: str = ""  # the folder the pool puts that store in
-    confinement: object = None  # confinement.Confinement for untrusted workers
+    confinement: confine.Confinement | None = None  # for untrusted workers
     copy: str = ""  # the private copy of the submission it loads from
     origin: str = ""  # the submission's own folder, shown in messages instead of the copy
     nonce: str = ""  # echoed in the ready reply (each request brings a token of its own)
@@ -54,14 +65,14 @@ class Context:
     trusted probe leaves what the submissions' workers must read (checkpoints), apart from the
     reference's own scratch folder (its current directory), which no submission may read."""
 
-    def __init__(self, module, device, rank, world_size: int, shared="") -> None:
+    def __init__(self, module: types.ModuleType, device: str, rank: int, world_size: int, shared: str = "") -> None:
         self.module = module
         self.device = device
         self.rank = rank
         self.world_size = world_size
         self.shared = shared
 
-    def torch_device(self):
+    def torch_device(self) -> torch.device:
         import torch
 
         return torch.device("cuda", 0) if self.device == "cuda" else torch.device("cpu")
@@ -73,7 +84,7 @@ class TargetImportError(Exception):
         self.cause = cause
 
 
-def main(conn, spec) -> None:
+def main(conn: Connection, spec: WorkerSpec) -> None:
     """Entry point of a worker process (forked from a warm fork server)."""
     # Bound now, before any submission runs: patching the modules' names later changes nothing here.
     send, encode_reply = conn.send_bytes, encode
@@ -88,7 +99,7 @@ def main(conn, spec) -> None:
         reply = {"status": "not_graded", "message": f"the worker could not start: {type(error).__name__}: {error}"}
     send(encode_reply(dict(reply, nonce=spec.nonce)))
     counts = _count_collectives() if spec.world_size > 1 else {}
-    modules = {}  # a reference worker serves every exercise; a submission's only its own
+    modules: dict[str, types.ModuleType] = {}  # a reference worker serves every exercise; a submission's only its own
     while True:
         try:
             request = conn.recv()
@@ -124,7 +135,7 @@ def main(conn, spec) -> None:
             os._exit(0)
 
 
-def _malloc_trim():
+def _malloc_trim() -> Callable[[int], object] | None:
     """In a small box, the C library's malloc_trim: after each request the heap it freed goes back to the
     system instead of staying with this worker."""
     try:
@@ -135,7 +146,7 @@ def _malloc_trim():
         return None
 
 
-def _isolate(spec, channel) -> None:
+def _isolate(spec: WorkerSpec, channel: int) -> None:
     """A session of its own with nothing inherited, quiet output, its scratch dir; then, untrusted,
     the confinement."""
     try:
@@ -171,7 +182,7 @@ def _isolate(spec, channel) -> None:
     _die_with_parent()  # after any change of user, which clears it
 
 
-def _close_inherited(keep) -> None:
+def _close_inherited(keep: int) -> None:
     """Every descriptor but stdin, the log and the channel to the grader: the fork server's and the
     resource tracker's pipes are the grader's, never a worker's. Multiprocessing then starts its
     own helpers, inside the worker's confinement, if the code under test asks for them."""
@@ -188,7 +199,8 @@ def _close_inherited(keep) -> None:
 class _NoSolutions(importlib.abc.MetaPathFinder):
     """`import solutions` says what it is, rather than a bare ModuleNotFoundError."""
 
-    def find_spec(self, name: str, path=None, target=None):
+    def find_spec(self, name: str, path: Sequence[str] | None = None,
+                  target: types.ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
         if name == "solutions" or name.startswith("solutions."):
             raise confine.refused(ImportError)
         return None
@@ -203,7 +215,7 @@ def _die_with_parent() -> None:
         pass
 
 
-def _join_group(spec) -> None:
+def _join_group(spec: WorkerSpec) -> None:
     import torch.distributed as dist
 
     rank, world = spec.rank, spec.world_size
@@ -218,14 +230,14 @@ def _join_group(spec) -> None:
     )
 
 
-def _count_collectives():
+def _count_collectives() -> dict[str, int]:
     """Count each collective this rank makes, so that one made by only some ranks can be named."""
     import torch.distributed as dist
 
-    counts = {}
+    counts: dict[str, int] = {}
 
-    def counting(name: str, function):
-        def call(*args, **kwargs):
+    def counting(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
             counts[name] = counts.get(name, 0) + 1
             return function(*args, **kwargs)
 
@@ -238,13 +250,13 @@ def _count_collectives():
     return counts
 
 
-def _group_alive():
+def _group_alive() -> bool:
     import torch.distributed as dist
 
     return dist.is_initialized()
 
 
-def _load_target(path, name: str, spec):
+def _load_target(path: str, name: str, spec: WorkerSpec) -> types.ModuleType:
     try:
         module_spec = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(module_spec)  # type: ignore[arg-type]
@@ -255,10 +267,10 @@ def _load_target(path, name: str, spec):
     return module
 
 
-_probes: dict = {}
+_probes: dict[str, types.ModuleType] = {}  # check files by path
 
 
-def _probe(path, name: str):
+def _probe(path: str, name: str) -> Callable[..., Any]:
     if path not in _probes:
         module_spec = importlib.util.spec_from_file_location(f"_grader_checks_{len(_probes)}", path)
         module = importlib.util.module_from_spec(module_spec)  # type: ignore[arg-type]
@@ -267,7 +279,7 @@ def _probe(path, name: str):
     return getattr(_probes[path], name)
 
 
-def _serve(module, request, spec):
+def _serve(module: types.ModuleType, request: dict[str, Any], spec: WorkerSpec) -> dict[str, object]:
     _reset_accelerate()
     context = Context(module, request["device"], spec.rank, spec.world_size, spec.shared)
     try:
@@ -293,7 +305,7 @@ def _reset_accelerate() -> None:
     GradientState._reset_state()
 
 
-def _classify(error, module_file, spec):
+def _classify(error: BaseException, module_file: str, spec: WorkerSpec) -> dict[str, object]:
     frames = traceback.extract_tb(error.__traceback__)
     own = [f for f in frames if os.path.realpath(f.filename) == os.path.realpath(module_file)]
     message = _one_line(error, module_file, spec)
@@ -309,7 +321,7 @@ def _classify(error, module_file, spec):
     return {"status": "invalid", "message": message, "traceback": full, "cause": cause}
 
 
-def _cause(error, spec):
+def _cause(error: BaseException, spec: WorkerSpec) -> str:
     """The fact the grader decides on (a records.Cause's value): the code reached for the reference, or the
     reference is a release's placeholder (its recorded observation stands in)."""
     if getattr(error, "recorded_only", False):
@@ -317,7 +329,7 @@ def _cause(error, spec):
     return "reaches_reference" if _reaches_reference(error, spec) else "none"
 
 
-def _one_line(error, module_file, spec, importing=False):
+def _one_line(error: BaseException, module_file: str, spec: WorkerSpec, importing: bool = False) -> str:
     """The learner's own frame and the error, in one line."""
     frames = traceback.extract_tb(error.__traceback__)
     if isinstance(error, SyntaxError) and error.filename:
@@ -335,7 +347,7 @@ def _one_line(error, module_file, spec, importing=False):
     return (where + text)[:MESSAGE_LIMIT]
 
 
-def _reaches_reference(error, spec):
+def _reaches_reference(error: BaseException, spec: WorkerSpec) -> bool:
     """A refused read of the reference (or the kit's solutions folder) is named as such."""
     if getattr(error, "reaches_reference", False):
         return True
@@ -346,7 +358,7 @@ def _reaches_reference(error, spec):
     return any(real.startswith(os.path.realpath(path) + os.sep) for path in spec.confinement.blocked)
 
 
-def _shown(text: str, spec):
+def _shown(text: str, spec: WorkerSpec) -> str:
     """Paths in the private copy shown as the submission's own."""
     return text.replace(spec.copy, spec.origin) if spec.copy and spec.origin else text
 
@@ -360,7 +372,7 @@ def _truncate_output() -> None:
         pass
 
 
-def _output_tail(limit: int = OUTPUT_TAIL):
+def _output_tail(limit: int = OUTPUT_TAIL) -> str:
     try:
         sys.stdout.flush()
         sys.stderr.flush()

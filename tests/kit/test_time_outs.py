@@ -52,7 +52,8 @@ def _grade_starved(tmp_path, files, checks, *exercises, timeout=TIMEOUT, share=S
         started = time.monotonic()
         done = subprocess.run([sys.executable, "-m", "grader", *exercises, "--target", str(folder), "--json",
                                str(report), "--only-checks", str(only), "--seed", SEED, "--profile", "fast",
-                               "--device", "cpu", "--timeout", str(timeout), "-q"], cwd=KIT_ROOT, capture_output=True, text=True, timeout=900,
+                               "--device", "cpu", "--timeout", str(timeout), "-q"], cwd=KIT_ROOT, capture_output=True,
+                              text=True, timeout=900,
                               preexec_fn=join, env=dict(os.environ, GRADER_STATE=os.devnull, HF_HUB_OFFLINE="1"))
         seconds = time.monotonic() - started
     finally:

@@ -138,8 +138,8 @@ def tokenizer_calls(tokenizer: object) -> Iterator[list[dict[str, str]]]:
         if event == "call" and frame.f_code in codes and frame.f_locals.get("self") is tokenizer:
             if not open_frames:
                 text = frame.f_locals.get(frame.f_code.co_varnames[1]) if frame.f_code.co_argcount > 1 else None
-                # co_qualname is Python 3.11's: on 3.10 this line raises AttributeError.
-                calls.append({"first": _kind(text), "via": frame.f_code.co_qualname})  # type: ignore[attr-defined]
+                code = frame.f_code  # co_qualname is Python 3.11's; 3.10 has the bare name only
+                calls.append({"first": _kind(text), "via": getattr(code, "co_qualname", code.co_name)})
             open_frames.append(frame)
         elif event == "return" and open_frames and frame is open_frames[-1]:
             open_frames.pop()

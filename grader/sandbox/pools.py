@@ -230,15 +230,16 @@ class Ranks:
         except ValueError:
             status = None
         allowed = WORKER_STATUSES | ({Status.NOT_GRADED} if starting else set())
-        if status not in allowed and not self.spec.trusted:
-            return Reply(Status.INVALID, message=f"the worker reported an unknown status {fields.get('status')!r}")
+        if status is None or (status not in allowed and not self.spec.trusted):
+            unknown = f"the worker reported an unknown status {fields.get('status')!r}"
+            # the reference's worker runs the kit's own code: its nonsense is the grader's failure
+            return Reply(Status.NOT_GRADED if self.spec.trusted else Status.INVALID, message=unknown)
         text: dict[str, Any] = {name: fields.get(name) if type(fields.get(name)) is str else "" for name in
                                 ("message", "traceback", "output")}  # each a str
         seconds = fields.get("seconds")
         collectives = fields.get("collectives")
         cause = next((cause for cause in WORKER_CAUSES if cause.value == fields.get("cause")), Cause.NONE)
-        # status is None where a trusted worker sent an unknown one (its reply is not held to WORKER_STATUSES)
-        return Reply(status, value=fields.get("value"), seconds=seconds if type(seconds) is float else 0.0,  # type: ignore[arg-type]
+        return Reply(status, value=fields.get("value"), seconds=seconds if type(seconds) is float else 0.0,
                      collectives=collectives if type(collectives) is dict else {}, cause=cause, **text)
 
     def _crash_reply(self, rank: int) -> Reply:

@@ -1,14 +1,19 @@
 """Fixtures shared by the kit's own tests.
 
-The suite runs in one process by default: its tests spend their time in grader subprocesses that
-already use both cores, and two pytest-xdist workers made test_catches.py slower, not faster. With
-`-n N --dist loadgroup` each module's tests stay on one worker (a group per module, so a module- or
-session-scoped fixture that grades once still grades once) and test_catches.py groups by exercise.
+The suite runs in one process by default, and the shared gradings that tests only read run ahead,
+in the background, beside the tests that come before them (tests/kit/ahead.py): one grader in the
+background and one in the foreground keep both cores busy (two pytest-xdist workers measured
+slower here). With `-n N --dist loadgroup` each module's tests stay on one
+worker (a group per module, so a module- or session-scoped fixture that grades once still grades
+once), test_catches.py groups by exercise, and nothing runs ahead.
 """
 
 import pytest
 
+from tests.kit import ahead
 from tests.kit.stubs import write_stubs
+
+LAST = ("tests.kit.test_catches",)  # they read gradings made in the background meanwhile (tests/kit/ahead.py)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -16,9 +21,18 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+    items.sort(key=lambda item: item.module.__name__ in LAST)  # stable: the order within stays
 
 
 @pytest.fixture(scope="session")
 def stubs(tmp_path_factory):
     """A folder named `stubs` holding a not-started submission of every exercise (see tests/kit/stubs.py)."""
     return write_stubs(tmp_path_factory.mktemp("kit") / "stubs")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def gradings_ahead(request, tmp_path_factory):
+    """Start the shared gradings the selected tests use in the background (see tests/kit/ahead.py)."""
+    ahead.start(request.session.items, tmp_path_factory)
+    yield
+    ahead.stop()

@@ -13,6 +13,7 @@ import zipfile
 
 import pytest
 
+from tests.kit import ahead
 from tests.kit.harness import KIT_ROOT, SEED, grader
 from tests.kit.stubs import stub_source
 
@@ -76,7 +77,7 @@ def test_nothing_in_the_kit_needs_a_python_newer_than_310():
 
 # --- the versions a zip pins, installs and reports -------------------------------------------------
 
-@pytest.fixture(scope="module")
+@ahead.fixture()
 def bundle(tmp_path_factory):
     out = tmp_path_factory.mktemp("bundle") / "autograder.zip"
     done = grader("autograder", str(out), "--seed", SEED, "--chapter", "1")

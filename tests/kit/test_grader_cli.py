@@ -14,16 +14,19 @@ import sys
 import pytest
 
 from grader import catalog
+from tests.kit import ahead
 from tests.kit.harness import KIT_ROOT, SEED, grader
+from tests.kit.stubs import write_stubs
 
 ALL_EXERCISES = sorted(f[:-3] for f in os.listdir(os.path.join(KIT_ROOT, "solutions")) if f.startswith("ex"))
 FULL = 100 * len(catalog.CHAPTERS)  # each chapter is a homework assignment of 100 points
 
 
-@pytest.fixture(scope="module")
-def graded(tmp_path_factory, stubs):
+@ahead.fixture()
+def graded(tmp_path_factory):
     """One grader call: the references, the stubs and a partial submission side by side."""
     tmp = tmp_path_factory.mktemp("graded")
+    stubs = write_stubs(tmp / "stubs")
     partial = tmp / "partial"
     partial.mkdir()
     shutil.copy(os.path.join(KIT_ROOT, "solutions", "ex04_sharding.py"), partial)

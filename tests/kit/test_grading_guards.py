@@ -20,6 +20,7 @@ import torch
 
 from grader.grading import report, text
 from grader.sandbox import wire
+from tests.kit import ahead
 from tests.kit.harness import KIT_ROOT, SEED, grader, mutate
 
 EX = "ex04_sharding"
@@ -75,7 +76,7 @@ def _grade_measured(*args):
     return done, int(peaks[-1]) / 1024 if peaks else None
 
 
-@pytest.fixture(scope="module")
+@ahead.fixture()
 def batch(tmp_path_factory):
     """One batch: a stride-0 reply, a forging message in a folder named by escape codes, a folder
     named as a formula, and a folder whose name forges a line."""

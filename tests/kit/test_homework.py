@@ -13,6 +13,7 @@ import zipfile
 import pytest
 
 from grader import catalog
+from tests.kit import ahead
 from tests.kit.harness import KIT_ROOT, SEED, grader, mutate, reference_source
 from tests.kit.stubs import stub_source
 
@@ -29,12 +30,35 @@ def run_in(folder, *args, timeout=900, env=ENV):
 
 # --- the student release ---------------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
+@ahead.fixture()
 def release(tmp_path_factory):
     out = tmp_path_factory.mktemp("release") / "course"
     done = grader("release", str(out), "--seed", SEED)
     assert done.returncode == 0, done.stderr[-3000:]
     return out
+
+
+@ahead.fixture()
+def release_graded(tmp_path_factory):
+    """A release built and graded as a learner would: the stubs it ships, then a correct copy with
+    one mistake in ex04. (stubs report, the copy's report, its release folder)"""
+    tmp = tmp_path_factory.mktemp("release-graded")
+    out = tmp / "course"
+    done = grader("release", str(out), "--seed", SEED)
+    assert done.returncode == 0, done.stderr[-3000:]
+    stubs = tmp / "stubs.json"
+    done = run_in(out, "-m", "grader", "--json", str(stubs), "-q")
+    assert done.returncode == 0, done.stderr[-3000:]
+    mine = tmp / "mine"
+    mine.mkdir()
+    for exercise in ALL:
+        (mine / f"{exercise}.py").write_text(reference_source(exercise))
+    contiguous = "indices[rank * (total // world_size):(rank + 1) * (total // world_size)]"
+    (mine / "ex04_sharding.py").write_text(mutate("ex04_sharding", ("indices[rank:total:world_size]", contiguous)))
+    report = tmp / "mine.json"
+    done = run_in(out, "-m", "grader", "--target", str(mine), "--json", str(report), "-q")
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(stubs.read_text()), json.loads(report.read_text())
 
 
 def _solution_lines(exercise):
@@ -61,22 +85,10 @@ def test_a_release_ships_no_solutions(release):
     assert (release / "grader" / "recorded" / "observations.pt").is_file()
 
 
-def test_a_release_grades_stubs_zero_and_a_correct_copy_full(release, tmp_path):
-    stubs = tmp_path / "stubs.json"
-    done = run_in(release, "-m", "grader", "--json", str(stubs), "-q")
-    assert done.returncode == 0, done.stderr[-3000:]
-    data = json.loads(stubs.read_text())
+def test_a_release_grades_stubs_zero_and_a_correct_copy_full(release_graded):
+    data, mine = release_graded
     assert data["score"] == 0 and {e["status"] for e in data["exercises"]} == {"not started"}
-    mine = tmp_path / "mine"
-    mine.mkdir()
-    for exercise in ALL:
-        (mine / f"{exercise}.py").write_text(reference_source(exercise))
-    contiguous = "indices[rank * (total // world_size):(rank + 1) * (total // world_size)]"
-    (mine / "ex04_sharding.py").write_text(mutate("ex04_sharding", ("indices[rank:total:world_size]", contiguous)))
-    report = tmp_path / "mine.json"
-    done = run_in(release, "-m", "grader", "--target", str(mine), "--json", str(report), "-q")
-    assert done.returncode == 0, done.stderr[-3000:]
-    rows = {e["id"]: e for e in json.loads(report.read_text())["exercises"]}
+    rows = {e["id"]: e for e in mine["exercises"]}
     assert all(rows[e]["status"] == "passed" for e in ALL if e != "ex04_sharding"), rows
     failed = {c["name"]: c["message"] for c in rows["ex04_sharding"]["checks"] if c["status"] != "passed"}
     assert "DistributedSampler deals indices round-robin" in failed["test_shard_indices_match_distributed_sampler"]

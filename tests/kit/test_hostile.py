@@ -11,6 +11,7 @@ import uuid
 
 import pytest
 
+from tests.kit import ahead
 from tests.kit.harness import KIT_ROOT, SEED, failed_checks, grade_submissions, mutate
 
 pytestmark = pytest.mark.slow  # hostile submissions graded whole: a minute and more
@@ -72,7 +73,7 @@ TAMPERING = {
 WRONG_INDICES = "return list(range(rank, num_samples, world_size))"  # no padding, ignores shuffle
 
 
-@pytest.fixture(scope="module")
+@ahead.fixture()
 def graded(tmp_path_factory):
     submissions = {name: source for name, (source, _) in AT_IMPORT.items()}
     submissions |= {name: hostile_indices(body) for name, (body, _) in IN_A_FUNCTION.items()}

@@ -17,6 +17,7 @@ import pytest
 
 from grader import sandbox
 from grader.sandbox import landlock, scan
+from tests.kit import ahead
 from tests.kit.harness import KIT_ROOT, SEED, failed_checks, grade_submissions, mutate
 
 EX = "ex04_sharding"
@@ -192,7 +193,7 @@ raise RuntimeError(f"started {len(children)} processes")'''), "failed"),
 }
 
 
-@pytest.fixture(scope="module")
+@ahead.fixture()
 def attacked(tmp_path_factory):
     submissions = {name: hostile(body) for name, body in READS.items()}
     submissions |= {name: source for name, (source, _) in TAMPERING.items()}

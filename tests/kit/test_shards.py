@@ -14,6 +14,7 @@ import sys
 import pytest
 
 from grader.grading import shards
+from tests.kit import ahead
 from tests.kit.harness import KIT_ROOT, SEED, mutate, reference_source
 
 EXERCISE = "ex04_sharding"
@@ -27,7 +28,7 @@ def environment(**extra):
     return env | {"HF_HUB_OFFLINE": "1", "GRADER_STATE": os.devnull} | extra
 
 
-@pytest.fixture(scope="module")
+@ahead.fixture()
 def klass(tmp_path_factory):
     """Six submissions (four right, two wrong) graded once as a batch, and in three shards at once."""
     tmp = tmp_path_factory.mktemp("class")

@@ -16,6 +16,7 @@ import uuid
 
 import pytest
 
+from tests.kit import ahead
 from tests.kit.harness import KIT_ROOT, SEED, failed_checks, mutate
 
 pytestmark = pytest.mark.slow  # a genuine hang and a fifth of a core: minutes
@@ -27,10 +28,11 @@ TIMEOUT = 8  # seconds a check may take while it can run
 SHARE = 20  # percent of one core the whole grader gets
 
 
-def _grade_starved(tmp_path, files, checks, *exercises, timeout=TIMEOUT, share=SHARE):
+def _grade_starved(tmp_path_factory, files, checks, *exercises, timeout=TIMEOUT, share=SHARE):
     """Grade `files` ({module: source}) on `checks` alone in a cpu cgroup of `share` % of one core;
     (report, seconds). The checks named are the ones whose processes starve or hang: the others
     would only add minutes of the same."""
+    tmp_path = tmp_path_factory.mktemp("starved")
     folder = tmp_path / "submission"
     folder.mkdir()
     for module, source in files.items():
@@ -71,16 +73,23 @@ def _remove(group):
             time.sleep(0.1)
 
 
+DISTRIBUTED = ("test_all_reduce_gradients_gives_every_rank_the_mean",
+               "test_all_reduce_gradients_updates_grads_in_place")
+
+
+@ahead.fixture("waits")  # a fifth of a core: it runs beside the rest of the suite
+def starved_correct(tmp_path_factory):
+    return _grade_starved(tmp_path_factory, {"ex05_gradient_averaging": mutate("ex05_gradient_averaging")},
+                          DISTRIBUTED, "ex05")
+
+
 @needs_a_cpu_cgroup
-def test_a_correct_distributed_exercise_scores_full_on_a_fifth_of_a_core(tmp_path):
+def test_a_correct_distributed_exercise_scores_full_on_a_fifth_of_a_core(starved_correct):
     """Starved, not stuck: 2-4 ranks of the reference and 2-4 of the submission, and the grader,
     share a fifth of one core."""
-    distributed = ("test_all_reduce_gradients_gives_every_rank_the_mean",
-                   "test_all_reduce_gradients_updates_grads_in_place")
-    data, _ = _grade_starved(tmp_path, {"ex05_gradient_averaging": mutate("ex05_gradient_averaging")}, distributed,
-                             "ex05")
+    data, _ = starved_correct
     checks = data["exercises"][0]["checks"]
-    assert sorted(c["name"] for c in checks) == sorted(distributed), checks
+    assert sorted(c["name"] for c in checks) == sorted(DISTRIBUTED), checks
     assert data["not_graded"] == [] and all(c["status"] == "passed" for c in checks), failed_checks(data)
 
 
@@ -96,14 +105,19 @@ HANGS = {
 }
 
 
+@ahead.fixture("waits")
+def starved_hangs(tmp_path_factory):
+    return _grade_starved(tmp_path_factory, HANGS, ("test_shard_batch_matches_tensor_split",
+                                                    "test_all_reduce_gradients_gives_every_rank_the_mean"),
+                          "ex04", "ex05")
+
+
 @needs_a_cpu_cgroup
-def test_a_genuine_hang_still_fails_within_three_times_the_timeout(tmp_path):
+def test_a_genuine_hang_still_fails_within_three_times_the_timeout(starved_hangs):
     """A spinning worker (which waits for the CPU as much as anything here) and a rank that sleeps
     while the others wait in a collective: each costs its checks "timed out", each check within
     3 x --timeout."""
-    data, seconds = _grade_starved(tmp_path, HANGS, ("test_shard_batch_matches_tensor_split",
-                                                     "test_all_reduce_gradients_gives_every_rank_the_mean"),
-                                   "ex04", "ex05")
+    data, seconds = starved_hangs
     rows = {e["id"]: {c["name"]: c for c in e["checks"]} for e in data["exercises"]}
     spinning = rows["ex04_sharding"]["test_shard_batch_matches_tensor_split"]
     sleeping = rows["ex05_gradient_averaging"]["test_all_reduce_gradients_gives_every_rank_the_mean"]

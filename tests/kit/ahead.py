@@ -1,0 +1,100 @@
+"""Gradings started ahead: a module's shared grading runs in the background from the session's start.
+
+Most of the suite's time is spent waiting for grader subprocesses, one at a time. A fixture declared
+with `ahead.fixture` is computed by a background thread as soon as the session knows which tests
+run (and only if a selected test uses it), while the tests before it run; the fixture then waits
+for that result. Two lanes: "cpu" gradings run one after another, beside the tests (one more grader
+on the machine, which the grader must bear anyway: README, "The same score on any box"); "waits"
+gradings (a grader held to a fifth of a core, a genuine hang) each get a thread of their own, as
+they hardly use a CPU. Under pytest-xdist, or where nothing selected uses them, fixtures are
+computed when first used, as plain fixtures are.
+
+A failure inside a background grading is raised where the fixture is used, so it fails the tests
+that read it, as before.
+"""
+
+import os
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+import pytest
+
+Make = Callable[..., Any]  # make(tmp_path_factory), or make(tmp_path_factory, items) with_items
+LANES = ("cpu", "waits")
+
+_declared: dict[tuple[str, str], tuple[str, Make, bool]] = {}  # (module, fixture name): (lane, make, with_items)
+_started: dict[tuple[str, str], Future] = {}
+_lock = threading.Lock()
+_pools: dict[str, ThreadPoolExecutor] = {}
+
+
+def fixture(lane: str = "cpu", with_items: bool = False) -> Callable[[Make], Any]:
+    """Declare a module-scoped fixture, named as the decorated function, whose value is
+    `make(tmp_path_factory)`, started ahead in `lane` ("cpu" or "waits"). With `with_items`, it is
+    `make(tmp_path_factory, items)`: the selected tests that use it when started ahead (it may do
+    their part of the work then), none when computed on first use."""
+    assert lane in LANES, lane
+
+    def declare(make: Make) -> Any:
+        key = (make.__module__, make.__name__)
+        _declared[key] = (lane, make, with_items)
+
+        @pytest.fixture(scope="module", name=make.__name__)
+        def _value(tmp_path_factory: pytest.TempPathFactory) -> Any:
+            return result(key, tmp_path_factory)
+
+        _value.__doc__ = make.__doc__
+        return _value
+
+    return declare
+
+
+def start(items: list[pytest.Item], tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Start, in the order the tests will first use them, the declared gradings the selected tests use."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return  # each xdist worker runs a part of the tests: it computes what its part uses
+    tmp_path_factory.getbasetemp()  # made here, once, not by two threads at once
+    users: dict[tuple[str, str], list[pytest.Item]] = {}  # in the order the tests run
+    for item in items:
+        if item.get_closest_marker("skip") or any(mark.args and mark.args[0] is True
+                                                  for mark in item.iter_markers("skipif")):
+            continue  # a test that will be skipped reads nothing
+        module = getattr(getattr(item, "module", None), "__name__", "")
+        for name in getattr(item, "fixturenames", ()):
+            if (module, name) in _declared:
+                users.setdefault((module, name), []).append(item)
+    for key, using in users.items():
+        if key not in _started:
+            lane, make, with_items = _declared[key]
+            if lane not in _pools:
+                _pools[lane] = ThreadPoolExecutor(max_workers=1 if lane == "cpu" else 8,
+                                                  thread_name_prefix=f"ahead-{lane}")
+            _started[key] = _pools[lane].submit(make, tmp_path_factory, *([using] if with_items else []))
+
+
+def result(key: tuple[str, str], tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The declared fixture's value: the background grading's, or computed here where none was started."""
+    with _lock:
+        future = _started.get(key)
+        here = future is None or future.cancel()  # not started ahead, or not begun yet: compute it here
+        if here:
+            future = Future()
+            future.set_running_or_notify_cancel()
+            _started[key] = future
+    assert future is not None
+    if here:
+        try:
+            _, make, with_items = _declared[key]
+            future.set_result(make(tmp_path_factory, *([[]] if with_items else [])))
+        except BaseException as error:  # noqa: BLE001 - raised below, where the fixture is used
+            future.set_exception(error)
+    return future.result()
+
+
+def stop() -> None:
+    """At the session's end: drop what has not begun (the tests that needed it did not run)."""
+    for pool in _pools.values():
+        pool.shutdown(wait=True, cancel_futures=True)
+    _pools.clear()

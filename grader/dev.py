@@ -14,7 +14,7 @@ away more than a third of its reference's lines of code (in its TODOs, docstring
 check is named by a wrong implementation; then one grade of `solutions/` and `exercises/` together: every
 reference must pass every check, and every stub must fail every check as "not started". Each problem is
 named with the command or edit that fixes it; the exit status is 1 when there is one, 2 for a usage error.
-Warnings (files still as `dev new` wrote them, catches files of the old format) change no exit status.
+Warnings (files still as `dev new` wrote them) change no exit status.
 """
 
 import ast
@@ -101,11 +101,10 @@ def run_check(args):
         problems += len(found)
         blocking += len(found) if check is not stub_sizes else 0  # a stub that says too much still grades
         _report(name, found, summary)
-    for name, check in (("skeletons", skeletons), ("catches format", old_catches)):
-        found, summary = check()
-        print(f"{'ok  ' if not found else 'warn'}  {name}: {summary}")
-        for warning in found:
-            print(f"        {warning}")
+    found, summary = skeletons()
+    print(f"{'ok  ' if not found else 'warn'}  skeletons: {summary}")
+    for warning in found:
+        print(f"        {warning}")
     if args.no_grade:
         print("skipped grading (--no-grade)")
     elif blocking:
@@ -137,22 +136,9 @@ def _listed(folder, prefix, suffix=".py"):
     return sorted(f for f in os.listdir(path) if f.startswith(prefix) and f.endswith(suffix))
 
 
-def old_catches_file(exercise_id):
-    """The catches file of the old format (tests/kit/test_catches_exNN.py: WRONG = {name: (source, check)}),
-    read only while the conversion to tests/kit/catches/<id>.py is under way."""
-    return os.path.join("tests", "kit", f"test_catches_{exercise_id[:4]}.py")
-
-
-def catches_file(exercise_id):
-    """The exercise's catches file: tests/kit/catches/<id>.py, or the old-format file while only it is there."""
-    new = layout.files(exercise_id).catches
-    old = old_catches_file(exercise_id)
-    return old if not os.path.isfile(_path(new)) and os.path.isfile(_path(old)) else new
-
-
 def expected_files(exercise):
     paths = layout.files(exercise.id)
-    return [paths.stub, paths.reference, paths.checks, catches_file(exercise.id)]
+    return [paths.stub, paths.reference, paths.checks, paths.catches]
 
 
 WRITE = {"stub": "write it (the functions of the reference, each raising NotImplementedError under a TODO)",
@@ -169,12 +155,10 @@ def files():
             if not os.path.isfile(_path(path)):
                 found.append(f"{exercise.id}: {path} is missing: {WRITE[kind]}")
     known = {path for exercise in catalog.EXERCISES for path in expected_files(exercise)}
-    known |= {old_catches_file(exercise.id) for exercise in catalog.EXERCISES}  # old_catches warns of a leftover
     present = ([os.path.join(layout.STUBS, f) for f in _listed(layout.STUBS, "ex")]
                + [os.path.join(layout.REFERENCES, f) for f in _listed(layout.REFERENCES, "ex")]
                + [os.path.join(layout.CHECKS, f) for f in _listed(layout.CHECKS, "test_ex")]
-               + [os.path.join(layout.CATCHES, f) for f in _listed(layout.CATCHES, "") if not f.startswith("_")]
-               + [os.path.join("tests", "kit", f) for f in _listed(os.path.join("tests", "kit"), "test_catches_")])
+               + [os.path.join(layout.CATCHES, f) for f in _listed(layout.CATCHES, "") if not f.startswith("_")])
     found += [f"{path}: no catalog entry has its id: delete it, or add its [[exercise]] entry to {CATALOG}"
               for path in present if path not in known]
     return found, f"{len(catalog.EXERCISES)} exercises, each with a stub, a reference, a check file and its wrong " \
@@ -382,37 +366,9 @@ def readme_table():
 # --- signatures, wrong implementations, stub sizes ---------------------------------------------------
 
 
-def _named_checks_old(path):
-    """The checks the WRONG (and ON_A_GPU) dicts of an old-format catches file name: each entry's value is
-    (source, check), the check a string or a module-level name bound to one. Read, never imported."""
-    with open(path) as handle:
-        tree = ast.parse(handle.read(), path)
-    names = {}
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1:
-            target, value = node.targets[0], node.value
-            pairs = (zip(target.elts, value.elts) if isinstance(target, ast.Tuple) and isinstance(value, ast.Tuple)
-                     else [(target, value)])
-            names.update({t.id: v.value for t, v in pairs if isinstance(t, ast.Name) and isinstance(v, ast.Constant)})
-    named = set()
-    for node in tree.body:
-        if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict)
-                and any(isinstance(t, ast.Name) and t.id in ("WRONG", "ON_A_GPU") for t in node.targets)):
-            for entry in node.value.values:
-                check = entry.elts[-1] if isinstance(entry, ast.Tuple) and entry.elts else None
-                if isinstance(check, ast.Constant):
-                    named.add(check.value)
-                elif isinstance(check, ast.Name):
-                    named.add(names.get(check.id))
-    return named
-
-
 def _named_checks(exercise_id):
     """The checks the wrong implementations of an exercise name: its catches file loaded through
-    tests.kit.catching.load (the old format, while there, read without running it)."""
-    path = catches_file(exercise_id)
-    if path == old_catches_file(exercise_id):
-        return _named_checks_old(_path(path))
+    tests.kit.catching.load."""
     if KIT_ROOT not in sys.path:
         sys.path.insert(0, KIT_ROOT)
     from tests.kit import catching
@@ -570,18 +526,6 @@ def skeletons():
             except OSError:
                 continue
     return found, (f"{len(found)} file(s) still as dev new wrote them" if found else "no file is still a skeleton")
-
-
-def old_catches():
-    """A warning: exercises whose wrong implementations are still in the old format, or a leftover beside the new."""
-    found = []
-    for exercise in catalog.EXERCISES:
-        old, new = old_catches_file(exercise.id), layout.files(exercise.id).catches
-        if os.path.isfile(_path(old)):
-            found.append(f"{old}: the old format" + (f", beside {new}: delete it" if os.path.isfile(_path(new))
-                                                      else f": convert it to {new} (tests/kit/catching.py)"))
-    return found, (f"{len(found)} catches file(s) in the old format" if found
-                   else f"every catches file is {layout.CATCHES}/<id>.py")
 
 
 def grade(args):

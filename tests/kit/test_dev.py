@@ -79,14 +79,10 @@ def test_dev_check_names_each_fault_in_the_files_the_catalog_and_the_readme(tmp_
     assert "| ex04_sharding | 15 |" in readme
     (kit / "README.md").write_text(readme.replace("| ex04_sharding | 15 |", "| ex04_sharding | 10 |"))
     (kit / "solutions" / "ex08_extra.py").write_text("")
-    for path in (layout.files("ex03_prepare_model").catches, os.path.join("tests", "kit", "test_catches_ex03.py")):
-        if (kit / path).exists():  # the new format, and the old while the conversion is under way
-            (kit / path).unlink()
+    (kit / layout.files("ex03_prepare_model").catches).unlink()
     stub = kit / "exercises" / "ex06_parameter_sync.py"
     stub.write_text(stub.read_text().replace("src: int=0", "src: int=1"))
     catches = kit / layout.files("ex06_parameter_sync").catches  # no wrong implementation left for the in-place check
-    if not catches.exists():
-        catches = kit / "tests" / "kit" / "test_catches_ex06.py"
     catches.write_text(catches.read_text().replace('"test_broadcast_parameters_updates_tensors_in_place"',
                                                    '"test_broadcast_parameters_copies_src_state_to_every_rank"'))
     done = dev_check(kit, "--no-grade")

@@ -45,7 +45,7 @@ def list_exercises(argv: Sequence[str]) -> int:
         for exercise in chapter.exercises:
             seen = last.get(exercise.id)
             points = f"{seen['score']:g}/{exercise.points:g}" if seen else f"-/{exercise.points:g}"
-            status = seen["status"] if seen else "not graded"
+            status = seen["status"] if seen else "never graded"  # "not graded" is the grader's own failure
             devices = ",".join(seen["devices"]) if seen and seen["devices"] else "-"
             print(f"{exercise.number:>2}  {exercise.id:<30} {points:>9}  {status:<13} {devices}")
     pending = [e for e in catalog.EXERCISES if last.get(e.id, {}).get("status") != "passed"]

@@ -21,7 +21,7 @@ def test_list_shows_every_exercise_with_points_and_the_last_status(tmp_path):
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert any("ex04_sharding" in line and "15/15" in line and "passed" in line for line in lines)
-    assert any("ex01_load_model" in line and "-/10" in line and "not graded" in line for line in lines)
+    assert any("ex01_load_model" in line and "-/10" in line and "never graded" in line for line in lines)
     assert "next: edit exercises/ex01_load_model.py" in done.stdout
 
 

@@ -10,7 +10,9 @@ they hardly use a CPU. Under pytest-xdist, or where nothing selected uses them, 
 computed when first used, as plain fixtures are.
 
 A failure inside a background grading is raised where the fixture is used, so it fails the tests
-that read it, as before.
+that read it, as before. A `job` is work for a whole module's selected tests that no fixture waits
+for: it shares its results itself, and a test may do a part the job has not reached yet (see
+test_catches.py's Gradings).
 """
 
 import os
@@ -21,25 +23,24 @@ from typing import Any
 
 import pytest
 
-Make = Callable[..., Any]  # make(tmp_path_factory), or make(tmp_path_factory, items) with_items
+Make = Callable[..., Any]  # make(tmp_path_factory) for a fixture, make(tmp_path_factory, items) for a job
 LANES = ("cpu", "waits")
+JOB = "<job>"  # the name a module's job is declared under
 
-_declared: dict[tuple[str, str], tuple[str, Make, bool]] = {}  # (module, fixture name): (lane, make, with_items)
+_declared: dict[tuple[str, str], tuple[str, Make]] = {}  # (module, fixture name or JOB): (lane, make)
 _started: dict[tuple[str, str], Future] = {}
 _lock = threading.Lock()
 _pools: dict[str, ThreadPoolExecutor] = {}
 
 
-def fixture(lane: str = "cpu", with_items: bool = False) -> Callable[[Make], Any]:
+def fixture(lane: str = "cpu") -> Callable[[Make], Any]:
     """Declare a module-scoped fixture, named as the decorated function, whose value is
-    `make(tmp_path_factory)`, started ahead in `lane` ("cpu" or "waits"). With `with_items`, it is
-    `make(tmp_path_factory, items)`: the selected tests that use it when started ahead (it may do
-    their part of the work then), none when computed on first use."""
+    `make(tmp_path_factory)`, started ahead in `lane` ("cpu" or "waits")."""
     assert lane in LANES, lane
 
     def declare(make: Make) -> Any:
         key = (make.__module__, make.__name__)
-        _declared[key] = (lane, make, with_items)
+        _declared[key] = (lane, make)
 
         @pytest.fixture(scope="module", name=make.__name__)
         def _value(tmp_path_factory: pytest.TempPathFactory) -> Any:
@@ -47,6 +48,18 @@ def fixture(lane: str = "cpu", with_items: bool = False) -> Callable[[Make], Any
 
         _value.__doc__ = make.__doc__
         return _value
+
+    return declare
+
+
+def job(lane: str = "cpu") -> Callable[[Make], Make]:
+    """Declare `make(tmp_path_factory, items)`, started ahead in `lane` with the declaring module's
+    selected tests, where there are any. Nothing waits for it: it shares what it makes itself."""
+    assert lane in LANES, lane
+
+    def declare(make: Make) -> Make:
+        _declared[(make.__module__, JOB)] = (lane, make)
+        return make
 
     return declare
 
@@ -62,16 +75,16 @@ def start(items: list[pytest.Item], tmp_path_factory: pytest.TempPathFactory) ->
                                                   for mark in item.iter_markers("skipif")):
             continue  # a test that will be skipped reads nothing
         module = getattr(getattr(item, "module", None), "__name__", "")
-        for name in getattr(item, "fixturenames", ()):
+        for name in (*getattr(item, "fixturenames", ()), JOB):
             if (module, name) in _declared:
                 users.setdefault((module, name), []).append(item)
     for key, using in users.items():
         if key not in _started:
-            lane, make, with_items = _declared[key]
+            lane, make = _declared[key]
             if lane not in _pools:
                 _pools[lane] = ThreadPoolExecutor(max_workers=1 if lane == "cpu" else 8,
                                                   thread_name_prefix=f"ahead-{lane}")
-            _started[key] = _pools[lane].submit(make, tmp_path_factory, *([using] if with_items else []))
+            _started[key] = _pools[lane].submit(make, tmp_path_factory, *([using] if key[1] == JOB else []))
 
 
 def result(key: tuple[str, str], tmp_path_factory: pytest.TempPathFactory) -> Any:
@@ -86,8 +99,7 @@ def result(key: tuple[str, str], tmp_path_factory: pytest.TempPathFactory) -> An
     assert future is not None
     if here:
         try:
-            _, make, with_items = _declared[key]
-            future.set_result(make(tmp_path_factory, *([[]] if with_items else [])))
+            future.set_result(_declared[key][1](tmp_path_factory))
         except BaseException as error:  # noqa: BLE001 - raised below, where the fixture is used
             future.set_exception(error)
     return future.result()

@@ -12,6 +12,8 @@ CI=true). Where that default is fast too, both go in the one call; mistakes only
 call of their own on cuda, and are skipped (never passed) where there is no GPU.
 """
 
+import threading
+
 import pytest
 
 from grader import catalog
@@ -41,11 +43,15 @@ def _cases(kind):
 
 class Gradings:
     """Each exercise's catches graded once, in as few grader calls as the profiles allow; a call's
-    failure is every test's failure that reads it, without grading again."""
+    failure is every test's failure that reads it, without grading again. A background job grades
+    from the last test's call backwards while the tests read from the first forwards: a test that
+    reaches a call nobody has begun grades it itself, one that another is grading waits for it."""
 
-    def __init__(self, tmp_path_factory):
-        self.tmp_path_factory = tmp_path_factory
+    def __init__(self):
+        self.tmp_path_factory = None
         self.done = {}
+        self.begun = {}  # key: an Event set once self.done holds it
+        self.lock = threading.Lock()
 
     @staticmethod
     def call(entry):
@@ -54,22 +60,34 @@ class Gradings:
             return "cuda" if entry.on_a_gpu else "cpu" if default_profile() == "fast" else "wrong"
         return "cpu" if default_profile() == "fast" else "right"
 
-    def prefetch(self, items):
-        """Make the gradings `items` (test_catches' selected tests) read, in their order."""
-        for item in items:
+    def key(self, exercise, entry):
+        return exercise, self.call(entry)
+
+    def grade_backwards(self, tmp_path_factory, items):
+        """Make the calls `items` (this module's selected tests) read, the last test's first."""
+        self.tmp_path_factory = self.tmp_path_factory or tmp_path_factory
+        for item in reversed(items):
             params = item.callspec.params
-            entry = params.get("wrong", params.get("right"))
-            self._grade_once((params["exercise"], self.call(entry)))
+            self._grade_once(self.key(params["exercise"], params.get("wrong", params.get("right"))))
 
     def _grade_once(self, key):
-        if key not in self.done:
-            try:
-                self.done[key] = self.grade(*key)
-            except Exception as error:  # noqa: BLE001 - reported by every test that reads this call
-                self.done[key] = error
+        with self.lock:
+            begun = self.begun.get(key)
+            mine = begun is None
+            if mine:
+                begun = self.begun[key] = threading.Event()
+        if not mine:
+            begun.wait()
+            return
+        try:
+            self.done[key] = self.grade(*key)
+        except Exception as error:  # noqa: BLE001 - reported by every test that reads this call
+            self.done[key] = error
+        finally:
+            begun.set()
 
     def result(self, exercise, entry):
-        key = (exercise, self.call(entry))
+        key = self.key(exercise, entry)
         self._grade_once(key)
         outcome = self.done[key]
         if isinstance(outcome, Exception):
@@ -90,11 +108,18 @@ class Gradings:
                                  only_checks={w.name: w.graded for w in wrong})
 
 
-@ahead.fixture(with_items=True)  # graded in the background while the rest of the suite runs
-def gradings(tmp_path_factory, items):
-    gradings = Gradings(tmp_path_factory)
-    gradings.prefetch(items)
-    return gradings
+GRADINGS = Gradings()
+
+
+@ahead.job()  # in the background while the rest of the suite runs, then beside this module's tests
+def grade_the_catches(tmp_path_factory, items):
+    GRADINGS.grade_backwards(tmp_path_factory, items)
+
+
+@pytest.fixture(scope="session")
+def gradings(tmp_path_factory):
+    GRADINGS.tmp_path_factory = GRADINGS.tmp_path_factory or tmp_path_factory
+    return GRADINGS
 
 
 @pytest.mark.parametrize("exercise, wrong", _cases("wrong"))

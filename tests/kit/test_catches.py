@@ -6,10 +6,10 @@ test: it must score below full marks, fail the check named to catch it, and that
 name its cause (its diagnosis). Each right variant is one test: full marks on every check.
 
 The tests only read results: an exercise's catches are graded once a session, in one grader call
-(`--submissions`, `--json`), each wrong implementation on its own checks only (`--only-checks`) in the
-fast profile, each right variant on every check in the environment's default profile (thorough under
-CI=true). Where that default is fast too, both go in the one call; mistakes only a GPU shows go in a
-call of their own on cuda, and are skipped (never passed) where there is no GPU.
+(`--submissions`, `--json`), in the fast profile under CI too (the thorough profile is for the
+references and the stubs): each wrong implementation on its own checks only (`--only-checks`), each
+right variant on every check. Mistakes only a GPU shows go in a call of their own on cuda, and are
+skipped (never passed) where there is no GPU.
 """
 
 import threading
@@ -18,7 +18,6 @@ import pytest
 
 from grader import catalog
 from grader.devices import cuda_present
-from grader.grading.options import default_profile
 from tests.kit import ahead, catching
 from tests.kit.harness import checks_of, failed_checks, grade_submissions
 
@@ -55,10 +54,8 @@ class Gradings:
 
     @staticmethod
     def call(entry):
-        """Which grader call grades `entry`: "cuda", "wrong", "right", or "cpu" (both, where the default is fast)."""
-        if isinstance(entry, catching.Wrong):
-            return "cuda" if entry.on_a_gpu else "cpu" if default_profile() == "fast" else "wrong"
-        return "cpu" if default_profile() == "fast" else "right"
+        """Which grader call grades `entry`: "cuda" (a mistake only a GPU shows) or "cpu" (the rest)."""
+        return "cuda" if isinstance(entry, catching.Wrong) and entry.on_a_gpu else "cpu"
 
     def key(self, exercise, entry):
         return exercise, self.call(entry)
@@ -96,14 +93,14 @@ class Gradings:
 
     def grade(self, exercise, call):
         catches = CATCHES[exercise]
-        wrong = [w for w in catches.wrong if call in ("cpu", "wrong", "cuda") and w.on_a_gpu == (call == "cuda")]
-        right = list(catches.right) if call in ("cpu", "right") else []
+        wrong = [w for w in catches.wrong if w.on_a_gpu == (call == "cuda")]
+        right = list(catches.right) if call == "cpu" else []
         names = [entry.name for entry in wrong + right]
         assert len(set(names)) == len(names), f"{exercise}: a name used twice in {sorted(names)}"
         args = ("--timeout", str(catches.timeout)) if catches.timeout else ()
         return grade_submissions(self.tmp_path_factory.mktemp(f"{exercise}-{call}"), exercise,
                                  {entry.name: entry.source for entry in wrong + right}, *args,
-                                 profile="fast" if call != "right" else default_profile(),
+                                 profile="fast",
                                  device="cuda" if call == "cuda" else "cpu",
                                  only_checks={w.name: w.graded for w in wrong})
 

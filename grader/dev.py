@@ -17,6 +17,7 @@ named with the command or edit that fixes it; the exit status is 1 when there is
 Warnings (files still as `dev new` wrote them) change no exit status.
 """
 
+import argparse
 import ast
 import io
 import json
@@ -26,6 +27,7 @@ import random
 import re
 import sys
 import tokenize
+from collections.abc import Iterable, Sequence
 
 from grader import KIT_ROOT, catalog, layout
 from grader.learner.commands import command_parser
@@ -46,7 +48,7 @@ TABLE = ("<!-- the exercise table: generated from grader/catalog.toml by python 
 ROW = re.compile(r"^\|(.*)\|\s*$")
 
 
-def main(argv):
+def main(argv: Sequence[str]) -> int:
     parser = command_parser("dev", "Commands for the kit's maintainers.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     check = commands.add_parser("check", help="the catalog, files, README, stubs and references agree",
@@ -92,7 +94,7 @@ def main(argv):
 # --- dev check ------------------------------------------------------------------------------
 
 
-def run_check(args):
+def run_check(args: argparse.Namespace) -> int:
     problems = blocking = 0
     for name, check in (("files", files), ("ids", ids), ("points", points), ("hints", hints),
                         ("README", readme_table), ("signatures", signatures), ("stub size", stub_sizes),
@@ -115,28 +117,28 @@ def run_check(args):
     return 1 if problems else 0
 
 
-def _report(name, found, summary):
+def _report(name: str, found: list[str], summary: str) -> None:
     print(f"{'ok  ' if not found else 'FAIL'}  {name}: {summary if not found else f'{len(found)} problem(s)'}")
     for problem in found:
         print(f"        {problem}")
 
 
-def _path(*parts):
+def _path(*parts: str) -> str:
     return os.path.join(KIT_ROOT, *parts)
 
 
-def _catalog_file():
+def _catalog_file() -> str:
     return os.path.join(os.path.dirname(os.path.abspath(catalog.__file__)), "catalog.toml")
 
 
-def _listed(folder, prefix, suffix=".py"):
+def _listed(folder: str, prefix: str, suffix: str = ".py") -> list[str]:
     path = _path(folder)
     if not os.path.isdir(path):
         return []
     return sorted(f for f in os.listdir(path) if f.startswith(prefix) and f.endswith(suffix))
 
 
-def expected_files(exercise):
+def expected_files(exercise: catalog.Exercise) -> list[str]:
     paths = layout.files(exercise.id)
     return [paths.stub, paths.reference, paths.checks, paths.catches]
 
@@ -147,7 +149,7 @@ WRITE = {"stub": "write it (the functions of the reference, each raising NotImpl
          "catches": "write it (WRONG = [Wrong(...)], RIGHT = [Right(...)]: see tests/kit/catching.py)"}
 
 
-def files():
+def files() -> tuple[list[str], str]:
     """Each catalog id has its four files; no exercise file is without an id."""
     found = []
     for exercise in catalog.EXERCISES:
@@ -165,7 +167,7 @@ def files():
                   f"implementations ({layout.CATCHES}/<id>.py)"
 
 
-def ids():
+def ids() -> tuple[list[str], str]:
     """Ids are exNN_words, unique, in number order within each chapter."""
     found, numbers = [], []
     for index, exercise in enumerate(catalog.EXERCISES):
@@ -184,7 +186,8 @@ def ids():
     return found, f"{', '.join(e.id[:4] for e in catalog.EXERCISES)}: unique, in order"
 
 
-def rebalanced(exercises, total=CHAPTER_POINTS, step=POINTS_STEP):
+def rebalanced(exercises: Sequence[catalog.Exercise], total: int = CHAPTER_POINTS,
+               step: int = POINTS_STEP) -> dict[str, float]:
     """{id: points}: the exercises' points scaled to add up to `total`, in multiples of `step` (each at least one
     step), the leftover steps to the largest remainders (the earlier exercise first on a tie)."""
     step = step if len(exercises) * step <= total and total % step == 0 else 1
@@ -201,7 +204,7 @@ def rebalanced(exercises, total=CHAPTER_POINTS, step=POINTS_STEP):
     return {e.id: float(g * step) for e, g in zip(exercises, given)}
 
 
-def chapter_sums(chapters):
+def chapter_sums(chapters: Iterable[catalog.Chapter]) -> list[str]:
     """Problems of the chapters whose points do not add up to one assignment's, each with the edit that fixes it."""
     found = []
     for chapter in chapters:
@@ -218,10 +221,11 @@ def chapter_sums(chapters):
     return found
 
 
-def points():
+def points() -> tuple[list[str], str]:
     """Positive points, each chapter's adding up to one assignment's 100; each chapter's exercises together,
     the chapters in order."""
-    found, chapters = [], {}
+    found: list[str] = []
+    chapters: dict[int, list[catalog.Exercise]] = {}
     for index, exercise in enumerate(catalog.EXERCISES):
         if exercise.points <= 0:
             found.append(f"{exercise.id}: points must be positive, not {exercise.points:g}: edit its points in "
@@ -241,7 +245,7 @@ def points():
     return found, summary
 
 
-def hints():
+def hints() -> tuple[list[str], str]:
     """Every exercise has at least one hint (`python -m grader hint` shows them one at a time)."""
     found = [f"{e.id}: no hints: write at least one in its hints = [...] in {CATALOG}"
              for e in catalog.EXERCISES if not any(str(h).strip() for h in e.hints)]
@@ -255,7 +259,7 @@ class ReadmeError(Exception):
     pass
 
 
-def _region(text, markers):
+def _region(text: str, markers: tuple[str, str]) -> tuple[int, int]:
     begin, end = markers
     if text.count(begin) != 1 or text.count(end) != 1 or text.index(begin) > text.index(end):
         raise ReadmeError(f"README.md: the markers {begin} and {end} are not there once each, in that order: "
@@ -264,7 +268,7 @@ def _region(text, markers):
     return start, text.index(end)
 
 
-def _cells(block):
+def _cells(block: str) -> list[list[str]]:
     """The rows of a markdown table, each a list of stripped cells (the header's separator left out)."""
     rows = []
     for line in block.splitlines():
@@ -274,7 +278,7 @@ def _cells(block):
     return rows
 
 
-def _stub_functions(exercise_id):
+def _stub_functions(exercise_id: str) -> str:
     """`name(parameters)` of each public function of the exercise's stub, annotations left out."""
     try:
         with open(_path(layout.files(exercise_id).stub)) as handle:
@@ -293,7 +297,7 @@ def _stub_functions(exercise_id):
     return ", ".join(texts) or f"(see {layout.files(exercise_id).stub})"
 
 
-def _course_map(block, chapters):
+def _course_map(block: str, chapters: Sequence[catalog.Chapter]) -> str:
     about = {row[0].split()[0]: row[1] for row in _cells(block)[1:] if len(row) == 3 and row[0].split()}
     said = {}
     for row in _cells(block)[1:]:
@@ -309,7 +313,7 @@ def _course_map(block, chapters):
     return "\n".join(lines) + "\n\n"
 
 
-def _exercise_table(block, exercises):
+def _exercise_table(block: str, exercises: Sequence[catalog.Exercise]) -> str:
     said = {row[0]: row[2] for row in _cells(block)[1:] if len(row) == 3}
     lines = ["", "", "| exercise | points | you write |", "|---|---|---|"]
     for exercise in exercises:
@@ -318,7 +322,7 @@ def _exercise_table(block, exercises):
     return "\n".join(lines) + "\n\n"
 
 
-def derived_readme(text, exercises, chapters):
+def derived_readme(text: str, exercises: Sequence[catalog.Exercise], chapters: Sequence[catalog.Chapter]) -> str:
     """The README with its course map and exercise table made from the catalog. What the catalog does not hold
     (what a chapter is about, an exercise's short description and what the learner writes) is kept from the
     README's own rows; a new exercise's is made from its title and its stub's functions."""
@@ -329,12 +333,12 @@ def derived_readme(text, exercises, chapters):
     return text
 
 
-def _read_readme():
+def _read_readme() -> str:
     with open(_path("README.md")) as handle:
         return handle.read()
 
 
-def readme_table():
+def readme_table() -> tuple[list[str], str]:
     """The README's course map and exercise table are what `dev update` makes from the catalog."""
     try:
         text = _read_readme()
@@ -366,7 +370,7 @@ def readme_table():
 # --- signatures, wrong implementations, stub sizes ---------------------------------------------------
 
 
-def _named_checks(exercise_id):
+def _named_checks(exercise_id: str) -> set[str]:
     """The checks the wrong implementations of an exercise name: its catches file loaded through
     tests.kit.catching.load."""
     if KIT_ROOT not in sys.path:
@@ -377,7 +381,7 @@ def _named_checks(exercise_id):
     return {check for wrong in catching.load(exercise_id).wrong for check in getattr(wrong, "checks", (wrong.check,))}
 
 
-def wrong_implementations():
+def wrong_implementations() -> tuple[list[str], str]:
     """Every check is named by a wrong implementation in the exercise's catches file: a check no known
     mistake fails is not yet proven able to fail."""
     found, count = [], 0
@@ -408,7 +412,7 @@ def wrong_implementations():
     return found, f"each of the {count} checks is named by a wrong implementation that must fail it"
 
 
-def _functions(path):
+def _functions(path: str) -> dict[str, str]:
     """{name: signature text} of a module's public top-level functions; read, never imported."""
     with open(path) as handle:
         tree = ast.parse(handle.read(), path)
@@ -416,7 +420,7 @@ def _functions(path):
             for node in tree.body if isinstance(node, ast.FunctionDef) and not node.name.startswith("_")}
 
 
-def signatures():
+def signatures() -> tuple[list[str], str]:
     """Stubs and references define the same public functions with the same signatures."""
     found, count = [], 0
     for exercise in catalog.EXERCISES:
@@ -427,7 +431,7 @@ def signatures():
         try:
             mine, theirs = _functions(stub), _functions(reference)
         except SyntaxError as error:
-            found.append(f"{os.path.relpath(error.filename, KIT_ROOT)}:{error.lineno}: syntax error: fix it")
+            found.append(f"{os.path.relpath(error.filename or stub, KIT_ROOT)}:{error.lineno}: syntax error: fix it")
             continue
         for name in sorted(set(mine) | set(theirs)):
             if name not in mine:
@@ -443,7 +447,7 @@ def signatures():
     return found, f"{count} functions, the same in exercises/ and solutions/"
 
 
-def _raises_not_implemented(statement):
+def _raises_not_implemented(statement: ast.stmt) -> bool:
     """`raise NotImplementedError(...)`: the placeholder a learner replaces, none of the reference's lines."""
     if not isinstance(statement, ast.Raise) or statement.exc is None:
         return False
@@ -451,7 +455,7 @@ def _raises_not_implemented(statement):
     return isinstance(raised, ast.Name) and raised.id == "NotImplementedError"
 
 
-def body_lines(path):
+def body_lines(path: str) -> list[str]:
     """The lines of the bodies of a module's top-level functions (and its classes' methods) that are code, in
     order, stripped, a trailing comment cut off: not blank, not a comment, not a docstring, not a top-level
     `raise NotImplementedError` (a stub's placeholder), not a line of brackets alone."""
@@ -469,22 +473,23 @@ def body_lines(path):
         for statement in function.body:
             if id(statement) in docstrings or _raises_not_implemented(statement):
                 continue
-            skip = {n for node in ast.walk(statement) if id(node) in docstrings  # a nested function's docstring
-                    for n in range(node.lineno, node.end_lineno + 1)}
-            counted |= {n for n in range(statement.lineno, statement.end_lineno + 1) if n not in skip}
+            skip = {n for node in ast.walk(statement) if isinstance(node, ast.stmt) and id(node) in docstrings
+                    for n in range(node.lineno, (node.end_lineno or node.lineno) + 1)}  # a nested docstring
+            counted |= {n for n in range(statement.lineno, (statement.end_lineno or statement.lineno) + 1)
+                        if n not in skip}
     comments = {token.start[0]: token.start[1] for token in tokenize.generate_tokens(io.StringIO(source).readline)
                 if token.type == tokenize.COMMENT}
     code = [lines[n - 1][:comments.get(n)].strip() for n in sorted(counted)]
     return [line for line in code if re.search(r"\w", line)]
 
 
-def _uncommented(line):
+def _uncommented(line: str) -> str:
     """A line of a stub as the measure reads it: stripped, a leading `# ` removed."""
     line = line.strip()
     return line[1:].strip() if line.startswith("#") else line
 
 
-def given_away(stub, reference):
+def given_away(stub: str, reference: str) -> list[str]:
     """The reference's lines of code (body_lines) that occur anywhere in the stub's text, its comments,
     docstrings and examples included: as a substring not inside a longer name (`enable()` is not in
     `model.gradient_checkpointing_enable()`, `return x` is not in `return x_hat`)."""
@@ -493,7 +498,7 @@ def given_away(stub, reference):
     return [line for line in body_lines(reference) if re.search(rf"(?<![\w.]){re.escape(line)}(?!\w)", text)]
 
 
-def stub_sizes():
+def stub_sizes() -> tuple[list[str], str]:
     """No stub gives away more than a third of its reference: of the reference's lines of code in function
     bodies, at most a third may occur in the stub's text (TODOs, docstrings and examples included)."""
     found, count = [], 0
@@ -513,7 +518,7 @@ def stub_sizes():
     return found, f"each of the {count} stubs holds at most a third of its reference's lines of code"
 
 
-def skeletons():
+def skeletons() -> tuple[list[str], str]:
     """A warning: files `dev new` wrote and nobody has filled in yet."""
     found = []
     for exercise in catalog.EXERCISES:
@@ -528,7 +533,7 @@ def skeletons():
     return found, (f"{len(found)} file(s) still as dev new wrote them" if found else "no file is still a skeleton")
 
 
-def grade(args):
+def grade(args: argparse.Namespace) -> int:
     """Grade solutions/ and exercises/ in one run: every reference passes, every stub is 'not started'."""
     from grader.grading import runner
     from grader.grading.options import Options
@@ -539,7 +544,7 @@ def grade(args):
     seed = args.seed if args.seed is not None else random.randrange(2**31)
     print(f"grading solutions/ and exercises/ (profile {args.profile}, devices {', '.join(chosen)}, seed {seed})",
           flush=True)
-    targets = tuple(resolve_target(name) for name in ("solutions", "exercises"))
+    targets = tuple(target for name in ("solutions", "exercises") if (target := resolve_target(name)) is not None)
     options = Options(targets=targets, devices=tuple(chosen), profile=args.profile, seed=seed)
     references, stubs = runner.run(options, args.exercises)
     problems = 0
@@ -561,12 +566,12 @@ def grade(args):
 # --- dev update --------------------------------------------------------------------------------
 
 
-def _write(path, text):
+def _write(path: str, text: str) -> None:
     with open(path, "w") as handle:
         handle.write(text)
 
 
-def _set_points(text, proposal):
+def _set_points(text: str, proposal: dict[str, float]) -> str:
     """catalog.toml's text with each [[exercise]] entry's points line set from {id: points}."""
     blocks = re.split(r"(?m)^(?=\[\[)", text)
     for index, block in enumerate(blocks):
@@ -578,7 +583,7 @@ def _set_points(text, proposal):
     return "".join(blocks)
 
 
-def run_update(args):
+def run_update(args: argparse.Namespace) -> int:
     exercises, chapters, _ = catalog.load()
     unbalanced = [c for c in chapters if c.exercises and c.points != CHAPTER_POINTS
                   and all(e.points > 0 for e in c.exercises)]
@@ -612,14 +617,14 @@ def run_update(args):
 # --- dev new -----------------------------------------------------------------------------------
 
 
-def _function_name(words):
+def _function_name(words: str) -> str:
     name = words if words.isidentifier() and not words[0].isdigit() else f"compute_{words}"
     import keyword
 
     return f"{name}_" if keyword.iskeyword(name) else name
 
 
-def skeleton_files(exercise_id, title, chapter):
+def skeleton_files(exercise_id: str, title: str, chapter: int) -> dict[str, str]:
     """{path: text} of a new exercise's four files: a real, tiny exercise (one function, one check, one wrong
     implementation and one right variant) for the maintainer to replace."""
     number, words = exercise_id[2:4], exercise_id[5:]
@@ -704,12 +709,12 @@ RIGHT = [
     return {paths.stub: stub, paths.reference: reference, paths.checks: checks, paths.catches: catches}
 
 
-def catalog_entry(exercise_id, title, chapter, points):
+def catalog_entry(exercise_id: str, title: str, chapter: int, points: float) -> str:
     return (f"[[exercise]]\nid = \"{exercise_id}\"\nchapter = {chapter}\ntitle = {json.dumps(title)}\n"
             f"points = {points:g}\npreload = \"torch\"\nhints = []\n")
 
 
-def insert_entry(text, exercises, entry, chapter, number):
+def insert_entry(text: str, exercises: Sequence[catalog.Exercise], entry: str, chapter: int, number: int) -> str:
     """catalog.toml's text with `entry` after the last exercise that comes before it (chapter, then number)."""
     lines = text.splitlines(keepends=True)
     headers = [i for i, line in enumerate(lines) if line.strip() == "[[exercise]]"]
@@ -733,7 +738,7 @@ def insert_entry(text, exercises, entry, chapter, number):
     return head + ("\n" if head else "") + entry + ("\n" + tail.lstrip("\n") if tail.strip() else "")
 
 
-def run_new(parser, args):
+def run_new(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     exercise_id, chapters = args.id, {c.number: c for c in catalog.CHAPTERS}
     if not ID.fullmatch(exercise_id):
         parser.error(f"{exercise_id!r} is not an id of the form exNN_lowercase_words (ex20_topk_compression)")

@@ -41,9 +41,7 @@ def grade_submissions(tmp_path, exercise, submissions, *args, profile="thorough"
         folder.mkdir(parents=True)
         (folder / f"{exercise}.py").write_text(textwrap.dedent(source))
     if only_checks:
-        chosen = tmp_path / "only-checks.json"
-        chosen.write_text(json.dumps({name: sorted(checks) for name, checks in only_checks.items()}))
-        args = ("--only-checks", str(chosen), *args)
+        args = (*only_checks_args(tmp_path, {name: sorted(checks) for name, checks in only_checks.items()}), *args)
     report = tmp_path / "report.json"
     done = grader(exercise, "--submissions", str(root), "--json", str(report), "--seed", SEED,
                   "--profile", profile, "--device", device, "-q", *args)
@@ -51,6 +49,13 @@ def grade_submissions(tmp_path, exercise, submissions, *args, profile="thorough"
     data = json.loads(report.read_text())
     results = data["submissions"] if "submissions" in data else [data]
     return {os.path.basename(r["target"]): r for r in results}
+
+
+def only_checks_args(tmp_path, chosen):
+    """The grader's arguments to grade each folder named in {folder name: [check, ...]} on those checks alone."""
+    path = tmp_path / "only-checks.json"
+    path.write_text(json.dumps({name: list(checks) for name, checks in chosen.items()}))
+    return "--only-checks", str(path)
 
 
 def checks_of(result):

@@ -41,7 +41,8 @@ def release(tmp_path_factory):
 @ahead.fixture()
 def release_graded(tmp_path_factory):
     """A release built and graded as a learner would: the stubs it ships, then a correct copy with
-    one mistake in ex04. (stubs report, the copy's report, its release folder)"""
+    one mistake in ex04; (the stubs' report, the copy's report). A release of its own, so that
+    grading in it, in the background, never meets the tests that run pytest in `release`."""
     tmp = tmp_path_factory.mktemp("release-graded")
     out = tmp / "course"
     done = grader("release", str(out), "--seed", SEED)

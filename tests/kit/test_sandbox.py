@@ -18,7 +18,7 @@ import pytest
 from grader import sandbox
 from grader.sandbox import landlock, scan
 from tests.kit import ahead
-from tests.kit.harness import KIT_ROOT, SEED, failed_checks, grade_submissions, mutate
+from tests.kit.harness import KIT_ROOT, SEED, failed_checks, grade_submissions, mutate, only_checks_args
 
 EX = "ex04_sharding"
 INDICES = "test_shard_indices_match_distributed_sampler"
@@ -357,9 +357,7 @@ def _grade_marked(tmp_path, files, *args, timeout=20, without="", only=()):
     for module, source in files.items():
         (folder / f"{module}.py").write_text(source)
     if only:
-        chosen = tmp_path / "only-checks.json"
-        chosen.write_text(json.dumps({folder.name: list(only)}))
-        args = (*args, "--only-checks", str(chosen))
+        args = (*args, *only_checks_args(tmp_path, {folder.name: only}))
     mark = uuid.uuid4().hex
     report = tmp_path / f"report-{mark}.json"
     env = dict(os.environ, HF_HUB_OFFLINE="1", KIT_TEST_MARK=mark, GRADER_STATE=os.devnull,

@@ -17,7 +17,7 @@ import uuid
 import pytest
 
 from tests.kit import ahead
-from tests.kit.harness import KIT_ROOT, SEED, failed_checks, mutate
+from tests.kit.harness import KIT_ROOT, SEED, failed_checks, mutate, only_checks_args
 
 pytestmark = pytest.mark.slow  # a genuine hang and a fifth of a core: minutes
 
@@ -37,8 +37,7 @@ def _grade_starved(tmp_path_factory, files, checks, *exercises, timeout=TIMEOUT,
     folder.mkdir()
     for module, source in files.items():
         (folder / f"{module}.py").write_text(source)
-    only = tmp_path / "only-checks.json"
-    only.write_text(json.dumps({folder.name: list(checks)}))
+    only = only_checks_args(tmp_path, {folder.name: checks})
     group = os.path.join(CPU_CGROUP, f"kit-starved-{uuid.uuid4().hex[:8]}")
     os.mkdir(group)
     try:
@@ -53,7 +52,7 @@ def _grade_starved(tmp_path_factory, files, checks, *exercises, timeout=TIMEOUT,
         report = tmp_path / "report.json"
         started = time.monotonic()
         done = subprocess.run([sys.executable, "-m", "grader", *exercises, "--target", str(folder), "--json",
-                               str(report), "--only-checks", str(only), "--seed", SEED, "--profile", "fast",
+                               str(report), *only, "--seed", SEED, "--profile", "fast",
                                "--device", "cpu", "--timeout", str(timeout), "-q"], cwd=KIT_ROOT, capture_output=True,
                               text=True, timeout=900,
                               preexec_fn=join, env=dict(os.environ, GRADER_STATE=os.devnull, HF_HUB_OFFLINE="1"))

@@ -150,6 +150,11 @@ class Sandbox:
         os.chmod(path, mode)
         return path
 
+    def groups_apart(self, preload: str) -> bool:
+        """Whether groups of ranks of this kind run one at a time here (memory.groups_apart): then a
+        comparison runs the reference's group first, and the submission's once it is stopped."""
+        return self.pools.budget_mb is not None and memory.groups_apart(preload)
+
     @property
     def layers(self) -> list[Layer]:
         return layers(self.abi, self.switch_user, self.containers.kind, self.namespaces, self.seccomp)

@@ -27,6 +27,7 @@ NO_BIAS = "bias-correct the moments"  # the beginning of each wrong implementati
 EPS = "eps goes after the square root"
 # the scores: 35 (the reference), 17.5 (each wrong one, one check of two), 0 (the stub, the empty folder)
 BARS = [2, 0, 0, 0, 0, 2, 0, 0, 0, 1]
+batch = pytest.mark.slow  # the tests that read the batch: graded once, ahead, in 10-20 s
 
 
 def browser():
@@ -131,6 +132,7 @@ def section(markdown, heading):
 # --- the markdown twin --------------------------------------------------------------------
 
 
+@batch
 def test_the_markdown_names_each_diagnosis_with_its_count_and_a_counterexample(markdown):
     diagnoses = section(markdown, "### Diagnoses")
     rows = {line.split(" | ")[0].lstrip("| "): line for line in diagnoses.splitlines() if line.startswith("| ")}
@@ -146,6 +148,7 @@ def test_the_markdown_names_each_diagnosis_with_its_count_and_a_counterexample(m
     assert "&lt;img src=x onerror=" in stub[0] and "<img" not in markdown, stub[0]
 
 
+@batch
 def test_the_markdown_counterexamples_are_anonymised(markdown, graded):
     diagnoses = section(markdown, "### Diagnoses")
     for name in ("no\\_bias", "no_bias", "eps\\_inside", "eps_inside", "bob"):
@@ -153,6 +156,7 @@ def test_the_markdown_counterexamples_are_anonymised(markdown, graded):
     assert str(graded) not in markdown and KIT_ROOT not in markdown  # no path of the grader's or the class's
 
 
+@batch
 def test_the_markdown_histogram_counts_every_submission_scored(markdown):
     chart = section(markdown, f"## {EXERCISE.replace('_', chr(92) + '_')}: AdamW by hand")
     counts = [int(line.split(" | ")[1]) for line in chart.split("### Diagnoses")[0].splitlines()
@@ -160,6 +164,7 @@ def test_the_markdown_histogram_counts_every_submission_scored(markdown):
     assert counts == BARS, chart
 
 
+@batch
 def test_the_markdown_lists_the_checks_most_failed_flags_and_rows_not_graded(markdown):
     checks = section(markdown, "### Checks most failed")
     lines = [line for line in checks.splitlines() if line.startswith("| ") and "test_" in line.replace("\\", "")]
@@ -174,6 +179,7 @@ def test_the_markdown_lists_the_checks_most_failed_flags_and_rows_not_graded(mar
 # --- the page, in a browser ---------------------------------------------------------------
 
 
+@batch
 def test_the_page_draws_a_bar_per_tenth_of_the_points_with_its_count(dom):
     chart, = dom.find("svg", "histogram", data_for=EXERCISE)
     bars = dom.find("g", "bar", inside=chart)
@@ -185,6 +191,7 @@ def test_the_page_draws_a_bar_per_tenth_of_the_points_with_its_count(dom):
     assert [dom.find("text", "range", inside=bar)[0][2] for bar in bars][:2] == ["0–", "3.5–"]  # of 35 points
 
 
+@batch
 def test_the_page_shows_each_diagnosis_and_how_many_students_it_hit(dom):
     counts = {}
     for row in dom.find("tr", "diagnosis"):
@@ -198,6 +205,7 @@ def test_the_page_shows_each_diagnosis_and_how_many_students_it_hit(dom):
     assert sum(example.startswith("case={") for example in examples) == 2, examples  # the wrong ones' inputs
 
 
+@batch
 def test_the_page_shows_hostile_text_as_text_and_loads_nothing(dom):
     assert not dom.find("img") and not dom.find("b") and not dom.find("script"), "learner text became markup"
     assert not any("data-pwned" in element[1] for element in dom.elements)
@@ -213,6 +221,7 @@ def test_the_page_shows_hostile_text_as_text_and_loads_nothing(dom):
 # --- the same report from merged shards; usage errors ------------------------------------------
 
 
+@batch
 def test_merge_writes_the_same_class_report_from_the_shards_reports(graded, markdown):
     merged = graded / "merged.html"
     done = subprocess.run([sys.executable, "-m", "grader", "merge", str(graded / "shard.json"),

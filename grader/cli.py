@@ -290,7 +290,7 @@ def grade(args: argparse.Namespace, staged: Staged) -> int:
     if args.csv:
         report.write(args.csv, plan.csv(results) if plan else report.summary_csv(results))
     if args.class_report:
-        class_report.write(args.class_report, results)
+        class_report.write(args.class_report, plan.whole(results) if plan else results)
     not_graded = [f"{text.one_line(r.target)}: {', '.join(r.not_graded)}" for r in results if r.not_graded]
     if not_graded:
         print("python -m grader: error: the grader itself failed, these were not graded: " + "; ".join(not_graded),

@@ -222,14 +222,25 @@ def test_the_page_shows_hostile_text_as_text_and_loads_nothing(dom):
 
 
 @batch
-def test_merge_writes_the_same_class_report_from_the_shards_reports(graded, markdown):
+def test_merge_and_a_regrade_write_the_same_class_report(graded, markdown):
+    """From the shards' reports (merge), and from a regrade that keeps every row (the batch's JSON)."""
     merged = graded / "merged.html"
-    done = subprocess.run([sys.executable, "-m", "grader", "merge", str(graded / "shard.json"),
-                           "--class-report", str(merged)], cwd=KIT_ROOT, capture_output=True, text=True,
-                          timeout=120, env=dict(os.environ, HF_HUB_OFFLINE="1"))
+    done = subprocess.run([sys.executable, "-m", "grader", "merge", str(graded / "shard.json"), "--class-report",
+                           str(merged), "--json", str(graded / "merged.json"), "--csv", str(graded / "merged.csv")],
+                          cwd=KIT_ROOT, capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, HF_HUB_OFFLINE="1"))
     assert done.returncode == 0, done.stderr
     assert (graded / "merged.md").read_text() == markdown
     assert merged.read_text() == (graded / "class.html").read_text()
+    again = graded / "regraded.html"
+    done = grader(EXERCISE, "--submissions", str(graded / "class"), "--regrade", str(graded / "merged.json"),
+                  "--class-report", str(again), "--device", "cpu", "-q", timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "grading 0 of 5 submissions" in done.stdout, done.stdout
+    assert (graded / "regraded.md").read_text() == markdown
+    done = grader(EXERCISE, "--submissions", str(graded / "class"), "--regrade", str(graded / "merged.csv"),
+                  "--class-report", str(graded / "no.html"), timeout=120)
+    assert done.returncode == 2 and "a CSV's rows hold no checks" in done.stderr, done.stderr
 
 
 def test_a_class_report_that_cannot_be_written_is_a_one_line_usage_error(tmp_path):

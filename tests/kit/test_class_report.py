@@ -23,6 +23,7 @@ EXERCISE = "ex18_adamw_step"
 CHECKS = ["test_adamw_step_matches_torch_adamw", "test_adamw_step_leaves_grad_unchanged"]
 FOLDER = "<b>bob"  # a folder name that is markup (no slash: a folder's name cannot hold one)
 MESSAGE = "<img src=x onerror=document.body.setAttribute('data-pwned','1')>"  # the stub raises it
+SIGNED = MESSAGE + f" (by {FOLDER}, in /home/bob/homework)"  # signed with its folder's name and a path
 NO_BIAS = "bias-correct the moments"  # the beginning of each wrong implementation's diagnosis (its hint)
 EPS = "eps goes after the square root"
 # the scores: 35 (the reference), 17.5 (each wrong one, one check of two), 0 (the stub, the empty folder)
@@ -48,7 +49,7 @@ def graded(tmp_path_factory):
                           ("bias_correction2 = 1 - beta2 ** step", "bias_correction2 = 1.0")),
         "eps_inside": mutate(EXERCISE, ("denom = (exp_avg_sq.sqrt() / math.sqrt(bias_correction2)).add_(eps)",
                                         "denom = (exp_avg_sq / bias_correction2 + eps).sqrt()")),
-        FOLDER: f"import gc\n\n\ndef adamw_step(*args, **kwargs):\n    raise NotImplementedError({MESSAGE!r})\n",
+        FOLDER: f"import gc\n\n\ndef adamw_step(*args, **kwargs):\n    raise NotImplementedError({SIGNED!r})\n",
     }
     for name, source in sources.items():
         (root / name).mkdir(parents=True)
@@ -151,8 +152,10 @@ def test_the_markdown_names_each_diagnosis_with_its_count_and_a_counterexample(m
 @batch
 def test_the_markdown_counterexamples_are_anonymised(markdown, graded):
     diagnoses = section(markdown, "### Diagnoses")
-    for name in ("no\\_bias", "no_bias", "eps\\_inside", "eps_inside", "bob"):
+    for name in ("no\\_bias", "no_bias", "eps\\_inside", "eps_inside", "bob", "homework"):
         assert name not in diagnoses, name
+    stub, = [line for line in diagnoses.splitlines() if line.startswith("| not started")]
+    assert "(by &lt;submission&gt;, in &lt;path&gt;)" in stub, stub  # the name and the path it signed with
     assert str(graded) not in markdown and KIT_ROOT not in markdown  # no path of the grader's or the class's
 
 

@@ -53,7 +53,8 @@ class Collector:
         status, message = Status[status], report.grader_message
         record = CheckResult(target, exercise, check, device, status, message, round(report.duration, 3),
                              getattr(report, "grader_evidence", "compared in the grader"),
-                             getattr(report, "grader_title", ""))
+                             getattr(report, "grader_title", ""), getattr(report, "grader_diagnosis", ""),
+                             getattr(report, "grader_counterexample", ""), getattr(report, "grader_finding", ""))
         self.records.append(record)
         if self.progress:
             self.progress(record)

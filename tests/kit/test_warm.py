@@ -145,6 +145,10 @@ def test_check_in_an_ipython_kernel_grades_the_cells_it_ran(service, shell):
     html = full._repr_html_()
     assert html.count("<tr>") == 1 + len(full.checks) and "✓" in html
 
+    result, output = shell("from grader import check_all\nchapter = check_all(device='cpu', profile='fast')")
+    graded = _namespace()["chapter"]  # every exercise the cells define a function of: ex04 alone
+    assert [row.id for row in graded.result.exercises] == [EXERCISE] and graded.score == 15
+
     result, output = shell("check('ex99')")
     assert not result.success and "Traceback" not in output
     assert [line for line in output.splitlines() if line.strip()] == \

@@ -20,6 +20,7 @@ import sys
 import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from grader import KIT_ROOT, catalog
 from grader.grading.service import GradeRequest, Service, ServiceError
@@ -87,6 +88,9 @@ class CheckReport:
                   for exercise, names in self.missing.items() if names]
         lines += [text.one_line(note) for note in self.notes]
         return "\n".join(lines)
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:  # IPython in a terminal: the table
+        printer.text(str(self))
 
     def _repr_html_(self) -> str:
         def e(value: object) -> str:

@@ -227,3 +227,34 @@ def test_a_service_that_died_is_started_again_once_with_a_note(service):
     again = grade(service, os.path.join(KIT_ROOT, "solutions"))
     assert again.result.score == 15
     assert len(again.notes) == 1 and again.notes[0].startswith("the grading service had stopped (exit status -9")
+
+
+@pytest.mark.slow
+def test_watch_regrades_a_save_with_its_warm_grader(tmp_path):
+    folder = tmp_path / "watched"
+    folder.mkdir()
+    source = folder / f"{EXERCISE}.py"
+    source.write_text(reference_source(EXERCISE))
+    process = subprocess.Popen([sys.executable, "-m", "grader", "watch", "ex04", "--target", str(folder),
+                                "--profile", "fast", "--device", "cpu", "-q"], cwd=KIT_ROOT, text=True,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               env=dict(os.environ, GRADER_STATE=os.devnull, PYTHONPATH=KIT_ROOT))
+
+    def until_graded():
+        lines = []
+        while not lines or not lines[-1].startswith("watching..."):
+            lines.append(process.stdout.readline())
+            assert lines[-1], "".join(lines)
+        return "".join(lines)
+
+    try:
+        assert "15 / 15" in until_graded()
+        source.write_text(mutate(EXERCISE, ("torch.tensor_split(batch, world_size, dim=0)",
+                                            "torch.chunk(batch, world_size, dim=0)")))
+        second = until_graded()
+        assert f"{EXERCISE} changed, grading" in second and f"{EXERCISE} {BATCH_CHECK} [cpu]: failed" in second
+        seconds = float(second.split("graded in ")[1].split()[0])
+        assert seconds < 5, second  # warm: the first grade's fork servers and reference answered it
+    finally:
+        process.kill()
+        process.wait()

@@ -11,6 +11,7 @@ sent: nothing of one submission is left for the next.
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import random
 import sys
@@ -91,6 +92,10 @@ def serve(requests: TextIO, replies: TextIO, warm: Warm) -> None:
         reply.seconds = round(time.monotonic() - started, 3)
         replies.write(reply.to_line())
         replies.flush()
+        # While it waits for the next request: the run froze what was alive (pytest_plugin, to spare the
+        # collector), this request's leftovers with it; free them, or a long session grows request by request.
+        gc.unfreeze()
+        gc.collect()
 
 
 def main(argv: Sequence[str]) -> int:

@@ -70,6 +70,9 @@ class Session:
         self.timeout = options.timeout
         self.spent = {}
         self.target_cache.clear()
+        self.retried.clear()
+        for key in [key for key, replies in self.reference_cache.items() if not all(r.ok for r in replies)]:
+            del self.reference_cache[key]  # a reference call that failed is asked again, not remembered
 
     def forget_targets(self) -> None:
         """After a service's request: stop its submissions' workers and drop their copies, so that

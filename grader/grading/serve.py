@@ -89,6 +89,9 @@ def serve(requests: TextIO, replies: TextIO, warm: Warm) -> None:
             reply = GradeReply(error=str(error).splitlines()[0] if str(error) else type(error).__name__)
         except RuntimeError as error:  # the grader's own failure (runner says why)
             reply = GradeReply(error=f"the grader failed: {error}")
+        except Exception as error:  # noqa: BLE001 - a bug of the grader's: said in one line, then a fresh session
+            reply = GradeReply(error=f"the grader failed: {type(error).__name__}: {error}".splitlines()[0])
+            warm.close()
         reply.seconds = round(time.monotonic() - started, 3)
         replies.write(reply.to_line())
         replies.flush()

@@ -50,6 +50,9 @@ def test_the_service_grades_the_reference_full_then_the_stubs_not_started_then_a
     assert (reference.result.score, reference.result.max_score) == (15, 15)
     assert reference.result.sandbox and reference.result.seed
 
+    unknown = service.grade(GradeRequest(exercises=("ex99",), target=str(stubs)))
+    assert unknown.result is None and unknown.error.startswith("unknown exercise 'ex99'")  # and it serves on:
+
     stub = grade(service, stubs)
     assert stub.result.exercises[0].status is Status.NOT_STARTED and stub.result.score == 0
 
@@ -220,7 +223,7 @@ def test_a_second_grading_in_one_process_works():
 
 @pytest.mark.slow
 def test_a_service_that_died_is_started_again_once_with_a_note(service):
-    """Last in the module: it kills the module's service."""
+    """The last test of the module's service: it kills it."""
     grade(service, os.path.join(KIT_ROOT, "solutions"))
     os.killpg(service.process.pid, 9)
     service.process.wait()

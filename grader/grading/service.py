@@ -45,10 +45,13 @@ class GradeRequest:
 
     @classmethod
     def from_line(cls, line: str) -> GradeRequest:
-        data = json.loads(line)
-        if not isinstance(data, dict) or not isinstance(data.get("exercises"), list):
-            raise ValueError("a request is a JSON object with a list of exercises")
-        return cls(**dict(data, exercises=tuple(data["exercises"])))
+        try:
+            data = json.loads(line)
+            if not isinstance(data, dict) or not isinstance(data.get("exercises"), list):
+                raise ValueError("a JSON object with a list of exercises is expected")
+            return cls(**dict(data, exercises=tuple(data["exercises"])))
+        except (ValueError, TypeError) as error:
+            raise ValueError(f"not a grading request: {error}")
 
 
 @dataclass

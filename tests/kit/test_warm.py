@@ -188,13 +188,14 @@ def test_check_outside_a_kernel_says_so_in_one_line_and_importing_grader_starts_
     code = ("import sys, grader\n"
             "print(sorted(m for m in ('torch', 'IPython', 'grader.grading.service') if m in sys.modules))\n"
             "from grader import check\n"
+            "print('torch' in sys.modules)\n"
             "try:\n    check('ex04')\n"
             "except Exception as error:\n    print(type(error).__name__ + ': ' + str(error))\n")
     done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120,
                           env=dict(os.environ, PYTHONPATH=KIT_ROOT))
     lines = done.stdout.splitlines()
-    assert lines[0] == "[]", done.stdout + done.stderr
-    assert lines[1].startswith("CheckError: check() reads the cells of a notebook kernel") and len(lines) == 2
+    assert lines[:2] == ["[]", "False"], done.stdout + done.stderr  # nothing heavy, nothing started
+    assert lines[2].startswith("CheckError: check() reads the cells of a notebook kernel") and len(lines) == 3
 
 
 def test_check_from_a_file_names_what_it_lacks_before_grading(tmp_path):

@@ -108,7 +108,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def command_names() -> tuple[str, ...]:
-    return ("list", "hint", "watch", "demo", "dev", "autograder", "release", "merge")
+    return ("list", "hint", "watch", "demo", "dev", "autograder", "release", "merge", "serve")
 
 
 def dispatch(name: str, argv: Sequence[str]) -> int:
@@ -122,6 +122,8 @@ def dispatch(name: str, argv: Sequence[str]) -> int:
         from grader.dev import main as command
     elif name == "merge":
         from grader.grading.merge import main as command
+    elif name == "serve":
+        from grader.grading.serve import main as command
     else:
         from grader.learner.commands import COMMANDS
 

@@ -73,7 +73,10 @@ def pytest_configure(config: pytest.Config) -> None:
     if options.require_sandbox and missing_layers():
         raise pytest.UsageError("--require-sandbox: missing " + "; ".join(
             f"{layer.name} ({layer.detail})" for layer in missing_layers()))
-    config.stash[SESSION] = Session(options)
+    kept = given[0].session if given else None
+    if kept is not None:  # a grading service's session, warm from its requests before
+        kept.renew(options)
+    config.stash[SESSION] = kept or Session(options)
 
 
 def _options_from_command_line(config: pytest.Config) -> Options:
@@ -98,10 +101,12 @@ def _options_from_command_line(config: pytest.Config) -> Options:
 
 
 class OptionsCarrier:
-    """How `python -m grader` hands its Options to this plugin."""
+    """How `python -m grader` hands its Options to this plugin; a grading service hands over its
+    live session too (grading.serve), which then outlives the run."""
 
-    def __init__(self, options: Options) -> None:
+    def __init__(self, options: Options, session: Session | None = None) -> None:
         self.options = options
+        self.session = session
 
 
 def pytest_report_header(config: pytest.Config) -> str | None:
@@ -115,7 +120,9 @@ def pytest_report_header(config: pytest.Config) -> str | None:
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     session = config.stash.get(SESSION, None)
-    if session is not None:
+    kept = any(isinstance(plugin, OptionsCarrier) and plugin.session is session
+               for plugin in config.pluginmanager.get_plugins())
+    if session is not None and not kept:
         session.close()
 
 

@@ -25,6 +25,7 @@ from grader.sandbox import forkservers
 
 if TYPE_CHECKING:
     from grader.grading.batch import Staged
+    from grader.grading.canvas import Student
     from grader.sandbox import Target
 
 
@@ -67,7 +68,22 @@ def build_parser() -> Parser:
     parser.add_argument("--json", metavar="PATH", help="write the report as JSON")
     parser.add_argument("--gradescope", metavar="PATH", help="write Gradescope's results.json")
     parser.add_argument("--visibility", choices=report.VISIBILITIES, default="visible",
-                        help="Gradescope's visibility of each check's test (default visible)")
+                        help="Gradescope's visibility of each public check's test (default visible)")
+    parser.add_argument("--hidden-visibility", choices=report.VISIBILITIES, default="after_due_date",
+                        help="Gradescope's visibility of each hidden check's test (default after_due_date; "
+                             "never sooner than --visibility)")
+    parser.add_argument("--gradescope-format", choices=report.FORMATS, default="md",
+                        help="Gradescope's output_format of each check's test (default md: the failing example, "
+                             "expected and received values in code blocks)")
+    parser.add_argument("--classroom", metavar="PATH",
+                        help="append each check's result for GitHub Classroom's autograding reporter to PATH "
+                             "($GITHUB_OUTPUT in the workflow python -m grader classroom writes)")
+    parser.add_argument("--canvas", metavar="PATH",
+                        help="with --submissions: write a gradebook CSV that Canvas imports (a column per chapter)")
+    parser.add_argument("--roster", metavar="FILE",
+                        help="with --canvas: a CSV mapping each submission folder (column 'folder') to its student's "
+                             "Canvas columns (Student, ID, SIS User ID, SIS Login ID, Section); "
+                             "without it a folder's name is its student's SIS Login ID")
     parser.add_argument("--csv", metavar="PATH", help="write one summary row per target as CSV")
     parser.add_argument("--fail-under", type=float, default=None, metavar="N",
                         help="exit 1 when a target scores below N points")
@@ -105,7 +121,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def command_names() -> tuple[str, ...]:
-    return ("list", "hint", "watch", "demo", "dev", "autograder", "release", "merge")
+    return ("list", "hint", "watch", "demo", "dev", "autograder", "release", "merge", "classroom")
 
 
 def dispatch(name: str, argv: Sequence[str]) -> int:
@@ -119,6 +135,8 @@ def dispatch(name: str, argv: Sequence[str]) -> int:
         from grader.dev import main as command
     elif name == "merge":
         from grader.grading.merge import main as command
+    elif name == "classroom":
+        from grader.homework.classroom import main as command
     else:
         from grader.learner.commands import COMMANDS
 
@@ -212,13 +230,16 @@ def grade(args: argparse.Namespace, staged: Staged) -> int:
     targets = parse_targets(args, staged)
     targets = plan.select(targets) if plan else targets
     only_checks = read_only_checks(args.only_checks) if args.only_checks else None
-    for option in ("json", "gradescope", "csv"):
+    students = canvas_students(args, targets)
+    for option in ("json", "gradescope", "csv", "canvas"):
         path = getattr(args, option)
         problem = path and report.check_writable(path)
         if problem:
             raise UsageError(f"--{option}: {problem}")
     if args.gradescope and len(targets) > 1:
         raise UsageError("--gradescope writes one submission's results; give one --target")
+    if args.classroom and len(targets) > 1:
+        raise UsageError("--classroom writes one submission's results; give one --target")
     if args.require_sandbox:
         from grader import sandbox
 
@@ -276,11 +297,24 @@ def grade(args: argparse.Namespace, staged: Staged) -> int:
     replay = f"python -m grader {strip_seed(replay)} --seed {seed}".replace("  ", " ")
     if plan and plan.summary():
         print(plan.summary())
+    if options.public_only:
+        from grader.homework.release import public_only_line
+
+        print(public_only_line(results[0].left_out if results else []))
     print(f"seed {seed}, profile {profile}: replay with {replay}")
     if args.json:
         report.write_json(args.json, plan.json(results) if plan else report.as_json(results))
     if args.gradescope:
-        report.write_json(args.gradescope, report.gradescope(results[0], args.visibility))
+        report.write_json(args.gradescope, report.gradescope(results[0], args.visibility, args.hidden_visibility,
+                                                             args.gradescope_format))
+    if args.classroom and results:
+        from grader.homework import classroom
+
+        classroom.append(args.classroom, classroom.outputs(results[0]))
+    if args.canvas:
+        from grader.grading import canvas
+
+        report.write(args.canvas, canvas.gradebook_csv(results, students))
     if args.csv:
         report.write(args.csv, plan.csv(results) if plan else report.summary_csv(results))
     not_graded = [f"{text.one_line(r.target)}: {', '.join(r.not_graded)}" for r in results if r.not_graded]
@@ -291,6 +325,23 @@ def grade(args: argparse.Namespace, staged: Staged) -> int:
     if args.fail_under is not None and any(r.score < args.fail_under for r in results):
         return 1
     return 0
+
+
+def canvas_students(args: argparse.Namespace, targets: Sequence[Target]) -> dict[str, Student]:
+    """--canvas and --roster: each submission folder's student, or a usage error (before any grading)."""
+    if args.roster and not args.canvas:
+        raise UsageError("--roster goes with --canvas")
+    if not args.canvas:
+        return {}
+    if not args.submissions:
+        raise UsageError("--canvas writes a class's gradebook: give --submissions DIR")
+    from grader.grading import canvas
+
+    try:
+        roster = canvas.read_roster(args.roster) if args.roster else None
+        return canvas.students_of([target.label for target in targets], roster, args.roster or "")
+    except canvas.RosterError as error:
+        raise UsageError(str(error))
 
 
 def part_arguments(args: argparse.Namespace, exercises: Sequence[catalog.Exercise],

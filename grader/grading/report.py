@@ -14,8 +14,8 @@ import tempfile
 from collections.abc import Sequence
 from typing import Any
 
-from grader.grading import text, versions
-from grader.records import CheckResult, ExerciseResult, Layer, Status, TargetResult
+from grader.grading import markdown, text, versions
+from grader.records import CheckResult, ExerciseResult, Layer, Status, TargetResult, Visibility
 
 REPEATING = (Status.NOT_STARTED, Status.MISSING, Status.IMPORT_ERROR, Status.USES_REFERENCE)
 
@@ -45,8 +45,15 @@ def terminal(result: TargetResult, verbose: bool = False) -> str:
     if listed:
         lines.append("")
     for row, check in listed:
-        lines.append(f"{row.id} {check.check} [{text.one_line(check.device)}]: {check.status.label}: "
+        hidden = " (hidden)" if check.visibility is Visibility.HIDDEN else ""
+        lines.append(f"{row.id} {check.check} [{text.one_line(check.device)}]{hidden}: {check.status.label}: "
                      + text.continued(check.message.rstrip("\n")))
+    hidden_checks = sorted({f"{row.id[:4]} {check.check}" for row in result.exercises for check in row.checks
+                            if check.visibility is Visibility.HIDDEN})
+    if hidden_checks:
+        lines.append("")
+        lines.append(f"hidden checks (drawn with the grading's seed; Gradescope shows them after the due date): "
+                     f"{', '.join(hidden_checks)}")
     if result.review:
         lines.append("")
         lines.append("flagged for review (the code reaches for the grader's machinery; no points change):")
@@ -80,13 +87,23 @@ def as_json(results: Sequence[TargetResult]) -> dict[str, Any]:
     return text.clean(data | versions.as_report())
 
 
-VISIBILITIES = ("visible", "after_due_date", "after_published", "hidden")
+VISIBILITIES = ("visible", "after_due_date", "after_published", "hidden")  # from soonest shown to never
+FORMATS = ("md", "text")  # Gradescope's output_format of each check's test
 
 
-def gradescope(result: TargetResult, visibility: str = "visible") -> dict[str, Any]:
+def test_visibility(check: CheckResult, public: str = "visible", hidden: str = "after_due_date") -> str:
+    """Gradescope's visibility of a check's test: `public` for a public check; for a hidden one `hidden`,
+    or `public` where that shows it later (a hidden check is never shown sooner than a public one)."""
+    if check.visibility is Visibility.PUBLIC:
+        return public
+    return max(public, hidden, key=VISIBILITIES.index)
+
+
+def gradescope(result: TargetResult, visibility: str = "visible", hidden_visibility: str = "after_due_date",
+               output_format: str = "md") -> dict[str, Any]:
     """Gradescope's results.json: one test per check (on each device), the exercise's points split
-    over its checks, the grading details (seed, profile, timings, sandbox, review) in a test only
-    instructors see."""
+    over its checks, each test visible or not as its check is public or hidden, the grading details
+    (seed, profile, timings, sandbox, review) in a test only instructors see."""
     tests: list[dict[str, Any]] = []
     several_devices = len(result.devices) > 1
     for row in result.exercises:
@@ -97,13 +114,16 @@ def gradescope(result: TargetResult, visibility: str = "visible") -> dict[str, A
             passed = check.status is Status.PASSED
             if not row.graded:
                 output = "not graded: the autograder itself failed here, not your code; it will be regraded"
+            elif output_format == "md":
+                output = markdown.check_output(check)
             else:
                 output = "passed" if passed else f"{check.status.label}: {text.continued(check.message)}"
             tests.append({
                 "name": f"{row.id[:4]} · {title}{device}", "number": f"{row.id[2:4]}.{len(tests) + 1}",
                 "score": share if passed and row.graded else 0.0, "max_score": share,
-                "status": "passed" if passed else "failed", "output": output, "output_format": "text",
-                "visibility": visibility,
+                "status": "passed" if passed else "failed", "output": output,
+                "output_format": output_format if row.graded else "text",
+                "visibility": test_visibility(check, visibility, hidden_visibility),
             })
     details = [f"seed {result.seed}, profile {result.profile}, {result.execution_time:g} s of checks",
                sandbox_footer(result.sandbox) if result.sandbox else "sandbox: (not recorded)"]

@@ -3,8 +3,9 @@ reference gave and what the submission gave, each in a fenced code block.
 
 Everything a submission can influence (its values, its exception's text) is inside a fence, never
 in the Markdown around it, and each fence is longer than any run of backticks in its content
-(CommonMark closes a fence only with one at least as long), so nothing breaks out of its block: no
-heading, link, image or HTML a submission wrote is ever rendered.
+(CommonMark closes a fence only with one at least as long, indented by 3 spaces at most; every line
+after a block's first is indented by 4), so nothing breaks out of its block: no heading, link, image
+or HTML a submission wrote is ever rendered.
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ SMALLEST = "smallest failing input: "  # the message's line that names the faili
 
 
 def fenced(content: str) -> str:
-    """`content` in a code block no line of it can close (control characters escaped)."""
-    body = text.shown(content).rstrip("\n")
+    """`content` in a code block no line of it can close (control characters escaped, and every line after
+    the first indented, as in the text report: none passes for a line of the grader's own)."""
+    body = text.continued(content.rstrip("\n"))
     longest = max((len(run) for run in re.findall(r"`+", body)), default=0)
     fence = "`" * max(3, longest + 1)
     return f"{fence}text\n{body}\n{fence}"

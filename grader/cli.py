@@ -41,7 +41,7 @@ class Parser(argparse.ArgumentParser):
 def build_parser() -> Parser:
     parser = Parser(prog="python -m grader", description="Grade the exercises of the kit.",
                     epilog="Other commands: list, hint EXERCISE, watch [EXERCISE], demo ex07|ex12 --nproc N, "
-                           "merge SHARD.json ..., dev check (python -m grader COMMAND --help).")
+                           "merge SHARD.json ..., classroom, dev check (python -m grader COMMAND --help).")
     parser.add_argument("exercises", nargs="*", metavar="EXERCISE",
                         help="exercise ids or numbers (ex04, 4, ex04_sharding) or chapters (chapter1); all when none")
     parser.add_argument("--chapter", type=int, action="append", metavar="N",
@@ -240,6 +240,11 @@ def grade(args: argparse.Namespace, staged: Staged) -> int:
         raise UsageError("--gradescope writes one submission's results; give one --target")
     if args.classroom and len(targets) > 1:
         raise UsageError("--classroom writes one submission's results; give one --target")
+    if args.classroom:
+        try:  # appended to after grading ($GITHUB_OUTPUT holds the earlier steps' lines): fit for it now?
+            open(args.classroom, "a").close()
+        except OSError as error:
+            raise UsageError(f"--classroom {args.classroom}: {error.strerror}")
     if args.require_sandbox:
         from grader import sandbox
 

@@ -52,8 +52,8 @@ def terminal(result: TargetResult, verbose: bool = False) -> str:
                             if check.visibility is Visibility.HIDDEN})
     if hidden_checks:
         lines.append("")
-        lines.append(f"hidden checks (drawn with the grading's seed; Gradescope shows them after the due date): "
-                     f"{', '.join(hidden_checks)}")
+        lines.append(f"hidden checks (on Gradescope students see them after the due date; a student release does "
+                     f"not run them): {', '.join(hidden_checks)}")
     if result.review:
         lines.append("")
         lines.append("flagged for review (the code reaches for the grader's machinery; no points change):")
@@ -91,7 +91,7 @@ VISIBILITIES = ("visible", "after_due_date", "after_published", "hidden")  # fro
 FORMATS = ("md", "text")  # Gradescope's output_format of each check's test
 
 
-def test_visibility(check: CheckResult, public: str = "visible", hidden: str = "after_due_date") -> str:
+def gradescope_visibility(check: CheckResult, public: str = "visible", hidden: str = "after_due_date") -> str:
     """Gradescope's visibility of a check's test: `public` for a public check; for a hidden one `hidden`,
     or `public` where that shows it later (a hidden check is never shown sooner than a public one)."""
     if check.visibility is Visibility.PUBLIC:
@@ -123,7 +123,7 @@ def gradescope(result: TargetResult, visibility: str = "visible", hidden_visibil
                 "score": share if passed and row.graded else 0.0, "max_score": share,
                 "status": "passed" if passed else "failed", "output": output,
                 "output_format": output_format if row.graded else "text",
-                "visibility": test_visibility(check, visibility, hidden_visibility),
+                "visibility": gradescope_visibility(check, visibility, hidden_visibility),
             })
     details = [f"seed {result.seed}, profile {result.profile}, {result.execution_time:g} s of checks",
                sandbox_footer(result.sandbox) if result.sandbox else "sandbox: (not recorded)"]

@@ -183,14 +183,19 @@ def main(argv: Sequence[str]) -> int:
         exercises = parse_exercises(args.exercises)
     except UsageError as error:
         parser.error(str(error))
-    folder = os.path.dirname(os.path.abspath(args.out))
-    os.makedirs(folder, exist_ok=True)
+    try:
+        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    except OSError as error:
+        parser.error(f"--out {args.out}: {error.strerror}")
     problem = report.check_writable(args.out)
     if problem:
         parser.error(f"--out: {problem}")
     public_only = Recordings.meta(KIT_ROOT) is not None
     chosen = runners(exercises, public_only)
-    report.write(args.out, workflow(chosen, list(args.exercises)))
+    try:
+        report.write(args.out, workflow(chosen, list(args.exercises)))
+    except OSError as error:
+        parser.error(f"--out {args.out}: {error.strerror}")
     points = round(sum(runner.points for runner in chosen), 2)
     print(f"wrote {args.out}: {len(chosen)} checks, {points:g} points"
           + (" (the release's public checks)" if public_only else "")

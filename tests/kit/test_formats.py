@@ -134,8 +134,8 @@ def test_the_catalog_makes_a_check_hidden_in_a_real_grading(graded):
         assert found[HIDDEN]["visibility"] == "hidden" and found[PUBLIC]["visibility"] == "public"
         assert {c["visibility"] for n, c in found.items() if n != HIDDEN} == {"public"}
     out = graded.batch.stdout
-    assert f"hidden checks (drawn with the grading's seed; Gradescope shows them after the due date): ex04 {HIDDEN}" \
-        in out
+    assert f"hidden checks (on Gradescope students see them after the due date; a student release does not run " \
+           f"them): ex04 {HIDDEN}" in out
     assert re.search(rf"ex04_sharding {HIDDEN} \[cpu\] \(hidden\): failed", out), out[-3000:]  # carol's
     assert re.search(rf"ex04_sharding {PUBLIC} \[cpu\]: failed", out)
 
@@ -309,6 +309,12 @@ def test_the_canvas_gradebook_without_a_roster_names_students_by_their_folders(g
     students = canvas.students_of(["alice", "bob"], None)
     rows = list(csv.reader(io.StringIO(canvas.gradebook_csv(results, students))))
     assert rows[2] == ["alice", "", "", "alice", "", "15"] and rows[3][:5] == ["bob", "", "", "bob", ""]
+
+
+def test_an_unwritable_classroom_output_is_refused_before_grading(tmp_path):
+    done = grader("ex04", "--target", "solutions", "--classroom", str(tmp_path / "no" / "such" / "output"))
+    assert done.returncode == 2 and done.stderr.strip().splitlines() == [
+        f"python -m grader: error: --classroom {tmp_path / 'no' / 'such' / 'output'}: No such file or directory"]
 
 
 def test_a_folder_missing_from_the_roster_is_refused_before_grading(tmp_path):

@@ -89,6 +89,8 @@ def as_json(results: Sequence[TargetResult]) -> dict[str, Any]:
 
 VISIBILITIES = ("visible", "after_due_date", "after_published", "hidden")  # from soonest shown to never
 FORMATS = ("md", "text")  # Gradescope's output_format of each check's test
+SHOWN = {"visible": "now", "after_due_date": "after the due date", "after_published": "once grades are published",
+         "hidden": "to the instructors only"}
 
 
 def gradescope_visibility(check: CheckResult, public: str = "visible", hidden: str = "after_due_date") -> str:
@@ -139,6 +141,10 @@ def gradescope(result: TargetResult, visibility: str = "visible", hidden_visibil
     lines += [text.one_line(line) for line in list(result.notes) + ([result.problem] if result.problem else [])]
     if result.not_graded:
         lines.append(f"the autograder itself failed on {', '.join(result.not_graded)}: not graded, to be regraded")
+    later = [t for t in tests[:-1] if t["visibility"] != "visible"]
+    if later and len(later) < len(tests) - 1:
+        lines.append(f"{len(later)} of the {len(tests) - 1} checks are hidden for now: their results are shown "
+                     f"{SHOWN[hidden_visibility]}; the points above count them")
     return text.clean({
         "score": result.score, "execution_time": result.execution_time, "output": "\n".join(lines),
         "output_format": "text", "visibility": "visible", "stdout_visibility": "hidden", "tests": tests,

@@ -167,7 +167,9 @@ def test_dev_check_refuses_an_override_naming_no_check(monkeypatch):
 @pytest.mark.slow
 def test_gradescope_shows_public_checks_now_and_hidden_ones_after_the_due_date(graded):
     bob = result(graded.rows["bob"])
-    tests = report.gradescope(bob)["tests"]
+    data = report.gradescope(bob)
+    tests = data["tests"]
+    assert "1 of the 5 checks are hidden for now: their results are shown after the due date" in data["output"]
     by_name = {t["name"]: t for t in tests}
     visibilities = [t["visibility"] for t in tests[:-1]]
     assert visibilities.count("after_due_date") == 1 and visibilities.count("visible") == len(tests) - 2

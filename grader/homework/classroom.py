@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from grader import KIT_ROOT, catalog
-from grader.grading import visibility
+from grader.grading import text, visibility
 from grader.grading.recordings import Recordings
 from grader.records import Status, TargetResult, Visibility
 
@@ -130,8 +130,9 @@ def workflow(chosen: Sequence[Runner], selection: Sequence[str]) -> str:
         f"      uses: {REPORTER}",
         "      env:",
     ]
-    lines += [f"        {runner.id.upper()}_RESULTS: {_quoted('${{ steps.grade.outputs.' + runner.id + ' }}')}"
-              for runner in chosen]
+    for runner in chosen:
+        lines += [f"        # {runner.exercise[:4]} · {runner.title}: {runner.points:g} points",
+                  f"        {runner.id.upper()}_RESULTS: {_quoted('${{ steps.grade.outputs.' + runner.id + ' }}')}"]
     lines += ["      with:", f"        runners: {_quoted(','.join(runner.id for runner in chosen))}"]
     return "\n".join(lines) + "\n"
 
@@ -151,8 +152,8 @@ def outputs(result: TargetResult) -> str:
         for name, points in zip(names, shares(row.max_score, len(names))):
             records = [check for check in row.checks if check.check == name]
             status = _status({check.status for check in records})
-            message = "\n".join(f"[{c.device}] {c.status.label}: {c.message}" for c in records
-                                if c.status is not Status.PASSED)
+            message = text.shown("\n".join(f"[{c.device}] {c.status.label}: {c.message}" for c in records
+                                            if c.status is not Status.PASSED))  # a submission's text: no raw escapes
             test = {"name": f"{row.id[:4]} · {records[0].title or name}", "status": status,
                     "score": points if status == "pass" else 0, "message": message or None,
                     "line_no": 0, "execution_time": f"{sum(c.seconds for c in records):.2f}s"}
@@ -162,10 +163,10 @@ def outputs(result: TargetResult) -> str:
     return "".join(line + "\n" for line in lines)
 
 
-def append(path: str, text: str) -> None:
+def append(path: str, lines: str) -> None:
     """Add to a step's outputs file ($GITHUB_OUTPUT collects every step's lines: never replace it)."""
     with open(path, "a") as handle:
-        handle.write(text)
+        handle.write(lines)
 
 
 def main(argv: Sequence[str]) -> int:

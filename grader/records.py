@@ -175,14 +175,18 @@ class CheckResult:
 @dataclass(frozen=True)
 class Failure:
     """A failed check's message in parts: the input it failed on, what the reference gave and what the
-    submission gave (each '' where the check has no such part), so that a report can show each apart."""
+    submission gave, the check's hint (each '' where the check has no such part), so that a report can
+    show each apart; and whether the input was drawn with the seed (not one of the check's explicit examples)."""
 
     example: str = ""
     expected: str = ""
     received: str = ""
+    hint: str = ""
+    drawn: bool = False
 
-    def as_dict(self) -> dict[str, str]:
-        return {"example": self.example, "expected": self.expected, "received": self.received}
+    def as_dict(self) -> dict[str, Any]:
+        return {"example": self.example, "expected": self.expected, "received": self.received, "hint": self.hint,
+                "drawn": self.drawn}
 
 
 @dataclass

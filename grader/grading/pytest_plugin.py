@@ -231,8 +231,10 @@ def pytest_runtest_makereport(item: pytest.Item,
     details = (session is not None and session.options.details) or getattr(item.config.option, "verbose", 0) >= 2
     printed = getattr(getattr(item, "funcargs", {}).get("grade"), "printed", "")
     report.grader_message = failure_message(error, details, printed)
-    report.grader_failure = (shown(smallest_input(getattr(error, "__notes__", []))),  # plain text, as above
-                             shown(getattr(error, "expected", "")), shown(getattr(error, "received", "")))
+    notes = getattr(error, "__notes__", [])
+    report.grader_failure = (shown(smallest_input(notes)), shown(getattr(error, "expected", "")),  # plain data
+                             shown(getattr(error, "received", "")), shown(getattr(error, "hint", None) or ""),
+                             any(note.startswith("Falsifying example") for note in notes))  # not an explicit one
     if isinstance(error, (CheckFailed, Verdict)) and getattr(item.config.option, "verbose", 0) < 2:
         # pytest shows no status column: name the status (once) unless it is a plain failure
         label = status.label

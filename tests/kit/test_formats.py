@@ -31,6 +31,11 @@ from tests.kit.harness import KIT_ROOT, SEED, grader, mutate, reference_source
 HIDDEN = "test_shards_are_equal_sized_and_cover_the_data"  # hidden by the copy's catalog
 PUBLIC = "test_shard_indices_match_distributed_sampler"  # public by the rule: it has explicit examples
 HOSTILE = "```\n# pwned <img src=x onerror=alert(1)>\n`````` [click](http://evil.example) <script>x()</script>"
+BATCH = "test_shard_batch_matches_tensor_split"  # public; bob fails it on drawn inputs alone
+# wrong for the dtypes no explicit example of BATCH has
+DRAWN_ONLY = ("    return torch.tensor_split(batch, world_size, dim=0)[rank]",
+              "    piece = torch.tensor_split(batch, world_size, dim=0)[rank]\n"
+              "    return piece + 1 if batch.dtype in (torch.float64, torch.int64) and piece.numel() else piece")
 ENV = dict(os.environ, HF_HUB_OFFLINE="1", GRADER_STATE=os.devnull)
 ROSTER = "folder,Student,ID,SIS User ID,SIS Login ID,Section\n" \
          "alice,\"Liddell, Alice\",101,S101,aliddell,A\nbob,\"Builder, Bob\",102,S102,bbuilder,B\n" \
@@ -70,7 +75,7 @@ def graded(tmp_path_factory):
     kit = kit_of_ex04(tmp / "kit")
     contiguous = "indices[rank * (total // world_size):(rank + 1) * (total // world_size)]"
     sources = {"alice": reference_source("ex04_sharding"),
-               "bob": mutate("ex04_sharding", ("indices[rank:total:world_size]", contiguous)),
+               "bob": mutate("ex04_sharding", ("indices[rank:total:world_size]", contiguous), DRAWN_ONLY),
                "carol": mutate("ex04_sharding", ("    if world_size < 1 or not 0 <= rank < world_size:",
                                                  f"    raise ValueError({HOSTILE!r})\n"
                                                  "    if world_size < 1 or not 0 <= rank < world_size:"))}
@@ -168,7 +173,7 @@ def test_dev_check_refuses_an_override_naming_no_check(monkeypatch):
 def test_gradescope_shows_public_checks_now_and_hidden_ones_after_the_due_date(graded):
     bob = result(graded.rows["bob"])
     data = report.gradescope(bob)
-    tests = data["tests"]
+    tests = [t for t in data["tests"] if not t["name"].endswith("it failed on")]  # a test per check, and the details
     assert "1 of the 5 checks are hidden for now: their results are shown after the due date" in data["output"]
     by_name = {t["name"]: t for t in tests}
     visibilities = [t["visibility"] for t in tests[:-1]]
@@ -176,12 +181,35 @@ def test_gradescope_shows_public_checks_now_and_hidden_ones_after_the_due_date(g
     hidden = [t for t in tests if t["visibility"] == "after_due_date"][0]
     assert hidden["name"].startswith("ex04 · ") and hidden["max_score"] == pytest.approx(3)
     assert by_name["grading details (instructors only)"]["visibility"] == "hidden"
+    assert sum(t["max_score"] for t in data["tests"]) == pytest.approx(15)
+    assert sum(t["score"] for t in data["tests"]) == pytest.approx(bob.score)
     # an old invocation (--visibility after_due_date) keeps its meaning: every check after the due date
     assert {t["visibility"] for t in report.gradescope(bob, "after_due_date")["tests"][:-1]} == {"after_due_date"}
     # a hidden check is never shown sooner than a public one
     assert {t["visibility"] for t in report.gradescope(bob, "after_due_date", "visible")["tests"][:-1]} == \
         {"after_due_date"}
     assert {t["visibility"] for t in report.gradescope(bob, "visible", "hidden")["tests"][:-1]} == {"visible", "hidden"}
+
+
+@pytest.mark.slow
+def test_a_public_checks_failure_on_a_drawn_input_is_shown_after_the_due_date(graded):
+    assert checks(graded.rows["bob"])[BATCH]["failure"]["drawn"] is True
+    assert checks(graded.rows["bob"])[PUBLIC]["failure"]["drawn"] is False  # an explicit example: shown now
+    tests = report.gradescope(result(graded.rows["bob"]))["tests"]
+    batch, later = [t for t in tests if re.match(r"ex04 · (test_)?shard.batch.matches.tensor.split", t["name"])]
+    assert batch["visibility"] == "visible" and batch["status"] == "failed" and batch["score"] == 0
+    assert batch["output"].startswith("**failed on an input drawn with the grading's secret seed")
+    assert "shown after the due date" in batch["output"] and "Hint:" in batch["output"]
+    assert "Failing example" not in batch["output"] and "float64" not in batch["output"]
+    assert "int64" not in batch["output"]
+    assert later["name"] == batch["name"] + ": the input drawn with the grading's seed it failed on"
+    assert later["visibility"] == "after_due_date" and later["max_score"] == 0 and later["status"] == "failed"
+    assert "Failing example:" in later["output"] and re.search(r"'dtype': '(float|int)64'", later["output"])
+    explicit = [t for t in tests if t["status"] == "failed" and "Expected:" in t["output"]]
+    assert explicit and all(t["visibility"] == "visible" for t in explicit if "it failed on" not in t["name"])
+    # where hidden checks are shown at once, nothing is held back
+    assert not [t for t in report.gradescope(result(graded.rows["bob"]), "visible", "visible")["tests"]
+                if "it failed on" in t["name"]]
 
 
 @pytest.mark.slow

@@ -178,6 +178,11 @@ def gradescope(result: TargetResult, visibility: str = "visible", hidden_visibil
     if not_yet and len(not_yet) < len(checks):
         lines.append(f"{len(not_yet)} of the {len(checks)} checks are hidden for now: their results are shown "
                      f"{SHOWN[hidden_visibility]}; the points above count them")
+    held = [check for row in result.exercises if row.graded for check in row.checks
+            if withholds(check, visibility, hidden_visibility)]
+    if held:
+        lines.append(f"{len(held)} check(s) failed on inputs drawn with the grading's secret seed: those inputs are "
+                     f"shown {SHOWN[hidden_visibility]}; each test says what to look at meanwhile")
     return text.clean({
         "score": result.score, "execution_time": result.execution_time, "output": "\n".join(lines),
         "output_format": "text", "visibility": "visible", "stdout_visibility": "hidden", "tests": tests,

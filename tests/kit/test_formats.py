@@ -195,7 +195,10 @@ def test_gradescope_shows_public_checks_now_and_hidden_ones_after_the_due_date(g
 def test_a_public_checks_failure_on_a_drawn_input_is_shown_after_the_due_date(graded):
     assert checks(graded.rows["bob"])[BATCH]["failure"]["drawn"] is True
     assert checks(graded.rows["bob"])[PUBLIC]["failure"]["drawn"] is False  # an explicit example: shown now
-    tests = report.gradescope(result(graded.rows["bob"]))["tests"]
+    data = report.gradescope(result(graded.rows["bob"]))
+    assert "1 check(s) failed on inputs drawn with the grading's secret seed: those inputs are shown after the due " \
+           "date" in data["output"]
+    tests = data["tests"]
     batch, later = [t for t in tests if re.match(r"ex04 · (test_)?shard.batch.matches.tensor.split", t["name"])]
     assert batch["visibility"] == "visible" and batch["status"] == "failed" and batch["score"] == 0
     assert batch["output"].startswith("**failed on an input drawn with the grading's secret seed")

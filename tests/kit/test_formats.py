@@ -155,6 +155,20 @@ def test_the_catalog_refuses_an_unknown_exercise_or_word():
         "ex04_sharding": ((PUBLIC, "hidden"),)}
 
 
+def test_a_catalog_that_does_not_load_is_one_line(tmp_path):
+    shutil.copytree(os.path.join(KIT_ROOT, "grader"), tmp_path / "grader",
+                    ignore=shutil.ignore_patterns("__pycache__", "recorded"))
+    shutil.copyfile(os.path.join(KIT_ROOT, "pyproject.toml"), tmp_path / "pyproject.toml")
+    (tmp_path / "tests").mkdir()
+    with open(tmp_path / "grader" / "catalog.toml", "a") as handle:
+        handle.write('\n[visibility.ex04_sharding]\ntest_shard_batch_matches_tensor_split = "secret"\n')
+    done = subprocess.run([sys.executable, "-m", "grader", "list"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120, env=ENV)
+    assert done.returncode == 2 and done.stderr.strip().splitlines() == [
+        'python -m grader: error: catalog.toml: [visibility.ex04_sharding] test_shard_batch_matches_tensor_split = '
+        '\'secret\': must be "public" or "hidden"']
+
+
 def test_dev_check_refuses_an_override_naming_no_check(monkeypatch):
     import dataclasses
 

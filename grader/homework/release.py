@@ -1,10 +1,10 @@
 """`python -m grader release OUT`: the student copy of the kit, without the solutions.
 
 It holds the stubs, the check files, the grader and a README for students. Its checks still
-compare with the reference: the reference's observations on every input the checks draw with
-the release's seed (each check's explicit examples and its drawn examples) are recorded now, as
-plain data, and replayed there (see `recordings`). The copy reveals no more of the solutions
-than those observations.
+compare with the reference: the reference's observations on every input the public checks draw
+with the release's seed (each check's explicit examples and its drawn examples) are recorded now,
+as plain data, and replayed there (see `recordings`). The hidden checks (`grading.visibility`) are
+neither recorded nor run there. The copy reveals no more of the solutions than those observations.
 """
 
 import os

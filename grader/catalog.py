@@ -23,6 +23,11 @@ class Exercise:
     points: float
     hints: tuple[str, ...]
     preload: str  # which kind of worker runs its checks (a Preload's kind); "transformers" when unsaid
+    visibility: tuple[tuple[str, str], ...] = ()  # (check, "public" | "hidden"): catalog.toml's [visibility.<id>]
+
+    def visibility_of(self, check: str) -> str | None:
+        """The catalog's word on a check's visibility ("public" or "hidden"), None where it says nothing."""
+        return dict(self.visibility).get(check)
 
     @property
     def number(self) -> int:
@@ -67,14 +72,39 @@ def load() -> tuple[list[Exercise], list[Chapter], dict[str, Preload]]:
     for entry in data["exercise"]:
         if int(entry["chapter"]) not in topics:
             raise ValueError(f"catalog.toml: {entry['id']}: chapter {entry['chapter']} is not declared")
+    overrides = visibility_overrides(data.get("visibility", {}), [e["id"] for e in data["exercise"]])
     exercises = [Exercise(e["id"], e["title"], topics[int(e["chapter"])], int(e["chapter"]), float(e["points"]),
-                          tuple(e["hints"]), e.get("preload", "transformers")) for e in data["exercise"]]
+                          tuple(e["hints"]), e.get("preload", "transformers"), overrides.get(e["id"], ()))
+                 for e in data["exercise"]]
     for exercise in exercises:
         if exercise.preload not in preloads:
             raise ValueError(f"catalog.toml: {exercise.id}: preload must be one of {sorted(preloads)}")
     chapters = [Chapter(int(c["number"]), c["topic"], c["about"],
                         tuple(e for e in exercises if e.chapter == int(c["number"]))) for c in data["chapter"]]
     return exercises, chapters, preloads
+
+
+VISIBILITIES = ("public", "hidden")
+
+
+def visibility_overrides(tables: object, ids: list[str]) -> dict[str, tuple[tuple[str, str], ...]]:
+    """catalog.toml's `[visibility.<exercise id>]` tables (`test_name = "public" | "hidden"`), checked: an
+    unknown exercise or a word other than public and hidden is refused here, with the line to fix
+    (a check name the check file lacks is `python -m grader dev check`'s to find)."""
+    if not isinstance(tables, dict):
+        raise ValueError("catalog.toml: visibility must be tables, [visibility.<exercise id>]")
+    found = {}
+    for exercise, table in tables.items():
+        if exercise not in ids:
+            raise ValueError(f"catalog.toml: [visibility.{exercise}]: no exercise has that id")
+        if not isinstance(table, dict):
+            raise ValueError(f"catalog.toml: visibility.{exercise} must be a table of check = \"public\" | \"hidden\"")
+        for check, word in table.items():
+            if word not in VISIBILITIES:
+                raise ValueError(f"catalog.toml: [visibility.{exercise}] {check} = {word!r}: "
+                                 f"must be \"public\" or \"hidden\"")
+        found[exercise] = tuple(sorted(table.items()))
+    return found
 
 
 EXERCISES, CHAPTERS, PRELOADS = load()

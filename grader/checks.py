@@ -32,9 +32,12 @@ def explicit_examples(rows: Sequence[Any], name: str = "case") -> Callable[[F], 
 # --- comparisons ------------------------------------------------------------------------
 
 
-def fail(message: str, hint: str | None = None, status: Status = Status.FAILED) -> NoReturn:
+def fail(message: str, hint: str | None = None, status: Status = Status.FAILED, expected: str = "",
+         received: str = "") -> NoReturn:
+    """Fail the check; `expected` and `received`, the values compared as described in the message, let a
+    report show them apart (Gradescope's markdown)."""
     __tracebackhide__ = True
-    raise CheckFailed(message, status=status, hint=hint)
+    raise CheckFailed(message, status=status, hint=hint, expected=expected, received=received)
 
 
 def expect_type(value: object, kind: type | tuple[type, ...], what: str) -> None:
@@ -43,7 +46,8 @@ def expect_type(value: object, kind: type | tuple[type, ...], what: str) -> None
     kinds = kind if isinstance(kind, tuple) else (kind,)
     if type(value) not in kinds:
         names = " or ".join(k.__name__ for k in kinds)
-        fail(f"{what}: expected a {names}, got {type(value).__name__} {describe(value)}", status=Status.INVALID)
+        fail(f"{what}: expected a {names}, got {type(value).__name__} {describe(value)}", status=Status.INVALID,
+             expected=f"a {names}", received=f"{type(value).__name__} {describe(value)}")
 
 
 def expect_equal(actual: object, expected: object, what: str, hint: str | None = None) -> None:
@@ -51,7 +55,7 @@ def expect_equal(actual: object, expected: object, what: str, hint: str | None =
     __tracebackhide__ = True
     problem = _difference(actual, expected)
     if problem:
-        fail(f"{what}: {problem}", hint)
+        fail(f"{what}: {problem}", hint, expected=describe(expected), received=describe(actual))
 
 
 def expect_close(actual: object, expected: torch.Tensor, what: str, hint: str | None = None,
@@ -61,10 +65,10 @@ def expect_close(actual: object, expected: torch.Tensor, what: str, hint: str | 
     expect_type(actual, torch.Tensor, what)
     assert isinstance(actual, torch.Tensor)  # for the type checker: expect_type failed otherwise
     problem = _tensor_layout(actual, expected)
+    if not problem and not close(actual, expected, rtol, atol):
+        problem = f"values differ: {_max_difference(actual, expected)}"
     if problem:
-        fail(f"{what}: {problem}", hint)
-    if not close(actual, expected, rtol, atol):
-        fail(f"{what}: values differ: {_max_difference(actual, expected)}", hint)
+        fail(f"{what}: {problem}", hint, expected=describe(expected), received=describe(actual))
 
 
 # torch.testing.assert_close's default (rtol, atol) per dtype, as its documentation tabulates

@@ -25,6 +25,7 @@ from grader.sandbox import forkservers
 
 if TYPE_CHECKING:
     from grader.grading.batch import Staged
+    from grader.grading.canvas import Student
     from grader.sandbox import Target
 
 
@@ -40,7 +41,7 @@ class Parser(argparse.ArgumentParser):
 def build_parser() -> Parser:
     parser = Parser(prog="python -m grader", description="Grade the exercises of the kit.",
                     epilog="Other commands: list, hint EXERCISE, watch [EXERCISE], demo ex07|ex12 --nproc N, "
-                           "merge SHARD.json ..., dev check (python -m grader COMMAND --help).")
+                           "merge SHARD.json ..., classroom, dev check (python -m grader COMMAND --help).")
     parser.add_argument("exercises", nargs="*", metavar="EXERCISE",
                         help="exercise ids or numbers (ex04, 4, ex04_sharding) or chapters (chapter1); all when none")
     parser.add_argument("--chapter", type=int, action="append", metavar="N",
@@ -67,7 +68,22 @@ def build_parser() -> Parser:
     parser.add_argument("--json", metavar="PATH", help="write the report as JSON")
     parser.add_argument("--gradescope", metavar="PATH", help="write Gradescope's results.json")
     parser.add_argument("--visibility", choices=report.VISIBILITIES, default="visible",
-                        help="Gradescope's visibility of each check's test (default visible)")
+                        help="Gradescope's visibility of each public check's test (default visible)")
+    parser.add_argument("--hidden-visibility", choices=report.VISIBILITIES, default="after_due_date",
+                        help="Gradescope's visibility of each hidden check's test (default after_due_date; "
+                             "never sooner than --visibility)")
+    parser.add_argument("--gradescope-format", choices=report.FORMATS, default="md",
+                        help="Gradescope's output_format of each check's test (default md: the failing example, "
+                             "expected and received values in code blocks)")
+    parser.add_argument("--classroom", metavar="PATH",
+                        help="append each check's result for GitHub Classroom's autograding reporter to PATH "
+                             "($GITHUB_OUTPUT in the workflow python -m grader classroom writes)")
+    parser.add_argument("--canvas", metavar="PATH",
+                        help="with --submissions: write a gradebook CSV that Canvas imports (a column per chapter)")
+    parser.add_argument("--roster", metavar="FILE",
+                        help="with --canvas: a CSV mapping each submission folder (column 'folder') to its student's "
+                             "Canvas columns (Student, ID, SIS User ID, SIS Login ID, Section); "
+                             "without it a folder's name is its student's SIS Login ID")
     parser.add_argument("--csv", metavar="PATH", help="write one summary row per target as CSV")
     parser.add_argument("--class-report", metavar="PATH",
                         help="write the class report: an HTML page at PATH and its markdown twin beside it "
@@ -108,7 +124,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def command_names() -> tuple[str, ...]:
-    return ("list", "hint", "watch", "demo", "dev", "autograder", "release", "merge", "serve")
+    return ("list", "hint", "watch", "demo", "dev", "autograder", "release", "merge", "serve", "classroom")
 
 
 def dispatch(name: str, argv: Sequence[str]) -> int:
@@ -124,6 +140,8 @@ def dispatch(name: str, argv: Sequence[str]) -> int:
         from grader.grading.merge import main as command
     elif name == "serve":
         from grader.grading.serve import main as command
+    elif name == "classroom":
+        from grader.homework.classroom import main as command
     else:
         from grader.learner.commands import COMMANDS
 
@@ -217,7 +235,8 @@ def grade(args: argparse.Namespace, staged: Staged) -> int:
     targets = parse_targets(args, staged)
     targets = plan.select(targets) if plan else targets
     only_checks = read_only_checks(args.only_checks) if args.only_checks else None
-    for option in ("json", "gradescope", "csv"):
+    students = canvas_students(args, targets)
+    for option in ("json", "gradescope", "csv", "canvas"):
         path = getattr(args, option)
         problem = path and report.check_writable(path)
         if problem:
@@ -227,6 +246,13 @@ def grade(args: argparse.Namespace, staged: Staged) -> int:
         raise UsageError(f"--class-report: {trouble}")
     if args.gradescope and len(targets) > 1:
         raise UsageError("--gradescope writes one submission's results; give one --target")
+    if args.classroom and len(targets) > 1:
+        raise UsageError("--classroom writes one submission's results; give one --target")
+    if args.classroom:
+        try:  # appended to after grading ($GITHUB_OUTPUT holds the earlier steps' lines): fit for it now?
+            open(args.classroom, "a").close()
+        except OSError as error:
+            raise UsageError(f"--classroom {args.classroom}: {error.strerror}")
     if args.require_sandbox:
         from grader import sandbox
 
@@ -284,11 +310,24 @@ def grade(args: argparse.Namespace, staged: Staged) -> int:
     replay = f"python -m grader {strip_seed(replay)} --seed {seed}".replace("  ", " ")
     if plan and plan.summary():
         print(plan.summary())
+    if options.public_only:
+        from grader.homework.release import public_only_line
+
+        print(public_only_line(results[0].left_out if results else []))
     print(f"seed {seed}, profile {profile}: replay with {replay}")
     if args.json:
         report.write_json(args.json, plan.json(results) if plan else report.as_json(results))
     if args.gradescope:
-        report.write_json(args.gradescope, report.gradescope(results[0], args.visibility))
+        report.write_json(args.gradescope, report.gradescope(results[0], args.visibility, args.hidden_visibility,
+                                                             args.gradescope_format))
+    if args.classroom and results:
+        from grader.homework import classroom
+
+        classroom.append(args.classroom, classroom.outputs(results[0]))
+    if args.canvas:
+        from grader.grading import canvas
+
+        report.write(args.canvas, canvas.gradebook_csv(results, students))
     if args.csv:
         report.write(args.csv, plan.csv(results) if plan else report.summary_csv(results))
     if args.class_report:
@@ -301,6 +340,23 @@ def grade(args: argparse.Namespace, staged: Staged) -> int:
     if args.fail_under is not None and any(r.score < args.fail_under for r in results):
         return 1
     return 0
+
+
+def canvas_students(args: argparse.Namespace, targets: Sequence[Target]) -> dict[str, Student]:
+    """--canvas and --roster: each submission folder's student, or a usage error (before any grading)."""
+    if args.roster and not args.canvas:
+        raise UsageError("--roster goes with --canvas")
+    if not args.canvas:
+        return {}
+    if not args.submissions:
+        raise UsageError("--canvas writes a class's gradebook: give --submissions DIR")
+    from grader.grading import canvas
+
+    try:
+        roster = canvas.read_roster(args.roster) if args.roster else None
+        return canvas.students_of([target.label for target in targets], roster, args.roster or "")
+    except canvas.RosterError as error:
+        raise UsageError(str(error))
 
 
 def part_arguments(args: argparse.Namespace, exercises: Sequence[catalog.Exercise],

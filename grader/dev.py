@@ -10,15 +10,17 @@ and exits 1 while one does (`--rebalance` applies the edit it proposes). A secon
 `dev check` checks the kit against itself. First what can be read without running anything: the catalog
 against the files (each id has its four files, and no file lacks its id), the ids, the points per chapter,
 the hints, the README's generated tables, the stubs' signatures against the references', that no stub gives
-away more than a third of its reference's lines of code (in its TODOs, docstrings or examples), and that every
-check is named by a wrong implementation; then one grade of `solutions/` and `exercises/` together: every
-reference must pass every check, and every stub must fail every check as "not started". Each problem is
-named with the command or edit that fixes it; the exit status is 1 when there is one, 2 for a usage error.
+away more than a third of its reference's lines of code (in its TODOs, docstrings or examples), that every
+check is named by a wrong implementation, and that each check the catalog makes public or hidden exists;
+then one grade of `solutions/` and `exercises/` together: every reference must pass every check, and every
+stub must fail every check as "not started". Each problem is named with the command or edit that fixes it;
+the exit status is 1 when there is one, 2 for a usage error.
 Warnings (files still as `dev new` wrote them) change no exit status.
 """
 
 import argparse
 import ast
+import difflib
 import io
 import json
 import math
@@ -98,7 +100,7 @@ def run_check(args: argparse.Namespace) -> int:
     problems = blocking = 0
     for name, check in (("files", files), ("ids", ids), ("points", points), ("hints", hints),
                         ("README", readme_table), ("signatures", signatures), ("stub size", stub_sizes),
-                        ("wrong implementations", wrong_implementations)):
+                        ("wrong implementations", wrong_implementations), ("visibility", visibility_overrides)):
         found, summary = check()
         problems += len(found)
         blocking += len(found) if check is not stub_sizes else 0  # a stub that says too much still grades
@@ -410,6 +412,33 @@ def wrong_implementations() -> tuple[list[str], str]:
                   for check in checks if check not in named]
         count += len(checks)
     return found, f"each of the {count} checks is named by a wrong implementation that must fail it"
+
+
+def _check_names(checks_file: str) -> list[str]:
+    with open(_path(checks_file)) as handle:
+        return [node.name for node in ast.parse(handle.read()).body
+                if isinstance(node, ast.FunctionDef) and node.name.startswith("test_")]
+
+
+def visibility_overrides() -> tuple[list[str], str]:
+    """Each check a [visibility.<id>] table of the catalog names is a check of that exercise's file."""
+    found, count = [], 0
+    for exercise in catalog.EXERCISES:
+        checks_file = layout.files(exercise.id).checks
+        if not exercise.visibility or not os.path.isfile(_path(checks_file)):
+            continue
+        try:
+            checks = _check_names(checks_file)
+        except SyntaxError:
+            continue  # `wrong implementations` names it
+        for check, word in exercise.visibility:
+            count += 1
+            if check not in checks:
+                close = difflib.get_close_matches(check, checks, n=1)
+                found.append(f"{CATALOG}: [visibility.{exercise.id}] {check} = \"{word}\": {checks_file} has no such "
+                             f"check: " + (f"did you mean {close[0]}?" if close else "name one of its checks, or "
+                                           "remove the line"))
+    return found, f"{count} check(s) made public or hidden by the catalog, each a check of its file"
 
 
 def _functions(path: str) -> dict[str, str]:

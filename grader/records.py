@@ -74,6 +74,15 @@ class Cause(enum.Enum):
     RECORDED_ONLY = "recorded_only"  # a release's placeholder reference: its recorded observation stands in
 
 
+class Visibility(enum.Enum):
+    """Whom a check's result is for before the due date: everyone (public), or the instructor alone
+    until then (hidden: its inputs are drawn with the grading's secret seed). `grader.grading.visibility`
+    decides it, once per check."""
+
+    PUBLIC = "public"
+    HIDDEN = "hidden"
+
+
 # What a worker may say of its own failure (FORGED is the grader's alone).
 WORKER_CAUSES = frozenset({Cause.NONE, Cause.REACHES_REFERENCE, Cause.RECORDED_ONLY})
 
@@ -146,22 +155,41 @@ class CheckResult:
     seconds: float = 0.0
     evidence: str = "compared in the grader"  # or what the worker measured about itself
     title: str = ""  # what the check proves, in words (its docstring's first line)
-    # A failure's parts, kept apart from `message` so that a class's failures group by cause, not by text:
-    diagnosis: str = ""  # the cause the check named (its hint), the same words for every learner it fits
-    counterexample: str = ""  # the smallest failing input Hypothesis found (drawn by the grader, one line)
-    finding: str = ""  # what went wrong on it, one line (expected and got; learner-derived text)
+    visibility: Visibility = Visibility.PUBLIC
+    failure: Failure | None = None  # the parts of a failure's message, for reports that set them apart
 
     def as_dict(self) -> dict[str, Any]:
         return {"name": self.check, "title": self.title or self.check, "device": self.device,
                 "status": self.status.label, "message": self.message, "seconds": self.seconds,
-                "evidence": self.evidence, "diagnosis": self.diagnosis, "counterexample": self.counterexample,
-                "finding": self.finding}
+                "evidence": self.evidence, "visibility": self.visibility.value,
+                "failure": self.failure.as_dict() if self.failure else None}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], target: str, exercise: str) -> CheckResult:
+        failure = data.get("failure")
         return cls(target, exercise, data["name"], data["device"], Status.from_label(data["status"]),
                    data["message"], data["seconds"], data["evidence"], data.get("title", ""),
-                   data.get("diagnosis", ""), data.get("counterexample", ""), data.get("finding", ""))
+                   Visibility(data.get("visibility", "public")), Failure(**failure) if failure else None)
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A failed check's message in parts: the input it failed on (the smallest Hypothesis found), what
+    the reference gave and what the submission gave, the check's hint (its diagnosis: the same words for
+    every learner it fits), the first line of what went wrong (each '' where the check has no such part),
+    so that a report can show each apart and a class's failures group by cause, not by text; and whether
+    the input was drawn with the seed (not one of the check's explicit examples)."""
+
+    example: str = ""
+    expected: str = ""
+    received: str = ""
+    hint: str = ""
+    drawn: bool = False
+    finding: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"example": self.example, "expected": self.expected, "received": self.received, "hint": self.hint,
+                "drawn": self.drawn, "finding": self.finding}
 
 
 @dataclass
@@ -231,6 +259,7 @@ class TargetResult:
     review: list[ReviewFlag] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # which file was graded for which exercise
     problem: str = ""  # why nothing of the submission could be graded
+    left_out: list[str] = field(default_factory=list)  # "ex04 test_...": hidden checks a student release does not run
 
     @property
     def score(self) -> float:
@@ -265,7 +294,7 @@ class TargetResult:
                 "execution_time": self.execution_time, "seed": self.seed, "profile": self.profile,
                 "not_graded": self.not_graded, "sandbox": [layer.as_dict() for layer in self.sandbox],
                 "review": [str(flag) for flag in self.review], "notes": list(self.notes), "problem": self.problem,
-                "exercises": [e.as_dict() for e in self.exercises]}
+                "left_out": list(self.left_out), "exercises": [e.as_dict() for e in self.exercises]}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TargetResult:
@@ -274,7 +303,7 @@ class TargetResult:
         layers = [Layer(**layer) for layer in data["sandbox"]]
         review = [ReviewFlag.parse(text) for text in data["review"]]
         return cls(data["target"], exercises, data["execution_time"], data["seed"], data["profile"], layers, review,
-                   data["notes"], data["problem"])
+                   data["notes"], data["problem"], list(data.get("left_out", [])))
 
 
 # --- how a check ends, other than by passing ------------------------------------------------
@@ -286,11 +315,12 @@ class TargetResult:
 
 class CheckFailed(AssertionError):
     def __init__(self, message: str, status: Status | str = Status.FAILED, hint: str | None = None,
-                 details: str = "") -> None:
+                 details: str = "", expected: str = "", received: str = "") -> None:
         super().__init__(message)
         self.status = Status.parse(status)
         self.hint = hint
         self.details = details
+        self.expected, self.received = expected, received  # what a comparison compared, described
 
 
 class Verdict(BaseException):

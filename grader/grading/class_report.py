@@ -166,20 +166,23 @@ def cause_of(check: CheckResult) -> str:
     """The cause a failure is grouped under: the check's diagnosis; a status that says it all (not
     started, missing, error at import), the same in every check; else the status in that check. The
     learner's own words, numbers and names never split a group."""
-    if check.diagnosis:
-        return check.diagnosis
+    if check.failure and check.failure.hint:
+        return text.one_line(check.failure.hint)
     if check.status in reports.REPEATING:
         return check.status.label
     return f"{check.status.label}, no cause named ({check.title or check.check})"
 
 
 def _diagnosis(cause: str, hits: Sequence[tuple[str, CheckResult]]) -> Diagnosis:
-    examples = [("" if check.status in reports.REPEATING else anonymise(check.counterexample, target),
-                 anonymise(check.finding, target)) for target, check in hits]  # any input fails a stub
+    examples = [("" if check.status in reports.REPEATING or not check.failure
+                 else anonymise(text.one_line(check.failure.example), target),
+                 anonymise(check.failure.finding if check.failure else "", target))
+                for target, check in hits]  # any input fails a stub
     drawn = [example for example in examples if example[0]] or examples
     counterexample, finding = min(drawn, key=lambda example: (len(example[0]), len(example[1]), example))
     checks = tuple(dict.fromkeys(check.check for _, check in hits))
-    named = bool(hits[0][1].diagnosis) or hits[0][1].status in reports.REPEATING
+    first = hits[0][1]
+    named = bool(first.failure and first.failure.hint) or first.status in reports.REPEATING
     return Diagnosis(cause, named, checks, len({target for target, _ in hits}),
                      counterexample, finding)
 

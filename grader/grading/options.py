@@ -33,6 +33,7 @@ class Options:
     require_sandbox: bool = False  # refuse to grade without the sandbox's kernel layers
     recordings: Recordings | None = None  # to fill while making a release
     only_checks: dict[str, frozenset[str]] | None = None  # {target folder name: check names}: those checks only
+    public_only: bool = False  # the public checks alone (a student release, and the recording of one)
 
     def selects(self, target: Target, check: str) -> bool:
         """Whether `check` is graded for `target` (every check, unless --only-checks names its folder)."""
@@ -52,6 +53,6 @@ def resolve(options: Options, kit_root: str) -> Options:
     release = Recordings.meta(kit_root)
     if release is not None:  # a release grades the inputs its reference was recorded on, on the CPU
         return dataclasses.replace(options, devices=tuple(release["devices"]), seed=release["seed"],
-                                   profile=release["profile"])
+                                   profile=release["profile"], public_only=True)
     seed = options.seed if options.seed is not None else random.SystemRandom().randrange(2**31)
     return dataclasses.replace(options, seed=seed, profile=options.profile or default_profile())

@@ -19,11 +19,12 @@ from hypothesis import HealthCheck, Phase, settings
 from grader import KIT_ROOT, catalog
 from grader.devices import NoSuchDevice
 from grader.devices import select as select_devices
+from grader.grading import visibility
 from grader.grading.grade import Grade
 from grader.grading.options import Options, resolve
 from grader.grading.session import Session, exercise_of, resolve_target
 from grader.grading.text import one_line, shown
-from grader.records import CheckFailed, Status, Verdict
+from grader.records import CheckFailed, Status, Verdict, Visibility
 from grader.sandbox import missing as missing_layers
 from grader.sandbox.forkservers import depth
 
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     from pluggy import Result
 
 SESSION = pytest.StashKey[Session]()  # the run's grading session, on pytest's config
+VISIBILITY = pytest.StashKey[Visibility]()  # each check's, decided once at collection (grading.visibility)
 
 PHASES = [Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink]
 PROFILE: dict[str, Any] = dict(deadline=None, database=None, print_blob=False, report_multiple_bugs=False,
@@ -143,6 +145,17 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     """All of one exercise's checks together (workers are freed between exercises), and the
     exercises whose workers need less first: their fork server is ready sooner."""
     grader_session = config.stash.get(SESSION, None)
+    for item in items:
+        exercise = exercise_of(item.path)
+        if exercise is not None and isinstance(item, pytest.Function):
+            item.stash[VISIBILITY] = visibility.of(exercise, item.originalname, item.function)
+    if grader_session is not None and grader_session.options.public_only:
+        hidden = [item for item in items if item.stash.get(VISIBILITY, Visibility.PUBLIC) is Visibility.HIDDEN]
+        if hidden:
+            config.hook.pytest_deselected(items=hidden)
+            items[:] = [item for item in items if item not in hidden]
+            names = {f"{exercise_of(item.path)} {getattr(item, 'originalname', item.name)}" for item in hidden}
+            grader_session.left_out = sorted(names)
     if grader_session is not None and grader_session.options.only_checks:
         kept: list[pytest.Item] = []
         dropped: list[pytest.Item] = []
@@ -209,6 +222,7 @@ def pytest_runtest_makereport(item: pytest.Item,
         report.grader_title = ((check.function.__doc__ or "").strip().splitlines() or [""])[0]
         marker = item.get_closest_marker("measured_in_worker")
         report.grader_evidence = f"measured inside the worker: {marker.args[0]}" if marker else "compared in the grader"
+        report.grader_visibility = item.stash.get(VISIBILITY, Visibility.PUBLIC).value
         if report.when == "setup" and not report.passed:  # plain text: pytest-xdist sends reports between processes
             report.grader_status = Status.NOT_GRADED.name
             report.grader_message = "the check could not start: " + (report.longreprtext.strip().splitlines()
@@ -224,7 +238,11 @@ def pytest_runtest_makereport(item: pytest.Item,
     details = (session is not None and session.options.details) or getattr(item.config.option, "verbose", 0) >= 2
     printed = getattr(getattr(item, "funcargs", {}).get("grade"), "printed", "")
     report.grader_message = failure_message(error, details, printed)
-    report.grader_diagnosis, report.grader_counterexample, report.grader_finding = failure_parts(error)
+    notes = getattr(error, "__notes__", [])
+    report.grader_failure = (shown(smallest_input(notes)), shown(getattr(error, "expected", "")),  # plain data
+                             shown(getattr(error, "received", "")), shown(getattr(error, "hint", None) or ""),
+                             any(note.startswith("Falsifying example") for note in notes),  # not an explicit one
+                             finding(error))
     if isinstance(error, (CheckFailed, Verdict)) and getattr(item.config.option, "verbose", 0) < 2:
         # pytest shows no status column: name the status (once) unless it is a plain failure
         label = status.label
@@ -254,15 +272,12 @@ def failure_message(error: BaseException, details: bool = False, printed: str = 
     return shown("\n".join(lines))  # learner text: no raw escape sequences on anyone's terminal
 
 
-def failure_parts(error: BaseException) -> tuple[str, str, str]:
-    """The failure's cause as the check named it (its hint), the smallest input, and the first line of
-    what went wrong: the parts a class report groups and shows, each one line, never parsed back out of
-    the message."""
-    hint = getattr(error, "hint", None) or ""
+def finding(error: BaseException) -> str:
+    """The first line of what went wrong, the part of a failure a class report shows beside its cause."""
     found = (str(error).strip() or type(error).__name__).splitlines()[0]
     if not isinstance(error, (CheckFailed, Verdict)):
         found = f"{type(error).__name__}: {found}"
-    return one_line(hint), one_line(smallest_input(getattr(error, "__notes__", []))), one_line(found)
+    return one_line(found)
 
 
 def smallest_input(notes: Sequence[str]) -> str:

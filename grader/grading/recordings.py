@@ -36,6 +36,7 @@ class Recordings:
         self.replaying = replaying
         self.observations = observations or {}
         self.seed, self.profile = seed, profile
+        self.left_out: list[str] = []  # the hidden checks left out of the recording (and of the release)
 
     @staticmethod
     def meta(kit_root: str) -> dict[str, Any] | None:

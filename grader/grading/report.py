@@ -14,8 +14,8 @@ import tempfile
 from collections.abc import Sequence
 from typing import Any
 
-from grader.grading import text, versions
-from grader.records import CheckResult, ExerciseResult, Layer, Status, TargetResult
+from grader.grading import markdown, text, versions
+from grader.records import CheckResult, ExerciseResult, Layer, Status, TargetResult, Visibility
 
 REPEATING = (Status.NOT_STARTED, Status.MISSING, Status.IMPORT_ERROR, Status.USES_REFERENCE)
 
@@ -45,8 +45,15 @@ def terminal(result: TargetResult, verbose: bool = False) -> str:
     if listed:
         lines.append("")
     for row, check in listed:
-        lines.append(f"{row.id} {check.check} [{text.one_line(check.device)}]: {check.status.label}: "
+        hidden = " (hidden)" if check.visibility is Visibility.HIDDEN else ""
+        lines.append(f"{row.id} {check.check} [{text.one_line(check.device)}]{hidden}: {check.status.label}: "
                      + text.continued(check.message.rstrip("\n")))
+    hidden_checks = sorted({f"{row.id[:4]} {check.check}" for row in result.exercises for check in row.checks
+                            if check.visibility is Visibility.HIDDEN})
+    if hidden_checks:
+        lines.append("")
+        lines.append(f"hidden checks (on Gradescope students see them after the due date; a student release does "
+                     f"not run them): {', '.join(hidden_checks)}")
     if result.review:
         lines.append("")
         lines.append("flagged for review (the code reaches for the grader's machinery; no points change):")
@@ -80,31 +87,78 @@ def as_json(results: Sequence[TargetResult]) -> dict[str, Any]:
     return text.clean(data | versions.as_report())
 
 
-VISIBILITIES = ("visible", "after_due_date", "after_published", "hidden")
+VISIBILITIES = ("visible", "after_due_date", "after_published", "hidden")  # from soonest shown to never
+FORMATS = ("md", "text")  # Gradescope's output_format of each check's test
+SHOWN = {"visible": "now", "after_due_date": "after the due date", "after_published": "once grades are published",
+         "hidden": "to the instructors only"}
 
 
-def gradescope(result: TargetResult, visibility: str = "visible") -> dict[str, Any]:
+def gradescope_visibility(check: CheckResult, public: str = "visible", hidden: str = "after_due_date") -> str:
+    """Gradescope's visibility of a check's test: `public` for a public check; for a hidden one `hidden`,
+    or `public` where that shows it later (a hidden check is never shown sooner than a public one)."""
+    if check.visibility is Visibility.PUBLIC:
+        return public
+    return max(public, hidden, key=VISIBILITIES.index)
+
+
+def withholds(check: CheckResult, public: str = "visible", hidden: str = "after_due_date") -> bool:
+    """Whether a public check's failure is shown in part for now: it failed on an input drawn with the
+    grading's secret seed (its explicit examples passed), which is shown when hidden checks are. A learner
+    who saw each drawn input at once could fix that input alone and submit again, checks as an oracle."""
+    return (check.status is not Status.PASSED and check.visibility is Visibility.PUBLIC
+            and check.failure is not None and check.failure.drawn
+            and VISIBILITIES.index(hidden) > VISIBILITIES.index(public))
+
+
+def check_output(check: CheckResult, output_format: str = "md") -> str:
+    """A check's whole output on Gradescope: its status, message and, in markdown, its parts in code blocks."""
+    if output_format == "md":
+        return markdown.check_output(check)
+    return "passed" if check.status is Status.PASSED else f"{check.status.label}: {text.continued(check.message)}"
+
+
+def drawn_failure(check: CheckResult, hidden: str, output_format: str = "md") -> str:
+    """A public check's output for now when it failed on a drawn input: that it did, and the check's hint."""
+    said = (f"failed on an input drawn with the grading's secret seed (the check's explicit examples passed): "
+            f"that input, what was expected and what your code gave are shown {SHOWN[hidden]}")
+    hint = check.failure.hint if check.failure else ""
+    if output_format == "md":
+        return f"**{said}**" + (f"\n\nHint:\n\n{markdown.fenced(hint)}" if hint else "")
+    return said + (f"\nhint: {text.one_line(hint)}" if hint else "")
+
+
+def gradescope(result: TargetResult, visibility: str = "visible", hidden_visibility: str = "after_due_date",
+               output_format: str = "md") -> dict[str, Any]:
     """Gradescope's results.json: one test per check (on each device), the exercise's points split
-    over its checks, the grading details (seed, profile, timings, sandbox, review) in a test only
-    instructors see."""
+    over its checks, each test visible or not as its check is public or hidden (and a public check that
+    failed on an input drawn with the secret seed shows that input as a hidden check would), the grading
+    details (seed, profile, timings, sandbox, review) in a test only instructors see."""
     tests: list[dict[str, Any]] = []
     several_devices = len(result.devices) > 1
     for row in result.exercises:
         share = row.max_score / row.total if row.total else 0.0
         for check in row.checks:
             title = check.title or check.check.removeprefix("test_").replace("_", " ")
-            device = f" [{check.device}]" if several_devices else ""
+            name = f"{row.id[:4]} · {title}{' [' + check.device + ']' if several_devices else ''}"
             passed = check.status is Status.PASSED
+            shown_when = gradescope_visibility(check, visibility, hidden_visibility)
             if not row.graded:
                 output = "not graded: the autograder itself failed here, not your code; it will be regraded"
             else:
-                output = "passed" if passed else f"{check.status.label}: {text.continued(check.message)}"
+                output = check_output(check, output_format)
+            withheld = row.graded and withholds(check, visibility, hidden_visibility)
             tests.append({
-                "name": f"{row.id[:4]} · {title}{device}", "number": f"{row.id[2:4]}.{len(tests) + 1}",
+                "name": name, "number": f"{row.id[2:4]}.{len(tests) + 1}",
                 "score": share if passed and row.graded else 0.0, "max_score": share,
-                "status": "passed" if passed else "failed", "output": output, "output_format": "text",
-                "visibility": visibility,
+                "status": "passed" if passed else "failed",
+                "output": drawn_failure(check, hidden_visibility, output_format) if withheld else output,
+                "output_format": output_format if row.graded else "text", "visibility": shown_when,
             })
+            if withheld:  # the input drawn with the secret seed, and the values: shown when hidden checks are
+                tests.append({"name": f"{name}: the input drawn with the grading's seed it failed on",
+                              "number": f"{row.id[2:4]}.{len(tests) + 1}", "score": 0.0, "max_score": 0.0,
+                              "status": "failed", "output": output, "output_format": output_format,
+                              "visibility": hidden_visibility})
     details = [f"seed {result.seed}, profile {result.profile}, {result.execution_time:g} s of checks",
                sandbox_footer(result.sandbox) if result.sandbox else "sandbox: (not recorded)"]
     details += [f"{row.id}: {sum(c.seconds for c in row.checks):.2f} s" for row in result.exercises]
@@ -119,6 +173,16 @@ def gradescope(result: TargetResult, visibility: str = "visible") -> dict[str, A
     lines += [text.one_line(line) for line in list(result.notes) + ([result.problem] if result.problem else [])]
     if result.not_graded:
         lines.append(f"the autograder itself failed on {', '.join(result.not_graded)}: not graded, to be regraded")
+    checks = [check for row in result.exercises for check in row.checks]
+    not_yet = [check for check in checks if gradescope_visibility(check, visibility, hidden_visibility) != visibility]
+    if not_yet and len(not_yet) < len(checks):
+        lines.append(f"{len(not_yet)} of the {len(checks)} checks are hidden for now: their results are shown "
+                     f"{SHOWN[hidden_visibility]}; the points above count them")
+    held = [check for row in result.exercises if row.graded for check in row.checks
+            if withholds(check, visibility, hidden_visibility)]
+    if held:
+        lines.append(f"{len(held)} check(s) failed on inputs drawn with the grading's secret seed: those inputs are "
+                     f"shown {SHOWN[hidden_visibility]}; each test says what to look at meanwhile")
     return text.clean({
         "score": result.score, "execution_time": result.execution_time, "output": "\n".join(lines),
         "output_format": "text", "visibility": "visible", "stdout_visibility": "hidden", "tests": tests,

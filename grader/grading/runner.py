@@ -19,7 +19,7 @@ from grader.catalog import Exercise
 from grader.grading.options import Options
 from grader.grading.pytest_plugin import SESSION, OptionsCarrier
 from grader.grading.session import Session
-from grader.records import CheckResult, ExerciseResult, Layer, ReviewFlag, Status, TargetResult
+from grader.records import CheckResult, ExerciseResult, Failure, Layer, ReviewFlag, Status, TargetResult, Visibility
 from grader.sandbox import scan
 
 
@@ -32,6 +32,7 @@ class Collector:
         self.layers: list[Layer] = []
         self.interrupted = False  # by Ctrl-C (pytest says "interrupted" for a broken collection too)
         self.broken: list[str] = []  # why a check file could not be collected
+        self.left_out: list[str] = []  # the hidden checks a public-only run left out
 
     def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo[BaseException]) -> None:
         self.interrupted = True
@@ -45,6 +46,11 @@ class Collector:
         if grading is not None:
             self.layers = grading.sandbox.layers
 
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        grading = session.config.stash.get(SESSION, None)
+        if grading is not None:
+            self.left_out = list(grading.left_out)
+
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         case = getattr(report, "grader_case", None)
         status = getattr(report, "grader_status", None)  # the plugin's (pytest_runtest_makereport)
@@ -52,10 +58,12 @@ class Collector:
             return
         target, exercise, check, device = case
         status, message = Status[status], report.grader_message
+        failure = getattr(report, "grader_failure", None)
         record = CheckResult(target, exercise, check, device, status, message, round(report.duration, 3),
                              getattr(report, "grader_evidence", "compared in the grader"),
-                             getattr(report, "grader_title", ""), getattr(report, "grader_diagnosis", ""),
-                             getattr(report, "grader_counterexample", ""), getattr(report, "grader_finding", ""))
+                             getattr(report, "grader_title", ""),
+                             Visibility(getattr(report, "grader_visibility", "public")),
+                             Failure(*failure) if failure and any(failure) and status is not Status.PASSED else None)
         self.records.append(record)
         if self.progress:
             self.progress(record)
@@ -84,10 +92,13 @@ def run(options: Options, exercises: Sequence[Exercise],
     if code in (pytest.ExitCode.INTERNAL_ERROR, pytest.ExitCode.USAGE_ERROR, pytest.ExitCode.INTERRUPTED):
         raise RuntimeError(f"the checks could not run (pytest exit status {int(code)}); rerun with --verbose")
     ids = [e.id for e in exercises]
-    results = [score(target.label, exercises, collector.records, review=scan.folder(target.path, ids))
+    hidden_only = {e.id for e in exercises if any(name.split()[0] == e.id for name in collector.left_out)
+                   and not any(r.exercise == e.id for r in collector.records)}  # a release runs none of its checks
+    graded = [e for e in exercises if e.id not in hidden_only]
+    results = [score(target.label, graded, collector.records, review=scan.folder(target.path, ids))
                for target in options.targets]
     for result in results:
-        result.sandbox, result.profile = collector.layers, options.profile
+        result.sandbox, result.profile, result.left_out = collector.layers, options.profile, list(collector.left_out)
         result.seed = options.seed if options.seed is not None else 0  # resolved: always set
     return results
 

@@ -47,6 +47,7 @@ class Session:
         self.retried: set[tuple] = set()  # reference calls run again alone after a failure (grading.grade.Grade)
         self.current_exercise: str | None = None
         self.current_target: Target | None = None
+        self.left_out: list[str] = []  # "ex04 test_...": the hidden checks a public-only run leaves out
 
     def enter(self, target: Target, exercise: str) -> None:
         """Free what the checks before no longer need: the workers of the exercise before, and

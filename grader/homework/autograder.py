@@ -18,7 +18,7 @@ from collections.abc import Iterator, Sequence
 
 from grader import KIT_ROOT, catalog
 from grader.grading import versions
-from grader.grading.report import VISIBILITIES
+from grader.grading.report import FORMATS, VISIBILITIES
 from grader.learner.commands import command_parser, positive
 
 KIT_FILES = ("pyproject.toml", "conftest.py", "README.md")
@@ -59,7 +59,7 @@ cd "$(dirname "$0")/kit" || exit 0
 chmod 600 {seed_file}
 HF_HUB_OFFLINE=1 "$python" -m grader --target "$root/submission" --gradescope "$results" \\
     --profile thorough --seed-file {seed_file} --timeout {timeout:g} --budget {budget:g} \\
-    --visibility {visibility} {extra}
+    --visibility {visibility} --hidden-visibility {hidden_visibility} --gradescope-format {output_format} {extra}
 status=$?
 if [ ! -s "$results" ]; then
     cat > "$results" <<JSON
@@ -75,7 +75,11 @@ def main(argv: Sequence[str]) -> int:
     parser = command_parser("autograder", "Build a Gradescope autograder zip of the kit.")
     parser.add_argument("out", metavar="OUT.zip")
     parser.add_argument("--visibility", choices=VISIBILITIES, default="visible",
-                        help="when students see each check's result (Gradescope's test visibility)")
+                        help="when students see each public check's result (Gradescope's test visibility)")
+    parser.add_argument("--hidden-visibility", choices=VISIBILITIES, default="after_due_date",
+                        help="when students see each hidden check's result (default after_due_date)")
+    parser.add_argument("--format", choices=FORMATS, default="md",
+                        help="each check's output on Gradescope: md (code blocks) or text")
     parser.add_argument("--seed", type=int, default=None, help="the grading seed (default: a secret random one)")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds one check may run")
     parser.add_argument("--budget", type=positive, default=BUDGET, metavar="SECONDS",
@@ -98,7 +102,8 @@ def main(argv: Sequence[str]) -> int:
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
     extra = " ".join(([chapter.name] if chapter else []) + (["--require-sandbox"] if args.require_sandbox else []))
     build(args.out, RUN.format(seed_file=SEED_FILE, timeout=args.timeout, budget=args.budget,
-                               visibility=args.visibility, extra=extra), seed)
+                               visibility=args.visibility, hidden_visibility=args.hidden_visibility,
+                               output_format=args.format, extra=extra), seed)
     graded = f"chapter {chapter.number} ({chapter.topic})" if chapter else "every chapter"
     print(f"wrote {args.out}: upload it as the autograder (Ubuntu base image); grades {graded}; grading seed {seed}")
     return 0

@@ -1,10 +1,10 @@
 """`python -m grader release OUT`: the student copy of the kit, without the solutions.
 
 It holds the stubs, the check files, the grader and a README for students. Its checks still
-compare with the reference: the reference's observations on every input the checks draw with
-the release's seed (each check's explicit examples and its drawn examples) are recorded now, as
-plain data, and replayed there (see `recordings`). The copy reveals no more of the solutions
-than those observations.
+compare with the reference: the reference's observations on every input the public checks draw
+with the release's seed (each check's explicit examples and its drawn examples) are recorded now,
+as plain data, and replayed there (see `recordings`). The hidden checks (`grading.visibility`) are
+neither recorded nor run there. The copy reveals no more of the solutions than those observations.
 """
 
 import os
@@ -35,7 +35,9 @@ A failing check says what went wrong: the input, what the reference produced and
 produced, and a hint. This copy ships no reference solutions: the reference's results on the
 checks' inputs were recorded when it was made, so the checks here always draw those same inputs
 (the seed and profile are fixed, on the CPU) and show the first input that fails rather than a
-shrunk one. Your instructor's grader draws other inputs too.
+shrunk one. Your instructor's grader draws other inputs too, and may run hidden checks that this
+copy does not: its scores are out of the public checks' points (`python -m grader` says how many
+were left out).
 """
 
 
@@ -63,6 +65,7 @@ def main(argv: Sequence[str]) -> int:
     count = len(recordings.observations)
     print(f"wrote {args.out}: stubs, check files and the grader, {count} recorded reference observations "
           f"(seed {seed}, profile {args.profile}), no solutions")
+    print(public_only_line(recordings.left_out))
     return 0
 
 
@@ -81,6 +84,15 @@ def copy_kit(out: str) -> None:
         handle.write(STUDENT_README)
 
 
+def public_only_line(left_out: Sequence[str]) -> str:
+    """What a release's learner is told: it runs the public checks alone, and which it leaves out."""
+    if not left_out:
+        return "this release runs every check: all are public"
+    return (f"this release runs the public checks only: {len(left_out)} hidden check(s) left out "
+            f"({', '.join(left_out)}); the scores here are out of the public checks' points, and the "
+            "instructor's grading runs the hidden checks too")
+
+
 def record(seed: int, profile: str) -> Recordings:
     """Grade the references once with the release's seed and profile, keeping what they observed."""
     from grader.grading import runner
@@ -93,8 +105,9 @@ def record(seed: int, profile: str) -> Recordings:
     warm_up({e.preload for e in exercises})
     recordings = Recordings(False, seed=seed, profile=profile)
     options = Options(targets=(Target("solutions", os.path.join(KIT_ROOT, "solutions")),), devices=("cpu",),
-                      timeout=300.0, seed=seed, profile=profile, recordings=recordings)
+                      timeout=300.0, seed=seed, profile=profile, recordings=recordings, public_only=True)
     result = runner.run(options, exercises)[0]
+    recordings.left_out = list(result.left_out)
     failing = [f"{c.exercise} {c.check}" for e in result.exercises for c in e.checks if c.status is not Status.PASSED]
     if failing:
         raise RuntimeError("the references must pass every check to be recorded; failing: " + ", ".join(failing))

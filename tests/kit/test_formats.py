@@ -1,0 +1,381 @@
+"""Public and hidden checks, and the formats instructors use: Gradescope's results (visibility, markdown),
+GitHub Classroom's workflow and reporter results, and a Canvas gradebook.
+
+One instructor's kit serves them all: a copy of the kit holding ex04 alone, whose catalog makes one
+check hidden (a `[visibility.ex04_sharding]` table). It grades a class of three once (a correct
+submission, a near-miss and one whose exception message is hostile Markdown) and makes a student
+release, which grades the near-miss once more; every test reads those gradings."""
+
+import base64
+import csv
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from grader import catalog, dev
+from grader.grading import canvas, markdown, report, visibility
+from grader.homework import classroom
+from grader.records import CheckResult, Failure, Status, TargetResult, Visibility
+from tests.kit import ahead
+from tests.kit.harness import KIT_ROOT, SEED, grader, mutate, reference_source
+
+HIDDEN = "test_shards_are_equal_sized_and_cover_the_data"  # hidden by the copy's catalog
+PUBLIC = "test_shard_indices_match_distributed_sampler"  # public by the rule: it has explicit examples
+HOSTILE = "```\n# pwned <img src=x onerror=alert(1)>\n`````` [click](http://evil.example) <script>x()</script>"
+BATCH = "test_shard_batch_matches_tensor_split"  # public; bob fails it on drawn inputs alone
+# wrong for the dtypes no explicit example of BATCH has
+DRAWN_ONLY = ("    return torch.tensor_split(batch, world_size, dim=0)[rank]",
+              "    piece = torch.tensor_split(batch, world_size, dim=0)[rank]\n"
+              "    return piece + 1 if batch.dtype in (torch.float64, torch.int64) and piece.numel() else piece")
+ENV = dict(os.environ, HF_HUB_OFFLINE="1", GRADER_STATE=os.devnull)
+ROSTER = "folder,Student,ID,SIS User ID,SIS Login ID,Section\n" \
+         "alice,\"Liddell, Alice\",101,S101,aliddell,A\nbob,\"Builder, Bob\",102,S102,bbuilder,B\n" \
+         "carol,\"Danvers, Carol\",103,S103,cdanvers,A\n"
+
+
+def run_in(folder, *args):
+    done = subprocess.run([sys.executable, "-m", "grader", *args], cwd=folder, capture_output=True, text=True,
+                          timeout=900, env=ENV)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    return done
+
+
+def kit_of_ex04(folder):
+    """A copy of the kit with ex04 alone, its catalog making HIDDEN hidden: an instructor's override."""
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "recorded")
+    shutil.copytree(os.path.join(KIT_ROOT, "grader"), folder / "grader", ignore=ignore)
+    for part in ("tests/test_ex04_sharding.py", "solutions/ex04_sharding.py", "exercises/ex04_sharding.py",
+                 "pyproject.toml", "conftest.py"):
+        (folder / part).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(os.path.join(KIT_ROOT, part), folder / part)
+    text = (folder / "grader" / "catalog.toml").read_text()
+    head, *entries = text.split("\n[[exercise]]")
+    kept = [entry for entry in entries if 'id = "ex04_sharding"' in entry]
+    assert len(kept) == 1
+    (folder / "grader" / "catalog.toml").write_text(
+        head + "\n[[exercise]]" + kept[0].split("\n[visibility")[0].rstrip() + "\n\n"
+        f'[visibility.ex04_sharding]\n{HIDDEN} = "hidden"\n')
+    return folder
+
+
+@ahead.fixture()
+def graded(tmp_path_factory):
+    """The class graded once in the instructor's kit (JSON, Canvas with a roster, the terminal), then a
+    release of that kit made and the near-miss graded in it (JSON, Classroom outputs, its workflow)."""
+    tmp = tmp_path_factory.mktemp("formats")
+    kit = kit_of_ex04(tmp / "kit")
+    contiguous = "indices[rank * (total // world_size):(rank + 1) * (total // world_size)]"
+    sources = {"alice": reference_source("ex04_sharding"),
+               "bob": mutate("ex04_sharding", ("indices[rank:total:world_size]", contiguous), DRAWN_ONLY),
+               "carol": mutate("ex04_sharding", ("    if world_size < 1 or not 0 <= rank < world_size:",
+                                                 f"    raise ValueError({HOSTILE!r})\n"
+                                                 "    if world_size < 1 or not 0 <= rank < world_size:"))}
+    for name, source in sources.items():
+        (tmp / "class" / name).mkdir(parents=True)
+        (tmp / "class" / name / "ex04_sharding.py").write_text(source)
+    (tmp / "roster.csv").write_text(ROSTER)
+    batch = run_in(kit, "ex04", "--submissions", str(tmp / "class"), "--json", str(tmp / "class.json"),
+                   "--canvas", str(tmp / "canvas.csv"), "--roster", str(tmp / "roster.csv"), "--seed", SEED,
+                   "--profile", "fast", "--device", "cpu")
+    made = run_in(kit, "release", str(tmp / "release"), "--seed", SEED)
+    outputs = tmp / "github_output"
+    outputs.write_text("earlier=kept\n")  # $GITHUB_OUTPUT holds the earlier steps' lines: appended to, never replaced
+    in_release = run_in(tmp / "release", "--target", str(tmp / "class" / "bob"), "--json", str(tmp / "bob.json"),
+                        "--classroom", str(outputs))
+    workflow = run_in(tmp / "release", "classroom")  # into the release's .github/workflows/classroom.yml
+    rows = {r["target"]: r for r in json.loads((tmp / "class.json").read_text())["submissions"]}
+    return SimpleNamespace(rows=rows, batch=batch, canvas=(tmp / "canvas.csv").read_text(), made=made,
+                           release=json.loads((tmp / "bob.json").read_text()), in_release=in_release,
+                           outputs=outputs.read_text(), workflow=workflow,
+                           workflow_text=(tmp / "release" / classroom.OUT).read_text())
+
+
+def checks(row):
+    return {c["name"]: c for e in row["exercises"] for c in e["checks"]}
+
+
+def result(row):
+    return TargetResult.from_dict(row)
+
+
+# --- which checks are public, which hidden ----------------------------------------------------------------
+
+
+def test_a_check_with_explicit_examples_is_public_one_that_only_draws_is_hidden():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("checks_ex04", os.path.join(KIT_ROOT, "tests",
+                                                                              "test_ex04_sharding.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert visibility.explicit_examples(module.test_shard_batch_matches_tensor_split) == 3
+    assert visibility.by_rule(module.test_shard_batch_matches_tensor_split) is Visibility.PUBLIC
+
+    @given(st.integers())
+    def only_draws(x):
+        pass
+
+    def draws_nothing():
+        pass
+
+    assert visibility.draws(only_draws) and not visibility.explicit_examples(only_draws)
+    assert visibility.by_rule(only_draws) is Visibility.HIDDEN
+    assert visibility.by_rule(draws_nothing) is Visibility.PUBLIC
+
+
+@pytest.mark.slow
+def test_the_catalog_makes_a_check_hidden_in_a_real_grading(graded):
+    for name in ("alice", "bob", "carol"):
+        found = checks(graded.rows[name])
+        assert found[HIDDEN]["visibility"] == "hidden" and found[PUBLIC]["visibility"] == "public"
+        assert {c["visibility"] for n, c in found.items() if n != HIDDEN} == {"public"}
+    out = graded.batch.stdout
+    assert f"hidden checks (on Gradescope students see them after the due date; a student release does not run " \
+           f"them): ex04 {HIDDEN}" in out
+    assert re.search(rf"ex04_sharding {HIDDEN} \[cpu\] \(hidden\): failed", out), out[-3000:]  # carol's
+    assert re.search(rf"ex04_sharding {PUBLIC} \[cpu\]: failed", out)
+
+
+def test_the_catalog_refuses_an_unknown_exercise_or_word():
+    ids = [e.id for e in catalog.EXERCISES]
+    with pytest.raises(ValueError, match=r"\[visibility.ex99_nothing\]: no exercise has that id"):
+        catalog.visibility_overrides({"ex99_nothing": {PUBLIC: "hidden"}}, ids)
+    with pytest.raises(ValueError, match='must be "public" or "hidden"'):
+        catalog.visibility_overrides({"ex04_sharding": {PUBLIC: "secret"}}, ids)
+    assert catalog.visibility_overrides({"ex04_sharding": {PUBLIC: "hidden"}}, ids) == {
+        "ex04_sharding": ((PUBLIC, "hidden"),)}
+
+
+def test_a_catalog_that_does_not_load_is_one_line(tmp_path):
+    shutil.copytree(os.path.join(KIT_ROOT, "grader"), tmp_path / "grader",
+                    ignore=shutil.ignore_patterns("__pycache__", "recorded"))
+    shutil.copyfile(os.path.join(KIT_ROOT, "pyproject.toml"), tmp_path / "pyproject.toml")
+    (tmp_path / "tests").mkdir()
+    with open(tmp_path / "grader" / "catalog.toml", "a") as handle:
+        handle.write('\n[visibility.ex04_sharding]\ntest_shard_batch_matches_tensor_split = "secret"\n')
+    done = subprocess.run([sys.executable, "-m", "grader", "list"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120, env=ENV)
+    assert done.returncode == 2 and done.stderr.strip().splitlines() == [
+        'python -m grader: error: catalog.toml: [visibility.ex04_sharding] test_shard_batch_matches_tensor_split = '
+        '\'secret\': must be "public" or "hidden"']
+
+
+def test_dev_check_refuses_an_override_naming_no_check(monkeypatch):
+    import dataclasses
+
+    ex04 = catalog.get("ex04_sharding")
+    misnamed = dataclasses.replace(ex04, visibility=(("test_shards_are_equal_sized", "hidden"), (PUBLIC, "hidden")))
+    monkeypatch.setattr(catalog, "EXERCISES", [misnamed if e is ex04 else e for e in catalog.EXERCISES])
+    found, _ = dev.visibility_overrides()
+    assert found == [f'{dev.CATALOG}: [visibility.ex04_sharding] test_shards_are_equal_sized = "hidden": '
+                     f"tests/test_ex04_sharding.py has no such check: did you mean {HIDDEN}?"]
+
+
+# --- Gradescope ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_gradescope_shows_public_checks_now_and_hidden_ones_after_the_due_date(graded):
+    bob = result(graded.rows["bob"])
+    data = report.gradescope(bob)
+    tests = [t for t in data["tests"] if not t["name"].endswith("it failed on")]  # a test per check, and the details
+    assert "1 of the 5 checks are hidden for now: their results are shown after the due date" in data["output"]
+    by_name = {t["name"]: t for t in tests}
+    visibilities = [t["visibility"] for t in tests[:-1]]
+    assert visibilities.count("after_due_date") == 1 and visibilities.count("visible") == len(tests) - 2
+    hidden = [t for t in tests if t["visibility"] == "after_due_date"][0]
+    assert hidden["name"].startswith("ex04 · ") and hidden["max_score"] == pytest.approx(3)
+    assert by_name["grading details (instructors only)"]["visibility"] == "hidden"
+    assert sum(t["max_score"] for t in data["tests"]) == pytest.approx(15)
+    assert sum(t["score"] for t in data["tests"]) == pytest.approx(bob.score)
+    # an old invocation (--visibility after_due_date) keeps its meaning: every check after the due date
+    assert {t["visibility"] for t in report.gradescope(bob, "after_due_date")["tests"][:-1]} == {"after_due_date"}
+    # a hidden check is never shown sooner than a public one
+    assert {t["visibility"] for t in report.gradescope(bob, "after_due_date", "visible")["tests"][:-1]} == \
+        {"after_due_date"}
+    assert {t["visibility"] for t in report.gradescope(bob, "visible", "hidden")["tests"][:-1]} == {"visible", "hidden"}
+
+
+@pytest.mark.slow
+def test_a_public_checks_failure_on_a_drawn_input_is_shown_after_the_due_date(graded):
+    assert checks(graded.rows["bob"])[BATCH]["failure"]["drawn"] is True
+    assert checks(graded.rows["bob"])[PUBLIC]["failure"]["drawn"] is False  # an explicit example: shown now
+    data = report.gradescope(result(graded.rows["bob"]))
+    assert "1 check(s) failed on inputs drawn with the grading's secret seed: those inputs are shown after the due " \
+           "date" in data["output"]
+    tests = data["tests"]
+    batch, later = [t for t in tests if re.match(r"ex04 · (test_)?shard.batch.matches.tensor.split", t["name"])]
+    assert batch["visibility"] == "visible" and batch["status"] == "failed" and batch["score"] == 0
+    assert batch["output"].startswith("**failed on an input drawn with the grading's secret seed")
+    assert "shown after the due date" in batch["output"] and "Hint:" in batch["output"]
+    assert "Failing example" not in batch["output"] and "float64" not in batch["output"]
+    assert "int64" not in batch["output"]
+    assert later["name"] == batch["name"] + ": the input drawn with the grading's seed it failed on"
+    assert later["visibility"] == "after_due_date" and later["max_score"] == 0 and later["status"] == "failed"
+    assert "Failing example:" in later["output"] and re.search(r"'dtype': '(float|int)64'", later["output"])
+    explicit = [t for t in tests if t["status"] == "failed" and "Expected:" in t["output"]]
+    assert explicit and all(t["visibility"] == "visible" for t in explicit if "it failed on" not in t["name"])
+    # where hidden checks are shown at once, nothing is held back
+    assert not [t for t in report.gradescope(result(graded.rows["bob"]), "visible", "visible")["tests"]
+                if "it failed on" in t["name"]]
+
+
+@pytest.mark.slow
+def test_gradescope_markdown_sets_the_example_expected_and_received_apart(graded):
+    bob = result(graded.rows["bob"])
+    failing = [t for t in report.gradescope(bob)["tests"] if t["status"] == "failed"]
+    assert failing and all(t["output_format"] == "md" for t in failing)
+    output = failing[0]["output"]
+    assert output.startswith("**failed**\n\n```text\nshard_indices(")
+    assert "DistributedSampler deals indices round-robin" in output
+    for label in ("Failing example", "Expected", "Received"):
+        assert re.search(rf"\n\n{label}:\n\n```text\n.+\n```", output), output
+    assert re.search(r"Expected:\n\n```text\n\[0, \d+", output) and "smallest failing input" not in output
+    failure = checks(graded.rows["bob"])[PUBLIC]["failure"]
+    assert failure["expected"] and failure["received"] and failure["expected"] != failure["received"]
+    assert failure["example"].startswith("settings={")
+    text = [t for t in report.gradescope(bob, output_format="text")["tests"] if t["status"] == "failed"]
+    assert text[0]["output_format"] == "text" and text[0]["output"].startswith("failed: shard_indices(")
+
+
+@pytest.mark.slow
+def test_markdown_keeps_a_hostile_message_inside_its_code_block(graded):
+    carol = result(graded.rows["carol"])
+    outputs = [t["output"] for t in report.gradescope(carol)["tests"] if t["status"] == "failed"]
+    hostile = [output for output in outputs if "pwned" in output]
+    assert hostile, outputs
+    markdown_it = pytest.importorskip("markdown_it")
+    for output in hostile:
+        html = markdown_it.MarkdownIt("commonmark").render(output)  # raw HTML allowed, as a permissive renderer
+        assert "<h1>" not in html and "<img" not in html and "<script>" not in html and "<a href" not in html
+        assert "&lt;img src=x" in html  # shown, as text, inside a code block
+        assert html.count("<pre>") == len(re.findall(r"^`{3,}text$", output, flags=re.M))
+
+
+def test_a_fence_outgrows_any_backtick_run_it_holds():
+    assert markdown.fenced("a ``` b ```` c") == "`````text\na ``` b ```` c\n`````"
+    assert markdown.fenced("plain\n") == "```text\nplain\n```"
+    assert markdown.fenced("one\n```\ntwo") == "````text\none\n    ```\n    two\n````"
+    assert markdown.fenced("\x1b[2J") == "```text\n\\x1b[2J\n```"
+    check = CheckResult("t", "ex04_sharding", PUBLIC, "cpu", Status.FAILED, "what: expected 1, got 2\n"
+                        "smallest failing input: x=1", failure=Failure("x=1", "1", "2"))
+    assert markdown.check_output(check) == ("**failed**\n\n```text\nwhat: expected 1, got 2\n```\n\n"
+                                            "Failing example:\n\n```text\nx=1\n```\n\nExpected:\n\n```text\n1\n```"
+                                            "\n\nReceived:\n\n```text\n2\n```")
+
+
+# --- the student release ---------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_the_release_runs_and_records_the_public_checks_only(graded):
+    assert f"this release runs the public checks only: 1 hidden check(s) left out (ex04_sharding {HIDDEN})" \
+        in graded.made.stdout
+    bob = graded.release
+    assert HIDDEN not in checks(bob) and PUBLIC in checks(bob) and len(checks(bob)) == 4
+    assert bob["left_out"] == [f"ex04_sharding {HIDDEN}"]
+    assert bob["max_score"] == 15 and 0 < bob["score"] < 15  # out of the public checks: still a useful score
+    assert checks(bob)[PUBLIC]["status"] == "failed"
+    assert "this release runs the public checks only" in graded.in_release.stdout
+    assert "the scores here are out of the public checks' points" in graded.in_release.stdout
+
+
+# --- GitHub Classroom ------------------------------------------------------------------------------------
+
+
+def _workflow(text):
+    try:
+        import yaml
+    except ImportError:  # PyYAML comes with transformers; without it, read the lines this kit writes
+        return None
+    return yaml.safe_load(text)
+
+
+@pytest.mark.slow
+def test_the_classroom_workflow_reports_each_public_check_with_its_points(graded):
+    assert "wrote .github/workflows/classroom.yml: 4 checks, 15 points (the release's public checks)" \
+        in graded.workflow.stdout
+    outputs = dict(line.split("=", 1) for line in graded.outputs.splitlines())
+    assert outputs.pop("earlier") == "kept"
+    results = {name: json.loads(base64.b64decode(value)) for name, value in outputs.items()}
+    assert sum(r["max_score"] for r in results.values()) == pytest.approx(15)  # the catalog's points for ex04
+    assert classroom.runner_id("ex04_sharding", HIDDEN) not in results
+    failed = results[classroom.runner_id("ex04_sharding", PUBLIC)]
+    assert failed["status"] == "fail" and failed["tests"][0]["score"] == 0
+    assert "DistributedSampler deals indices round-robin" in failed["tests"][0]["message"]
+    assert all(r["tests"][0]["score"] == r["max_score"] for r in results.values() if r["status"] == "pass")
+    data = _workflow(graded.workflow_text)
+    if data is None:
+        runners = re.search(r'^        runners: "(.*)"$', graded.workflow_text, flags=re.M).group(1).split(",")
+        env = dict(re.findall(r'^        (\w+_RESULTS): "(.*)"$', graded.workflow_text, flags=re.M))
+    else:
+        assert data["name"] == "Autograding Tests" and list(data["jobs"]) == ["run-autograding-tests"]
+        steps = data["jobs"]["run-autograding-tests"]["steps"]
+        grade = [s for s in steps if s.get("id") == "grade"][0]
+        assert '--classroom "$GITHUB_OUTPUT"' in grade["run"]
+        reporter = steps[-1]
+        assert reporter["uses"] == classroom.REPORTER
+        runners, env = reporter["with"]["runners"].split(","), reporter["env"]
+    assert sorted(runners) == sorted(results)  # what the grading step emits is what the reporter reads
+    assert env == {f"{r.upper()}_RESULTS": f"${{{{ steps.grade.outputs.{r} }}}}" for r in runners}
+
+
+def test_points_split_in_cents_add_up_exactly():
+    assert classroom.shares(20, 3) == [6.67, 6.67, 6.66]
+    assert classroom.shares(15, 4) == [3.75] * 4
+    assert round(sum(classroom.shares(35, 6)), 2) == 35
+
+
+# --- Canvas ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_the_canvas_gradebook_takes_the_students_from_the_roster(graded):
+    rows = list(csv.reader(io.StringIO(graded.canvas)))
+    assert rows[0] == ["Student", "ID", "SIS User ID", "SIS Login ID", "Section", "Chapter 1: data preparation"]
+    assert rows[1] == ["    Points Possible", "", "", "", "", "15"]
+    by_login = {row[3]: row for row in rows[2:]}
+    assert by_login["aliddell"] == ["Liddell, Alice", "101", "S101", "aliddell", "A", "15"]
+    assert by_login["bbuilder"][:5] == ["Builder, Bob", "102", "S102", "bbuilder", "B"]
+    assert float(by_login["bbuilder"][5]) == graded.rows["bob"]["score"] < 15
+    assert set(by_login) == {"aliddell", "bbuilder", "cdanvers"}
+
+
+@pytest.mark.slow
+def test_the_canvas_gradebook_without_a_roster_names_students_by_their_folders(graded):
+    results = [result(graded.rows[name]) for name in ("alice", "bob")]
+    students = canvas.students_of(["alice", "bob"], None)
+    rows = list(csv.reader(io.StringIO(canvas.gradebook_csv(results, students))))
+    assert rows[2] == ["alice", "", "", "alice", "", "15"] and rows[3][:5] == ["bob", "", "", "bob", ""]
+
+
+def test_an_unwritable_classroom_output_is_refused_before_grading(tmp_path):
+    done = grader("ex04", "--target", "solutions", "--classroom", str(tmp_path / "no" / "such" / "output"))
+    assert done.returncode == 2 and done.stderr.strip().splitlines() == [
+        f"python -m grader: error: --classroom {tmp_path / 'no' / 'such' / 'output'}: No such file or directory"]
+
+
+def test_a_folder_missing_from_the_roster_is_refused_before_grading(tmp_path):
+    for name in ("alice", "bob"):
+        (tmp_path / "class" / name).mkdir(parents=True)
+        (tmp_path / "class" / name / "ex04_sharding.py").write_text(reference_source("ex04_sharding"))
+    (tmp_path / "roster.csv").write_text("folder,Student,SIS Login ID\nalice,Alice,alice01\n")
+    done = grader("ex04", "--submissions", str(tmp_path / "class"), "--canvas", str(tmp_path / "grades.csv"),
+                  "--roster", str(tmp_path / "roster.csv"))
+    assert done.returncode == 2 and not (tmp_path / "grades.csv").exists()
+    assert done.stderr.strip().splitlines() == [
+        f"python -m grader: error: --roster {tmp_path / 'roster.csv'}: no row for the submission folder(s) bob: "
+        "add them, or grade without them"]
+    (tmp_path / "roster.csv").write_text("name,Student\nalice,Alice\n")
+    done = grader("ex04", "--submissions", str(tmp_path / "class"), "--canvas", str(tmp_path / "grades.csv"),
+                  "--roster", str(tmp_path / "roster.csv"))
+    assert done.returncode == 2 and "needs a 'folder' column" in done.stderr and "Traceback" not in done.stderr

@@ -1,0 +1,152 @@
+"""A notebook (.ipynb) as the exNN_*.py files it stands for: what the grader grades of it.
+
+A notebook covers a chapter or one exercise. It stands for each exercise of the catalog whose
+functions (the stub's names) it defines; that exercise's file is the notebook's definitions
+(`cells.module_source`, the same a live kernel's check grades) without the other exercises'
+functions, so each file grades alone and a helper the learner wrote stays with every exercise.
+An .ipynb is read as plain JSON, so grading one needs no Jupyter package (Gradescope's image).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cache
+
+from grader import KIT_ROOT, catalog
+from grader.notebook.cells import defined_names, module_source
+
+
+class NotebookError(Exception):
+    """A file that is not a notebook this kit can read; its one-line reason."""
+
+
+@dataclass(frozen=True)
+class Exported:
+    """One exercise's module made from a notebook, and what the notebook lacks of it."""
+
+    exercise: str  # the exercise's id
+    source: str
+    missing: tuple[str, ...]  # the stub's functions the notebook does not define
+
+
+@cache
+def stub_names(exercise_id: str) -> frozenset[str]:
+    """The functions (and classes) an exercise's stub asks for."""
+    path = os.path.join(KIT_ROOT, "exercises", exercise_id + ".py")
+    try:
+        with open(path) as handle:
+            return frozenset(defined_names(handle.read()))
+    except OSError:
+        return frozenset()
+
+
+def code_cells(path: str) -> list[str]:
+    """The sources of a notebook file's code cells, in order; NotebookError if it is no notebook."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except UnicodeDecodeError:
+        raise NotebookError("not a notebook: not UTF-8 text")
+    except ValueError as error:
+        raise NotebookError(f"not a notebook: not JSON ({str(error).splitlines()[0]})")
+    except OSError as error:
+        raise NotebookError(f"cannot read it: {error.strerror or error}")
+    if not isinstance(data, dict) or not isinstance(data.get("cells"), list):
+        raise NotebookError("not a notebook: no list of cells")
+    if data.get("nbformat") != 4:
+        raise NotebookError(f"not a version 4 notebook (nbformat {data.get('nbformat')!r})")
+    sources = []
+    for number, cell in enumerate(data["cells"], 1):
+        if not isinstance(cell, dict):
+            raise NotebookError(f"cell {number} is not a cell")
+        if cell.get("cell_type") != "code":
+            continue
+        source = cell.get("source", "")
+        if isinstance(source, list) and all(isinstance(line, str) for line in source):
+            source = "".join(source)
+        if not isinstance(source, str):
+            raise NotebookError(f"cell {number}: its source is not text")
+        sources.append(source)
+    return sources
+
+
+def export(path: str, exercise_ids: Sequence[str] | None = None) -> list[Exported]:
+    """The exercises a notebook stands for (among `exercise_ids`, the catalog's by default), each
+    as the module the grader grades; NotebookError for a file that is not a notebook."""
+    ids = list(exercise_ids) if exercise_ids is not None else [e.id for e in catalog.EXERCISES]
+    source = module_source(code_cells(path))
+    defined = defined_names(source)
+    covered = [i for i in ids if stub_names(i) & defined]
+    others = {name for i in ids for name in stub_names(i)}
+    out = []
+    for exercise in covered:
+        own = stub_names(exercise)
+        out.append(Exported(exercise, _without(source, others - own), tuple(sorted(own - defined))))
+    return out
+
+
+def _without(source: str, names: set[str]) -> str:
+    """`source` less its top-level definitions of `names` (other exercises' functions) and its
+    imports of the grader (a check cell's `from grader import check`: the kit's, not the learner's),
+    and less the cells (`# cell N` parts of `module_source`) that leaves empty."""
+    parts = []
+    for part in re.split(r"\n\n\n(?=# cell \d+\n)", source.strip("\n")):
+        tree = ast.parse(part)
+        lines = part.splitlines()
+        kept = [node for node in tree.body if not _dropped(node, names)]
+        if kept:
+            header = lines[0] if lines and lines[0].startswith("# cell ") else ""
+            body = "\n\n".join("\n".join(lines[_first_line(node) - 1:node.end_lineno]) for node in kept)
+            parts.append(f"{header}\n{body}" if header else body)
+    return "\n\n\n".join(parts) + ("\n" if parts else "")
+
+
+def _dropped(node: ast.stmt, names: set[str]) -> bool:
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return node.name in names
+    if isinstance(node, ast.ImportFrom):
+        return node.level == 0 and (node.module or "").split(".")[0] == "grader"
+    if isinstance(node, ast.Import):
+        return all(alias.name.split(".")[0] == "grader" for alias in node.names)
+    return False
+
+
+def _first_line(node: ast.stmt) -> int:
+    return min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", ()))])
+
+
+def main(argv: Sequence[str]) -> int:
+    from grader.learner.commands import command_parser
+
+    parser = command_parser("export", "Write the exNN_*.py files a notebook stands for (its definitions).")
+    parser.add_argument("notebook", metavar="NOTEBOOK.ipynb")
+    parser.add_argument("--out", default=".", metavar="DIR", help="where to write them (default: here)")
+    parser.add_argument("--force", action="store_true", help="replace files that exist already")
+    args = parser.parse_args(argv)
+    if not os.path.isfile(args.notebook):
+        parser.error(f"{args.notebook}: no such file")
+    if os.path.exists(args.out) and not os.path.isdir(args.out):
+        parser.error(f"--out {args.out}: not a folder")
+    try:
+        exported = export(args.notebook)
+    except NotebookError as error:
+        parser.error(f"{args.notebook}: {error}")
+    if not exported:
+        parser.error(f"{args.notebook}: defines none of the exercises' functions")
+    paths = [os.path.join(args.out, e.exercise + ".py") for e in exported]
+    existing = [p for p in paths if os.path.exists(p)]
+    if existing and not args.force:
+        parser.error(f"{existing[0]} exists; --force replaces it")
+    os.makedirs(args.out, exist_ok=True)
+    for path, one in zip(paths, exported):
+        with open(path, "w") as handle:
+            handle.write(one.source)
+        lacking = f" (lacks {', '.join(one.missing)})" if one.missing else ""
+        print(f"wrote {path}{lacking}")
+    print(f"grade them: python -m grader --target {args.out}")
+    return 0

@@ -47,7 +47,7 @@ def normalize(folder: str, exercise_ids: Sequence[str]) -> Submission:
             candidates.setdefault(exercise, []).append((not exact, depth, path))
     files, notes, sources = [], [], []
     exported, broken = _notebooks(folder, exercise_ids)
-    notes += broken
+    notes += [f"ignored {line}" for line in broken]
     for exercise in exercise_ids:
         found = [path for _, _, path in sorted(candidates.get(exercise, []))]
         made = exported.get(exercise, [])
@@ -74,8 +74,8 @@ def normalize(folder: str, exercise_ids: Sequence[str]) -> Submission:
 
 
 def _notebooks(folder: str, exercise_ids: Sequence[str]) -> tuple[dict[str, list[tuple[str, Exported]]], list[str]]:
-    """The exercises the folder's notebooks stand for (shallower notebooks first), and a line for
-    each notebook that could not be read."""
+    """The exercises the folder's notebooks stand for (shallower notebooks first), and why each
+    notebook that stands for none does not."""
     found: dict[str, list[tuple[str, Exported]]] = {}
     broken = []
     notebooks = sorted((depth, path) for path, depth in _python_files(folder, suffix=".ipynb"))
@@ -83,10 +83,10 @@ def _notebooks(folder: str, exercise_ids: Sequence[str]) -> tuple[dict[str, list
         try:
             made = export(path, exercise_ids)
         except NotebookError as error:
-            broken.append(f"ignored {os.path.relpath(path, folder)}: {error}")
+            broken.append(f"{os.path.relpath(path, folder)}: {error}")
             continue
         if not made:
-            broken.append(f"ignored {os.path.relpath(path, folder)}: it defines none of the exercises' functions")
+            broken.append(f"{os.path.relpath(path, folder)}: it defines none of the exercises' functions")
         for one in made:
             found.setdefault(one.exercise, []).append((path, one))
     return found, broken

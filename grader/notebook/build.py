@@ -125,11 +125,18 @@ def chapter_cells(chapter: catalog.Chapter, code_from: str | None = None) -> lis
             stub = split_stub(handle.read())
         with open(os.path.join(code_folder, exercise.id + ".py")) as handle:
             code = split_stub(handle.read()).code
-        heading = f"## {exercise.id[2:4]}. {exercise.title} ({exercise.points:g} points)\n\n"
-        cells.append(Cell("markdown", f"{prefix}-lesson", heading + lesson_markdown(stub.lesson)))
+        cells.append(Cell("markdown", f"{prefix}-lesson", lesson_cell(exercise, stub.lesson)))
         cells += [Cell("code", f"{prefix}-code-{n}", piece) for n, piece in enumerate(code, 1)]
         cells.append(Cell("code", f"{prefix}-check", check_source(exercise)))
     return cells
+
+
+def lesson_cell(exercise: catalog.Exercise, docstring: str) -> str:
+    """An exercise's lesson: its docstring's first line as the heading, the exercise's title and
+    points, then the rest of the docstring."""
+    first, _, rest = docstring.strip().partition("\n")
+    return (f"## {_inline(first.strip())}\n\n*{exercise.id}: {exercise.title}, {exercise.points:g} points. Write "
+            f"the functions below, run their cells, then the check cell.*\n\n{lesson_markdown(rest)}")
 
 
 def check_source(exercise: catalog.Exercise) -> str:

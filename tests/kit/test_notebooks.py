@@ -149,7 +149,11 @@ def batch(tmp_path_factory):
     assert done.returncode == 0, done.stderr[-3000:]
     results = {os.path.basename(r["target"]): r for r in json.loads(report.read_text())["submissions"]}
     assert not os.path.exists(root / "whole" / "ex18_adamw_step.py")  # staged elsewhere, never in the folder
-    return results, done.stdout
+    gradescope = tmp / "results.json"  # as the bundle's run_autograder grades an upload: one --target
+    graded = grader("ex19", "--target", str(root / "one"), "--gradescope", str(gradescope), "--seed", SEED,
+                    "--profile", "fast", "--device", "cpu", "-q")
+    assert graded.returncode == 0, graded.stderr[-3000:]
+    return results, done.stdout, json.loads(gradescope.read_text())
 
 
 def scores(result):
@@ -157,7 +161,7 @@ def scores(result):
 
 
 def test_a_notebook_grades_like_the_files_it_stands_for(batch):
-    results, _ = batch
+    results, _, _ = batch
     assert results["whole"]["score"] == results["whole"]["max_score"] > 0
     assert {e["status"] for e in results["started"]["exercises"]} == {"not started"}
     assert results["one"]["exercises"][1]["status"] == "passed"  # a notebook of one exercise
@@ -166,18 +170,25 @@ def test_a_notebook_grades_like_the_files_it_stands_for(batch):
 
 
 def test_a_py_file_beside_a_notebook_wins(batch):
-    results, output = batch
+    results, output, _ = batch
     both = {e["id"]: e["status"] for e in results["both"]["exercises"]}
     assert both == {"ex18_adamw_step": "not started", "ex19_quantize_blockwise": "passed"}
     assert "ignored chapter4.ipynb for ex18_adamw_step (ex18_adamw_step.py graded)" in output
 
 
 def test_a_malformed_notebook_scores_zero_with_its_reason_and_the_batch_goes_on(batch):
-    results, output = batch
+    results, output, _ = batch
     broken = results["broken"]
     assert broken["score"] == 0 and "chapter4.ipynb: not a notebook: not JSON" in broken["problem"]
     assert "Traceback" not in output
     assert results["whole"]["score"] > 0  # graded after it, in the same call
+
+
+def test_gradescope_grades_an_uploaded_notebook(batch):
+    *_, gradescope = batch
+    assert gradescope["score"] > 0 and gradescope["tests"]
+    assert all(test["status"] == "passed" for test in gradescope["tests"]), gradescope["tests"]
+    assert "graded ex19.ipynb as ex19_quantize_blockwise" in json.dumps(gradescope)
 
 
 # --- in a real kernel ----------------------------------------------------------------------------------------------

@@ -20,6 +20,8 @@ from functools import cache
 from grader import KIT_ROOT, catalog
 from grader.notebook.cells import defined_names, module_source
 
+MAX_BYTES = 64 * 2**20  # read whole into the grading process: a submission must not exhaust its memory
+
 
 class NotebookError(Exception):
     """A file that is not a notebook this kit can read; its one-line reason."""
@@ -48,8 +50,12 @@ def stub_names(exercise_id: str) -> frozenset[str]:
 def code_cells(path: str) -> list[str]:
     """The sources of a notebook file's code cells, in order; NotebookError if it is no notebook."""
     try:
+        if os.path.getsize(path) > MAX_BYTES:
+            raise NotebookError(f"larger than {MAX_BYTES // 2**20} MiB (clear its outputs)")
         with open(path, encoding="utf-8") as handle:
             data = json.load(handle)
+    except RecursionError:
+        raise NotebookError("not a notebook: JSON nested too deep")
     except UnicodeDecodeError:
         raise NotebookError("not a notebook: not UTF-8 text")
     except ValueError as error:
@@ -79,15 +85,16 @@ def export(path: str, exercise_ids: Sequence[str] | None = None) -> list[Exporte
     """The exercises a notebook stands for (among `exercise_ids`, the catalog's by default), each
     as the module the grader grades; NotebookError for a file that is not a notebook."""
     ids = list(exercise_ids) if exercise_ids is not None else [e.id for e in catalog.EXERCISES]
-    source = module_source(code_cells(path))
-    defined = defined_names(source)
-    covered = [i for i in ids if stub_names(i) & defined]
-    others = {name for i in ids for name in stub_names(i)}
-    out = []
-    for exercise in covered:
-        own = stub_names(exercise)
-        out.append(Exported(exercise, _without(source, others - own), tuple(sorted(own - defined))))
-    return out
+    cells = code_cells(path)
+    try:  # the grading process parses what a submission wrote: code nested too deep must not end it
+        source = module_source(cells)
+        defined = defined_names(source)
+        covered = [i for i in ids if stub_names(i) & defined]
+        others = {name for i in ids for name in stub_names(i)}
+        return [Exported(exercise, _without(source, others - stub_names(exercise)),
+                         tuple(sorted(stub_names(exercise) - defined))) for exercise in covered]
+    except (RecursionError, MemoryError, SyntaxError, ValueError):
+        raise NotebookError("its code is nested too deep to read")
 
 
 def _without(source: str, names: set[str]) -> str:

@@ -119,7 +119,9 @@ def test_export_writes_the_files_a_notebook_stands_for(tmp_path):
 
 
 def test_a_malformed_notebook_is_one_line_not_a_traceback(tmp_path):
-    for name, text in (("cut.ipynb", '{"cells": ['), ("list.ipynb", "[1, 2]"), ("empty.ipynb", "")):
+    deep = "[" * 100_000 + "]" * 100_000  # would end a grader that parsed it carelessly (RecursionError)
+    cases = (("cut.ipynb", '{"cells": ['), ("list.ipynb", "[1, 2]"), ("empty.ipynb", ""), ("deep.ipynb", deep))
+    for name, text in cases:
         path = tmp_path / name
         path.write_text(text)
         done = grader("export", str(path))

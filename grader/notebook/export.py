@@ -1,9 +1,9 @@
 """A notebook (.ipynb) as the exNN_*.py files it stands for: what the grader grades of it.
 
 A notebook covers a chapter or one exercise. It stands for each exercise of the catalog whose
-functions (the stub's names) it defines; that exercise's file is the notebook's definitions
-(`cells.module_source`, the same a live kernel's check grades) without the other exercises'
-functions, so each file grades alone and a helper the learner wrote stays with every exercise.
+functions (the stub's names) it defines, and each of those files holds the notebook's definitions
+(`cells.module_source`, less its imports of the grader), the very module `check()` grades in a
+live kernel: a helper or a constant the learner wrote in any cell stays available to every function.
 An .ipynb is read as plain JSON, so grading one needs no Jupyter package (Gradescope's image).
 """
 
@@ -38,11 +38,11 @@ class Exported:
 
 @cache
 def stub_names(exercise_id: str) -> frozenset[str]:
-    """The functions (and classes) an exercise's stub asks for."""
+    """The public functions (and classes) an exercise's stub asks for."""
     path = os.path.join(KIT_ROOT, "exercises", exercise_id + ".py")
     try:
         with open(path) as handle:
-            return frozenset(defined_names(handle.read()))
+            return frozenset(name for name in defined_names(handle.read()) if not name.startswith("_"))
     except OSError:
         return frozenset()
 
@@ -90,22 +90,20 @@ def export(path: str, exercise_ids: Sequence[str] | None = None) -> list[Exporte
         source = module_source(cells)
         defined = defined_names(source)
         covered = [i for i in ids if stub_names(i) & defined]
-        others = {name for i in ids for name in stub_names(i)}
-        return [Exported(exercise, _without(source, others - stub_names(exercise)),
-                         tuple(sorted(stub_names(exercise) - defined))) for exercise in covered]
+        module = _without_grader(source)
+        return [Exported(exercise, module, tuple(sorted(stub_names(exercise) - defined))) for exercise in covered]
     except (RecursionError, MemoryError, SyntaxError, ValueError):
         raise NotebookError("its code is nested too deep to read")
 
 
-def _without(source: str, names: set[str]) -> str:
-    """`source` less its top-level definitions of `names` (other exercises' functions) and its
-    imports of the grader (a check cell's `from grader import check`: the kit's, not the learner's),
-    and less the cells (`# cell N` parts of `module_source`) that leaves empty."""
+def _without_grader(source: str) -> str:
+    """`source` less its imports of the grader (a check cell's `from grader import check`: the kit's,
+    not the learner's), and less the cells (`# cell N` parts of `module_source`) that leaves empty."""
     parts = []
     for part in re.split(r"\n\n\n(?=# cell \d+\n)", source.strip("\n")):
         tree = ast.parse(part)
         lines = part.splitlines()
-        kept = [node for node in tree.body if not _dropped(node, names)]
+        kept = [node for node in tree.body if not _imports_grader(node)]
         if kept:
             header = lines[0] if lines and lines[0].startswith("# cell ") else ""
             body = "\n\n".join("\n".join(lines[_first_line(node) - 1:node.end_lineno]) for node in kept)
@@ -113,9 +111,7 @@ def _without(source: str, names: set[str]) -> str:
     return "\n\n\n".join(parts) + ("\n" if parts else "")
 
 
-def _dropped(node: ast.stmt, names: set[str]) -> bool:
-    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-        return node.name in names
+def _imports_grader(node: ast.stmt) -> bool:
     if isinstance(node, ast.ImportFrom):
         return node.level == 0 and (node.module or "").split(".")[0] == "grader"
     if isinstance(node, ast.Import):

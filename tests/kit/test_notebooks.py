@@ -112,8 +112,9 @@ def test_export_writes_the_files_a_notebook_stands_for(tmp_path):
     assert done.returncode == 0, done.stderr
     assert sorted(os.listdir(tmp_path / "out")) == sorted(e.id + ".py" for e in CHAPTER.exercises)
     exported = (tmp_path / "out" / "ex19_quantize_blockwise.py").read_text()
-    assert "def quantize_blockwise(" in exported and "def adamw_step(" not in exported  # its own functions only
-    assert "grader" not in exported  # the check cells are the kit's, not the learner's
+    assert "def quantize_blockwise(" in exported and "raise NotImplementedError" not in exported
+    assert "grader" not in exported and "check(" not in exported  # the check cells are the kit's, not the learner's
+    assert (tmp_path / "out" / "ex18_adamw_step.py").read_text() == exported  # the notebook's module, as check() grades
     again = grader("export", str(notebook), "--out", str(tmp_path / "out"))
     assert again.returncode == 2 and "--force" in again.stderr
 

@@ -19,6 +19,7 @@ from tests.kit import ahead
 from tests.kit.catches import ex19_quantize_blockwise as ex19_catches
 from tests.kit.harness import KIT_ROOT, SEED, grader
 from tests.kit.stubs import write_stubs
+from tests.kit.test_homework import _solution_lines
 
 nbformat = pytest.importorskip("nbformat")
 
@@ -102,6 +103,10 @@ def test_the_student_release_ships_the_notebooks(tmp_path):
     shipped = sorted(os.listdir(tmp_path / "course" / "notebooks"))
     assert shipped == sorted(notebook_name(c) for c in catalog.CHAPTERS if c.exercises)
     assert "notebooks/" in (tmp_path / "course" / "README.md").read_text()
+    cells = "\n".join(c.source for name in shipped
+                      for c in nbformat.read(str(tmp_path / "course" / "notebooks" / name), as_version=4).cells)
+    secret = [(e.id, line) for e in catalog.EXERCISES for line in _solution_lines(e.id)]
+    assert secret and [(exercise, line) for exercise, line in secret if line in cells] == []  # made from the stubs
 
 
 # --- exported, and graded as submissions -----------------------------------------------------------------------

@@ -74,8 +74,8 @@ def normalize(folder: str, exercise_ids: Sequence[str]) -> Submission:
 
 
 def _notebooks(folder: str, exercise_ids: Sequence[str]) -> tuple[dict[str, list[tuple[str, Exported]]], list[str]]:
-    """The exercises the folder's notebooks stand for (shallower notebooks first), and why each
-    notebook that stands for none does not."""
+    """The exercises the folder's notebooks stand for (for each, those that started it first, then
+    the shallower), and why each notebook that stands for none does not."""
     found: dict[str, list[tuple[str, Exported]]] = {}
     broken = []
     notebooks = sorted((depth, path) for path, depth in _python_files(folder, suffix=".ipynb"))
@@ -89,6 +89,8 @@ def _notebooks(folder: str, exercise_ids: Sequence[str]) -> tuple[dict[str, list
             broken.append(f"{os.path.relpath(path, folder)}: it defines none of the exercises' functions")
         for one in made:
             found.setdefault(one.exercise, []).append((path, one))
+    for made_for in found.values():  # a notebook worked in before an untouched copy of the stubs' one
+        made_for.sort(key=lambda pair: not pair[1].started)
     return found, broken
 
 

@@ -34,6 +34,7 @@ class Exported:
     exercise: str  # the exercise's id
     source: str
     missing: tuple[str, ...]  # the stub's functions the notebook does not define
+    started: bool = True  # one of its functions is more than the stub's `raise NotImplementedError`
 
 
 @cache
@@ -91,7 +92,9 @@ def export(path: str, exercise_ids: Sequence[str] | None = None) -> list[Exporte
         defined = defined_names(source)
         covered = [i for i in ids if stub_names(i) & defined]
         module = _without_grader(source)
-        return [Exported(exercise, module, tuple(sorted(stub_names(exercise) - defined))) for exercise in covered]
+        unstarted = _unstarted(module)
+        return [Exported(exercise, module, tuple(sorted(stub_names(exercise) - defined)),
+                         not stub_names(exercise) & defined <= unstarted) for exercise in covered]
     except (RecursionError, MemoryError, SyntaxError, ValueError):
         raise NotebookError("its code is nested too deep to read")
 
@@ -109,6 +112,19 @@ def _without_grader(source: str) -> str:
             body = "\n\n".join("\n".join(lines[_first_line(node) - 1:node.end_lineno]) for node in kept)
             parts.append(f"{header}\n{body}" if header else body)
     return "\n\n\n".join(parts) + ("\n" if parts else "")
+
+
+def _unstarted(source: str) -> set[str]:
+    """The top-level functions of `source` whose body is a stub's: a docstring, comments and
+    `raise NotImplementedError` (a student's untouched copy beside the one they worked in)."""
+    found = set()
+    for node in ast.parse(source).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = [s for s in node.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+            if len(body) == 1 and isinstance(body[0], ast.Raise) and body[0].exc is not None and \
+                    "NotImplementedError" in ast.unparse(body[0].exc):
+                found.add(node.name)
+    return found
 
 
 def _imports_grader(node: ast.stmt) -> bool:

@@ -149,6 +149,8 @@ def batch(tmp_path_factory):
     shutil.copy(tmp / "stubs" / "ex18_adamw_step.py", root / "both")
     one = [e for e in CHAPTER.exercises if e.id == "ex19_quantize_blockwise"]
     write_notebook(root / "one" / "ex19.ipynb", references, chapter=catalog.Chapter(4, "x", "x", tuple(one)))
+    write_notebook(root / "two" / "a_old.ipynb", str(tmp / "stubs"))  # an untouched copy, first by name
+    write_notebook(root / "two" / "b_mine.ipynb", references)
     (root / "plain").mkdir()
     shutil.copy(os.path.join(references, "ex18_adamw_step.py"), root / "plain")
     report = tmp / "report.json"
@@ -175,6 +177,12 @@ def test_a_notebook_grades_like_the_files_it_stands_for(batch):
     assert results["one"]["exercises"][1]["status"] == "passed"  # a notebook of one exercise
     assert results["one"]["exercises"][0]["status"] == "missing"
     assert results["plain"]["exercises"][0]["status"] == "passed"
+
+
+def test_of_two_notebooks_the_one_worked_in_is_graded(batch):
+    results, output, _ = batch
+    assert {e["status"] for e in results["two"]["exercises"]} == {"passed"}
+    assert "ignored a_old.ipynb for ex18_adamw_step (b_mine.ipynb graded)" in output
 
 
 def test_a_py_file_beside_a_notebook_wins(batch):

@@ -6,8 +6,10 @@ which file was graded for which exercise; `stage` lays those files out under the
 names, the folder the grader then grades. A folder with no exercise file at all is not an
 error that stops a batch: it is graded as all missing, with its reason.
 
-A notebook (.ipynb) stands for the exercises whose functions it defines (`grader.notebook.export`);
-a .py file for the same exercise beside it is the one graded, as the more deliberate hand-in.
+A notebook (.ipynb) stands for the exercises whose functions it defines (`grader.notebook.export`).
+A .py file for the same exercise beside it is the one graded, as the more deliberate hand-in,
+unless it is the stub as shipped and the notebook's functions were started (a whole checkout
+handed in by a student who worked in the notebooks).
 """
 
 import os
@@ -16,7 +18,7 @@ import shutil
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from grader.notebook.export import Exported, NotebookError, export
+from grader.notebook.export import Exported, NotebookError, export, untouched
 
 MAX_DEPTH = 3  # folders below the submission's own that are searched
 _SUFFIXES = re.compile(r"(\s*\(\d+\)|[\s_-]+copy(\s*\d+)?|[\s_-]+v\d+|[\s_-]+final)+$")
@@ -51,6 +53,10 @@ def normalize(folder: str, exercise_ids: Sequence[str]) -> Submission:
     for exercise in exercise_ids:
         found = [path for _, _, path in sorted(candidates.get(exercise, []))]
         made = exported.get(exercise, [])
+        if found and made and made[0][1].started and untouched(found[0], exercise):
+            notes.append(f"ignored {os.path.relpath(found[0], folder)} (not started; "
+                         f"{os.path.relpath(made[0][0], folder)} graded)")
+            found = []
         if found:  # a .py file for the exercise wins over a notebook's definitions
             files.append((exercise, found[0]))
             notes.append(f"graded {os.path.relpath(found[0], folder)} as {exercise}")

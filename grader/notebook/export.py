@@ -114,6 +114,18 @@ def _without_grader(source: str) -> str:
     return "\n\n\n".join(parts) + ("\n" if parts else "")
 
 
+def untouched(path: str, exercise_id: str) -> bool:
+    """Whether the .py file at `path` is the exercise's stub as shipped: every function of the
+    exercise it defines still only raises NotImplementedError (a file that does not parse: no)."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            source = handle.read(MAX_BYTES)
+        own = defined_names(source) & stub_names(exercise_id)
+        return bool(own) and own <= _unstarted(source)
+    except (OSError, UnicodeDecodeError, RecursionError, MemoryError, SyntaxError, ValueError):
+        return False
+
+
 def _unstarted(source: str) -> set[str]:
     """The top-level functions of `source` whose body is a stub's: a docstring, comments and
     `raise NotImplementedError` (a student's untouched copy beside the one they worked in)."""

@@ -145,8 +145,12 @@ def batch(tmp_path_factory):
     write_notebook(root / "started" / "chapter4.ipynb", str(write_stubs(tmp / "stubs")))
     (root / "broken").mkdir(parents=True)
     (root / "broken" / "chapter4.ipynb").write_text('{"cells": [')
-    write_notebook(root / "both" / "chapter4.ipynb", references)  # and a not-started ex18 beside it
-    shutil.copy(tmp / "stubs" / "ex18_adamw_step.py", root / "both")
+    write_notebook(root / "both" / "chapter4.ipynb", references)  # and a started, wrong ex18 beside it
+    (root / "both" / "ex18_adamw_step.py").write_text(
+        (tmp / "stubs" / "ex18_adamw_step.py").read_text().replace("raise NotImplementedError", "return None"))
+    write_notebook(root / "checkout" / "notebooks" / "chapter4.ipynb", references)  # worked in the notebook
+    (root / "checkout" / "exercises").mkdir()
+    shutil.copy(tmp / "stubs" / "ex18_adamw_step.py", root / "checkout" / "exercises")  # the untouched stub
     one = [e for e in CHAPTER.exercises if e.id == "ex19_quantize_blockwise"]
     write_notebook(root / "one" / "ex19.ipynb", references, chapter=catalog.Chapter(4, "x", "x", tuple(one)))
     write_notebook(root / "two" / "a_old.ipynb", str(tmp / "stubs"))  # an untouched copy, first by name
@@ -185,11 +189,17 @@ def test_of_two_notebooks_the_one_worked_in_is_graded(batch):
     assert "ignored a_old.ipynb for ex18_adamw_step (b_mine.ipynb graded)" in output
 
 
-def test_a_py_file_beside_a_notebook_wins(batch):
+def test_a_py_file_worked_in_beside_a_notebook_wins(batch):
     results, output, _ = batch
     both = {e["id"]: e["status"] for e in results["both"]["exercises"]}
-    assert both == {"ex18_adamw_step": "not started", "ex19_quantize_blockwise": "passed"}
+    assert both == {"ex18_adamw_step": "failed", "ex19_quantize_blockwise": "passed"}
     assert "ignored chapter4.ipynb for ex18_adamw_step (ex18_adamw_step.py graded)" in output
+
+
+def test_an_untouched_stub_beside_a_worked_notebook_does_not_win(batch):
+    results, output, _ = batch
+    assert {e["status"] for e in results["checkout"]["exercises"]} == {"passed"}
+    assert "ignored exercises/ex18_adamw_step.py (not started; notebooks/chapter4.ipynb graded)" in output
 
 
 def test_a_malformed_notebook_scores_zero_with_its_reason_and_the_batch_goes_on(batch):

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, NoReturn, TextIO
 
 from grader import KIT_ROOT, catalog
-from grader.grading import report, text, versions
+from grader.grading import class_report, report, text, versions
 from grader.grading.options import Options, resolve
 from grader.grading.shards import ShardError
 from grader.learner import state
@@ -70,6 +70,9 @@ def build_parser() -> Parser:
     parser.add_argument("--visibility", choices=report.VISIBILITIES, default="visible",
                         help="Gradescope's visibility of each check's test (default visible)")
     parser.add_argument("--csv", metavar="PATH", help="write one summary row per target as CSV")
+    parser.add_argument("--class-report", metavar="PATH",
+                        help="write the class report: an HTML page at PATH and its markdown twin beside it "
+                             "(scores, diagnoses, checks most failed, review flags, rows not graded)")
     parser.add_argument("--fail-under", type=float, default=None, metavar="N",
                         help="exit 1 when a target scores below N points")
     parser.add_argument("--jobs", type=count, default=1, metavar="N",
@@ -106,7 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def command_names() -> tuple[str, ...]:
-    return ("list", "hint", "watch", "demo", "dev", "autograder", "release", "merge", "notebooks", "export")
+    return ("list", "hint", "watch", "demo", "dev", "autograder", "release", "merge", "serve", "notebooks", "export")
 
 
 def dispatch(name: str, argv: Sequence[str]) -> int:
@@ -120,6 +123,8 @@ def dispatch(name: str, argv: Sequence[str]) -> int:
         from grader.dev import main as command
     elif name == "merge":
         from grader.grading.merge import main as command
+    elif name == "serve":
+        from grader.grading.serve import main as command
     elif name == "notebooks":
         from grader.notebook.build import main as command
     elif name == "export":
@@ -222,6 +227,9 @@ def grade(args: argparse.Namespace, staged: Staged) -> int:
         problem = path and report.check_writable(path)
         if problem:
             raise UsageError(f"--{option}: {problem}")
+    trouble = args.class_report and class_report.problem(args.class_report, [args.json, args.gradescope, args.csv])
+    if trouble:
+        raise UsageError(f"--class-report: {trouble}")
     if args.gradescope and len(targets) > 1:
         raise UsageError("--gradescope writes one submission's results; give one --target")
     if args.require_sandbox:
@@ -288,6 +296,8 @@ def grade(args: argparse.Namespace, staged: Staged) -> int:
         report.write_json(args.gradescope, report.gradescope(results[0], args.visibility))
     if args.csv:
         report.write(args.csv, plan.csv(results) if plan else report.summary_csv(results))
+    if args.class_report:
+        class_report.write(args.class_report, plan.whole(results) if plan else results)
     not_graded = [f"{text.one_line(r.target)}: {', '.join(r.not_graded)}" for r in results if r.not_graded]
     if not_graded:
         print("python -m grader: error: the grader itself failed, these were not graded: " + "; ".join(not_graded),

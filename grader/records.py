@@ -146,16 +146,22 @@ class CheckResult:
     seconds: float = 0.0
     evidence: str = "compared in the grader"  # or what the worker measured about itself
     title: str = ""  # what the check proves, in words (its docstring's first line)
+    # A failure's parts, kept apart from `message` so that a class's failures group by cause, not by text:
+    diagnosis: str = ""  # the cause the check named (its hint), the same words for every learner it fits
+    counterexample: str = ""  # the smallest failing input Hypothesis found (drawn by the grader, one line)
+    finding: str = ""  # what went wrong on it, one line (expected and got; learner-derived text)
 
     def as_dict(self) -> dict[str, Any]:
         return {"name": self.check, "title": self.title or self.check, "device": self.device,
                 "status": self.status.label, "message": self.message, "seconds": self.seconds,
-                "evidence": self.evidence}
+                "evidence": self.evidence, "diagnosis": self.diagnosis, "counterexample": self.counterexample,
+                "finding": self.finding}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], target: str, exercise: str) -> CheckResult:
         return cls(target, exercise, data["name"], data["device"], Status.from_label(data["status"]),
-                   data["message"], data["seconds"], data["evidence"], data.get("title", ""))
+                   data["message"], data["seconds"], data["evidence"], data.get("title", ""),
+                   data.get("diagnosis", ""), data.get("counterexample", ""), data.get("finding", ""))
 
 
 @dataclass

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn, TypedDict, cast
 
-from grader.grading import report, shards
+from grader.grading import class_report, report, shards
 from grader.records import TargetResult
 
 
@@ -44,19 +44,24 @@ def build_parser() -> Parser:
     parser.add_argument("reports", nargs="+", metavar="SHARD.json", help="every shard's JSON report, once each")
     parser.add_argument("--csv", metavar="PATH", help="write the class's CSV summary")
     parser.add_argument("--json", metavar="PATH", help="write the class's JSON report")
+    parser.add_argument("--class-report", metavar="PATH", help="write the class report: an HTML page at PATH "
+                                                               "and its markdown twin beside it")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
-        if not args.csv and not args.json:
-            raise MergeError("give --csv PATH or --json PATH (or both): where to write the merged reports")
+        if not args.csv and not args.json and not args.class_report:
+            raise MergeError("give --csv PATH, --json PATH or --class-report PATH: where to write the merged reports")
         for option in ("json", "csv"):
             path = getattr(args, option)
             problem = path and report.check_writable(path)
             if problem:
                 raise MergeError(f"--{option}: {problem}")
+        problem = args.class_report and class_report.problem(args.class_report, [args.json, args.csv])
+        if problem:
+            raise MergeError(f"--class-report: {problem}")
         results, rec, versions_part = merge([read(path) for path in args.reports])
     except MergeError as error:
         print(f"python -m grader merge: error: {error}", file=sys.stderr)
@@ -65,6 +70,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         report.write_json(args.json, shards.report_json(results, versions_part, rec))
     if args.csv:
         report.write(args.csv, shards.report_csv(results, rec))
+    if args.class_report:
+        class_report.write(args.class_report, results)
     not_graded = sum(bool(result.not_graded) for result in results)
     print(f"merged {rec['merged']} shards: {len(results)} submissions"
           + (f"; {not_graded} not graded (regrade them with --regrade)" if not_graded else ""))

@@ -22,7 +22,7 @@ from grader.devices import select as select_devices
 from grader.grading.grade import Grade
 from grader.grading.options import Options, resolve
 from grader.grading.session import Session, exercise_of, resolve_target
-from grader.grading.text import shown
+from grader.grading.text import one_line, shown
 from grader.records import CheckFailed, Status, Verdict
 from grader.sandbox import missing as missing_layers
 from grader.sandbox.forkservers import depth
@@ -73,7 +73,10 @@ def pytest_configure(config: pytest.Config) -> None:
     if options.require_sandbox and missing_layers():
         raise pytest.UsageError("--require-sandbox: missing " + "; ".join(
             f"{layer.name} ({layer.detail})" for layer in missing_layers()))
-    config.stash[SESSION] = Session(options)
+    kept = given[0].session if given else None
+    if kept is not None:  # a grading service's session, warm from its requests before
+        kept.renew(options)
+    config.stash[SESSION] = kept or Session(options)
 
 
 def _options_from_command_line(config: pytest.Config) -> Options:
@@ -98,10 +101,12 @@ def _options_from_command_line(config: pytest.Config) -> Options:
 
 
 class OptionsCarrier:
-    """How `python -m grader` hands its Options to this plugin."""
+    """How `python -m grader` hands its Options to this plugin; a grading service hands over its
+    live session too (grading.serve), which then outlives the run."""
 
-    def __init__(self, options: Options) -> None:
+    def __init__(self, options: Options, session: Session | None = None) -> None:
         self.options = options
+        self.session = session
 
 
 def pytest_report_header(config: pytest.Config) -> str | None:
@@ -115,7 +120,9 @@ def pytest_report_header(config: pytest.Config) -> str | None:
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     session = config.stash.get(SESSION, None)
-    if session is not None:
+    kept = any(isinstance(plugin, OptionsCarrier) and plugin.session is session
+               for plugin in config.pluginmanager.get_plugins())
+    if session is not None and not kept:
         session.close()
 
 
@@ -217,6 +224,7 @@ def pytest_runtest_makereport(item: pytest.Item,
     details = (session is not None and session.options.details) or getattr(item.config.option, "verbose", 0) >= 2
     printed = getattr(getattr(item, "funcargs", {}).get("grade"), "printed", "")
     report.grader_message = failure_message(error, details, printed)
+    report.grader_diagnosis, report.grader_counterexample, report.grader_finding = failure_parts(error)
     if isinstance(error, (CheckFailed, Verdict)) and getattr(item.config.option, "verbose", 0) < 2:
         # pytest shows no status column: name the status (once) unless it is a plain failure
         label = status.label
@@ -244,6 +252,17 @@ def failure_message(error: BaseException, details: bool = False, printed: str = 
         if extra:
             lines.append(extra.rstrip())
     return shown("\n".join(lines))  # learner text: no raw escape sequences on anyone's terminal
+
+
+def failure_parts(error: BaseException) -> tuple[str, str, str]:
+    """The failure's cause as the check named it (its hint), the smallest input, and the first line of
+    what went wrong: the parts a class report groups and shows, each one line, never parsed back out of
+    the message."""
+    hint = getattr(error, "hint", None) or ""
+    found = (str(error).strip() or type(error).__name__).splitlines()[0]
+    if not isinstance(error, (CheckFailed, Verdict)):
+        found = f"{type(error).__name__}: {found}"
+    return one_line(hint), one_line(smallest_input(getattr(error, "__notes__", []))), one_line(found)
 
 
 def smallest_input(notes: Sequence[str]) -> str:

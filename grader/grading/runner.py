@@ -18,6 +18,7 @@ from grader import KIT_ROOT
 from grader.catalog import Exercise
 from grader.grading.options import Options
 from grader.grading.pytest_plugin import SESSION, OptionsCarrier
+from grader.grading.session import Session
 from grader.records import CheckResult, ExerciseResult, Layer, ReviewFlag, Status, TargetResult
 from grader.sandbox import scan
 
@@ -53,7 +54,8 @@ class Collector:
         status, message = Status[status], report.grader_message
         record = CheckResult(target, exercise, check, device, status, message, round(report.duration, 3),
                              getattr(report, "grader_evidence", "compared in the grader"),
-                             getattr(report, "grader_title", ""))
+                             getattr(report, "grader_title", ""), getattr(report, "grader_diagnosis", ""),
+                             getattr(report, "grader_counterexample", ""), getattr(report, "grader_finding", ""))
         self.records.append(record)
         if self.progress:
             self.progress(record)
@@ -64,8 +66,9 @@ def check_file(exercise: Exercise) -> str:
 
 
 def run(options: Options, exercises: Sequence[Exercise],
-        progress: Callable[[CheckResult], None] | None = None) -> list[TargetResult]:
-    """Grade every target of `options` on every exercise; one TargetResult per target."""
+        progress: Callable[[CheckResult], None] | None = None, session: Session | None = None) -> list[TargetResult]:
+    """Grade every target of `options` on every exercise; one TargetResult per target. A grading
+    service passes its warm `session` (kept open afterwards); else the run makes and closes its own."""
     collector = Collector(progress)
     args = [check_file(e) for e in exercises] + [
         "--rootdir", KIT_ROOT, "-c", os.path.join(KIT_ROOT, "pyproject.toml"),
@@ -73,7 +76,7 @@ def run(options: Options, exercises: Sequence[Exercise],
         "-p", "no:unraisableexception", "--assert=plain", "--import-mode=importlib",
     ]  # the seed and the profile travel in `options` (see pytest_plugin.pytest_configure)
     with _quiet_stdout(options.details), _only_hypothesis_plugin():
-        code = pytest.main(args, plugins=[collector, OptionsCarrier(options)])
+        code = pytest.main(args, plugins=[collector, OptionsCarrier(options, session)])
     if code == pytest.ExitCode.INTERRUPTED and collector.interrupted:
         raise KeyboardInterrupt
     if collector.broken:

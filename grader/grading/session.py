@@ -61,6 +61,27 @@ class Session:
             self.sandbox.release(self.current_target)
         self.current_target = target
 
+    def renew(self, options: Options) -> None:
+        """Take a grading service's next request: its options and targets, the reference's
+        observations and workers kept (same seed, same inputs), nothing of a submission before."""
+        self.options = options
+        self.targets = list(options.targets)
+        self.devices = list(options.devices)
+        self.timeout = options.timeout
+        self.spent = {}
+        self.target_cache.clear()
+        self.retried.clear()
+        for key in [key for key, replies in self.reference_cache.items() if not all(r.ok for r in replies)]:
+            del self.reference_cache[key]  # a reference call that failed is asked again, not remembered
+
+    def forget_targets(self) -> None:
+        """After a service's request: stop its submissions' workers and drop their copies, so that
+        the next request, even of the same folder, starts from a fresh copy in fresh workers."""
+        for target in self.targets:
+            self.sandbox.forget(target)
+        self.target_cache.clear()
+        self.current_target = None
+
     def budget_left(self, target: Target) -> float:
         if self.options.budget is None:
             return float("inf")

@@ -254,6 +254,9 @@ class Plan:
             if args.json and self.previous.kind == "csv":
                 raise ShardError(f"--regrade {args.regrade}: a CSV's rows make a CSV; write --csv, or regrade "
                                  "the batch's JSON report to write --json")
+            if getattr(args, "class_report", None) and self.previous.kind == "csv":
+                raise ShardError(f"--regrade {args.regrade}: a CSV's rows hold no checks to write --class-report "
+                                 "from; regrade the batch's JSON report")
             regrade.adopt(args, self.previous)
         self.names: list[str] = []
         self.graded: list[str] = []
@@ -321,6 +324,10 @@ class Plan:
             results, keys = self._full(results)
             rec = {**rec, "submissions": keys}
         return report_json(results, versions.as_report(), rec)
+
+    def whole(self, results: Sequence[TargetResult]) -> list[TargetResult]:
+        """The rows a class report covers: a regrade's every row (the new in place of the old), else those graded."""
+        return self._full(results)[0] if self.previous else list(results)
 
     def csv(self, results: Sequence[TargetResult]) -> str:
         from grader.grading import regrade

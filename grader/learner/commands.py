@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from grader import KIT_ROOT, catalog
+from grader.grading.service import GradeRequest, Service, ServiceError
 from grader.learner import state
 
 
@@ -82,7 +83,7 @@ def watch(argv: Sequence[str]) -> int:
     parser = command_parser("watch", "Grade an exercise now, then again each time its file is saved (Ctrl-C to stop).")
     parser.add_argument("exercise", nargs="?", help="one exercise; every exercise file when omitted")
     parser.add_argument("--target", default="exercises", help="the folder to watch (default: exercises)")
-    parser.add_argument("--interval", type=float, default=0.5, help=argparse.SUPPRESS)
+    parser.add_argument("--interval", type=float, default=0.2, help=argparse.SUPPRESS)
     args, grader_args = parser.parse_known_args(argv)
     folder = os.path.join(KIT_ROOT, args.target) if args.target in ("exercises", "solutions") else args.target
     if not os.path.isdir(folder):
@@ -93,8 +94,16 @@ def watch(argv: Sequence[str]) -> int:
     print(f"watching {', '.join(os.path.relpath(p) for p in files.values())}; save a file to grade it, Ctrl-C to stop",
           flush=True)
 
+    warm = _warm_options(grader_args)
+    service = Service() if warm is not None else None
+
     def grade(names: Sequence[str]) -> None:
-        subprocess.run([sys.executable, "-m", "grader", *names, "--target", folder, *grader_args], cwd=KIT_ROOT)
+        if service is None or warm is None:  # options only a grader of its own takes (--json, ...)
+            subprocess.run([sys.executable, "-m", "grader", *names, "--target", folder, *grader_args], cwd=KIT_ROOT)
+        else:
+            _grade_warm(service, GradeRequest(exercises=tuple(names), target=folder, label=args.target,
+                                              device=warm.device, profile=warm.profile or "", timeout=warm.timeout,
+                                              seed=warm.seed, details=warm.verbose), warm.verbose)
         print("watching...", flush=True)
 
     try:
@@ -110,6 +119,50 @@ def watch(argv: Sequence[str]) -> int:
                     grade([name])
     except KeyboardInterrupt:
         return 0
+    finally:
+        if service is not None:
+            service.close()
+
+
+def _warm_options(grader_args: Sequence[str]) -> argparse.Namespace | None:
+    """The grading options `watch` passes on, when a warm grading service can honour them all (None
+    when one asks for a grader of its own: a report file, several targets, ...)."""
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--device", choices=["cpu", "cuda", "all"], default="all")
+    parser.add_argument("--profile", choices=["fast", "thorough"], default=None)
+    parser.add_argument("--timeout", type=positive, default=60.0)
+    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("-q", "--quiet", action="store_true")
+    parser.add_argument("-v", "--verbose", action="store_true")
+    try:
+        options, rest = parser.parse_known_args(grader_args)
+    except SystemExit:
+        return None
+    return None if rest else options
+
+
+def _grade_warm(service: Service, request: GradeRequest, verbose: bool) -> None:
+    """Grade through the warm service and print what `python -m grader` prints: the table, the sandbox."""
+    from grader.grading import report
+
+    try:
+        reply = service.grade(request)
+    except ServiceError as error:
+        print(f"python -m grader: error: {error}", file=sys.stderr, flush=True)
+        return
+    for note in reply.notes:
+        print(note, flush=True)
+    if reply.result is None:
+        print(f"python -m grader: error: {reply.error}", file=sys.stderr, flush=True)
+        return
+    result = reply.result
+    if result.target == "exercises":
+        state.remember_grade(result)
+    print(report.terminal(result, verbose))
+    print()
+    if result.sandbox:
+        print(report.sandbox_footer(result.sandbox))
+    print(f"graded in {reply.seconds:.1f} s (a warm grader)", flush=True)
 
 
 def _mtime(path: str) -> int | None:

@@ -142,6 +142,7 @@ class Sandbox:
             os.mkdir(self.reference_copy)
         os.chmod(self.reference_copy, 0o700)
         self.prepared: dict[str, _Prepared] = {}  # by the target's folder
+        self.prepared_count = 0
         self.pools = Pools(self.logs, memory.worker_budget() if budget_mb is None else budget_mb)
 
     def _folder(self, name: str, mode: int) -> str:
@@ -149,6 +150,11 @@ class Sandbox:
         os.mkdir(path, mode)
         os.chmod(path, mode)
         return path
+
+    def groups_apart(self, preload: str) -> bool:
+        """Whether groups of ranks of this kind run one at a time here (memory.groups_apart): then a
+        comparison runs the reference's group first, and the submission's once it is stopped."""
+        return self.pools.budget_mb is not None and memory.groups_apart(preload)
 
     @property
     def layers(self) -> list[Layer]:
@@ -234,7 +240,8 @@ class Sandbox:
 
     def _prepare(self, target: Target) -> _Prepared:
         if target.path not in self.prepared:
-            index = len(self.prepared)
+            index = self.prepared_count  # never reused: a forgotten target's folders may linger
+            self.prepared_count += 1
             base = os.path.join(self.rundir, "targets", str(index))
             os.makedirs(base, 0o711)
             os.chmod(os.path.dirname(base), 0o711)
@@ -267,6 +274,19 @@ class Sandbox:
         self.pools.close(keep=lambda key: not (key[0] == "target" and key[1] == target.path))
         if target.path in self.prepared:
             self.prepared[target.path].container.kill()
+
+    def forget(self, target: Target) -> None:
+        """Free a submission's workers, kill what it started and remove its copy and scratch dir:
+        the same folder graded again (a grading service's next request) is copied afresh."""
+        self.release(target)
+        prepared = self.prepared.pop(target.path, None)
+        if prepared is None:
+            return
+        self.pools.reap()
+        prepared.container.remove()
+        if prepared.container in self.containers.made:
+            self.containers.made.remove(prepared.container)
+        _remove_tree(os.path.dirname(prepared.copy))
 
     def close(self) -> None:
         self.pools.close()
@@ -347,6 +367,16 @@ def _copy_tree(source: str, destination: str, limit: int) -> None:
                 continue
             budget -= info.st_size
             shutil.copyfile(path, os.path.join(into, name), follow_symlinks=False)
+
+
+def _remove_tree(folder: str) -> None:
+    """Remove a target's folders, its sealed (read-only) copy included."""
+    for root, _, _ in os.walk(folder):
+        try:
+            os.chmod(root, 0o700)
+        except OSError:
+            pass
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def _seal(folder: str, uid: int | None) -> None:

@@ -356,3 +356,34 @@ def kill_descendants() -> None:
             break
         if pid == 0:
             break
+    _forget_killed()
+
+
+def _forget_killed() -> None:
+    """Forget the fork servers and the resource tracker just killed and reaped: their objects
+    still hold those pids, and asking after them (os.waitpid) raised ChildProcessError in the
+    next grading of this process (a second `check()` in a notebook kernel, a grading service).
+    A later grading starts fresh ones."""
+    _servers.clear()
+    from multiprocessing import resource_tracker
+
+    tracker: Any = resource_tracker._resource_tracker  # its _fd and _pid are undeclared in typeshed
+    pid = getattr(tracker, "_pid", None)
+    if pid is not None and not _running(pid):
+        fd = getattr(tracker, "_fd", None)
+        if fd is not None:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        tracker._fd = tracker._pid = None
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

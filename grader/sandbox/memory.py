@@ -13,6 +13,10 @@ GRADER_MB = 450  # the grading process and its three fork servers, measured here
 # What one warm worker costs beyond the pages it shares with its fork server (PSS, measured here)
 WORKER_MB = {"torch": 30, "optim": 35, "transformers": 70, "data": 90}
 ROOMY = 2 * 2**30  # with this much memory or more, workers are not counted
+# Kinds whose groups of ranks, the reference's and the submission's, do not fit beside each other in a small box:
+# chapter 1's peak was ex03's two groups of two transformers ranks (649-651 MB charged in 768 MB; 606-608 MB
+# with one group at a time, at the price of starting both groups again for each example of that check).
+HEAVY_GROUPS = {"transformers", "data"}
 
 
 def worker_budget() -> float | None:
@@ -23,6 +27,12 @@ def worker_budget() -> float | None:
     if limit is None or limit >= ROOMY:
         return None
     return max(8 * WORKER_MB["torch"], limit / 2**20 - GRADER_MB)
+
+
+def groups_apart(preload: str) -> bool:
+    """Whether, where workers are counted (a small box), a group of ranks of this kind runs with no other
+    group alive."""
+    return preload in HEAVY_GROUPS
 
 
 def submission_limit() -> int | None:

@@ -299,7 +299,8 @@ class Pools:
 
     In a small box the live workers may use `budget_mb` together (each costs 30-70 MB that fork
     cannot share, see memory.WORKER_MB): starting a pool beyond that stops the pools used least
-    recently, among those not in the middle of a call.
+    recently, among those not in the middle of a call; and a group of heavy ranks (memory.groups_apart)
+    stops the idle groups before it starts: the reference's ranks before the submission's, and back.
     """
 
     def __init__(self, logdir: str, budget_mb: float | None = None) -> None:
@@ -316,6 +317,8 @@ class Pools:
         if ranks is not None:
             self.ranks[key] = ranks  # now the most recently used
         else:
+            if world_size > 1:
+                self._one_group_at_a_time(spec.preload)
             self._make_room(memory.worker_cost(spec.preload, world_size))
             ranks = Ranks(spec, world_size, self.logdir)
             self.ranks[key] = ranks
@@ -337,6 +340,14 @@ class Pools:
                 ranks = self.ranks.pop(key)
                 ranks.stop()
                 self.stopped.append(ranks)
+
+    def _one_group_at_a_time(self, preload: str) -> None:
+        if self.budget_mb is None or not memory.groups_apart(preload):
+            return
+        for key in [key for key, ranks in self.ranks.items() if ranks.world_size > 1 and not ranks.busy]:
+            ranks = self.ranks.pop(key)
+            ranks.stop()
+            self.stopped.append(ranks)
 
     def discard(self, key: PoolKey) -> None:
         ranks = self.ranks.pop(key, None)

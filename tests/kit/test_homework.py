@@ -272,11 +272,13 @@ def test_memory_a_submission_hogs_in_a_small_box_is_its_own_failure(tmp_path):
 
 @pytest.mark.skipif(os.geteuid() != 0 or not os.path.isdir(MEMORY_CGROUP), reason="needs root and a v1 memory cgroup")
 def test_a_small_box_grades_across_fork_servers(tmp_path):
-    """In Gradescope's 768 MB box the torch server is a fork of the grader, and each server lighter than the
-    exercise being graded is stopped: grading from torch's to optim's to transformers' must still score full."""
+    """In Gradescope's 768 MB box the torch server is a fork of the grader, each server lighter than the
+    exercise being graded is stopped, and ex03's groups of transformers ranks run one at a time (the
+    reference's stopped before the submission's start): grading from torch's to optim's to transformers'
+    must still score full."""
     report = tmp_path / "report.json"
-    done = _grade_in_a_box(768, "ex04", "ex10", "ex01", "--target", "solutions", "--json", str(report), "--seed", SEED,
-                           "--device", "cpu", "-q")
+    done = _grade_in_a_box(768, "ex04", "ex10", "ex03", "--target", "solutions", "--json", str(report), "--seed", SEED,
+                           "--device", "cpu", "--profile", "fast", "-q")
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(report.read_text())
     assert result["score"] == result["max_score"] > 0, [e["status"] for e in result["exercises"]]

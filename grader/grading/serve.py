@@ -1,0 +1,127 @@
+"""`python -m grader serve`: the grading service's process (see grading.service for the client).
+
+It reads one GradeRequest a line on stdin and writes one GradeReply a line on stdout, until stdin
+ends. One grading session lives across the requests: its fork servers, the reference's warm
+workers and its observations (the service grades every request with one seed, so the reference
+is asked the same inputs again and answers from the cache). A request's folder is copied afresh
+and graded in new workers, which are stopped, with everything they started, before the reply is
+sent: nothing of one submission is left for the next.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import random
+import sys
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, TextIO
+
+from grader import KIT_ROOT, catalog
+from grader.grading.service import GradeReply, GradeRequest
+from grader.records import TargetResult
+
+if TYPE_CHECKING:
+    from grader.grading.session import Session
+
+
+class Warm:
+    """What the service keeps between requests."""
+
+    def __init__(self, seed: int | None = None) -> None:
+        self.seed = seed if seed is not None else random.SystemRandom().randrange(2**31)
+        self.session: Session | None = None
+        self.devices: dict[str, tuple[str, ...]] = {}  # --device choice -> devices (CUDA probed once)
+
+    def grade(self, request: GradeRequest) -> TargetResult:
+        """Grade one request; ValueError for a request that names no such exercise or folder."""
+        from grader import devices
+        from grader.grading import runner
+        from grader.grading.options import Options, resolve
+        from grader.grading.session import Session
+        from grader.sandbox import Target, forkservers
+
+        exercises = []
+        for name in request.exercises:
+            exercise = catalog.find(name)
+            if exercise is None:
+                raise ValueError(catalog.unknown(name))
+            exercises.append(exercise)
+        if not exercises:
+            raise ValueError("no exercise named")
+        if not os.path.isdir(request.target):
+            raise ValueError(f"no such folder: {request.target}")
+        exercises = [e for e in catalog.EXERCISES if e in exercises]
+        if request.device not in self.devices:
+            try:
+                self.devices[request.device] = tuple(devices.select(request.device))
+            except devices.NoSuchDevice as error:
+                raise ValueError(str(error))
+        forkservers.warm_up({e.preload for e in exercises})
+        target = Target(request.label or request.target, os.path.abspath(request.target))
+        options = resolve(Options(targets=(target,), devices=self.devices[request.device], timeout=request.timeout,
+                                  seed=self.seed if request.seed is None else request.seed,
+                                  profile=request.profile, details=request.details), KIT_ROOT)
+        if self.session is None:
+            self.session = Session(options)
+        try:
+            return runner.run(options, exercises, session=self.session)[0]
+        finally:
+            self.session.forget_targets()
+
+    def close(self) -> None:
+        if self.session is not None:
+            self.session.close()
+            self.session = None
+
+
+def serve(requests: TextIO, replies: TextIO, warm: Warm) -> None:
+    """Answer each request line with a reply line until `requests` ends."""
+    for line in requests:
+        if not line.strip():
+            continue
+        started = time.monotonic()
+        try:
+            reply = GradeReply(result=warm.grade(GradeRequest.from_line(line)))
+        except (ValueError, TypeError) as error:
+            reply = GradeReply(error=str(error).splitlines()[0] if str(error) else type(error).__name__)
+        except RuntimeError as error:  # the grader's own failure (runner says why)
+            reply = GradeReply(error=f"the grader failed: {error}")
+        except Exception as error:  # noqa: BLE001 - a bug of the grader's: said in one line, then a fresh session
+            reply = GradeReply(error=f"the grader failed: {type(error).__name__}: {error}".splitlines()[0])
+            warm.close()
+        reply.seconds = round(time.monotonic() - started, 3)
+        replies.write(reply.to_line())
+        replies.flush()
+        # While it waits for the next request: the run froze what was alive (pytest_plugin, to spare the
+        # collector), this request's leftovers with it; free them, or a long session grows request by request.
+        gc.unfreeze()
+        gc.collect()
+
+
+def main(argv: Sequence[str]) -> int:
+    from grader.learner.commands import command_parser
+
+    parser = command_parser("serve", "Grade requests read from stdin, one JSON line each, with a warm grader "
+                                     "(what check() in a notebook and watch talk to).")
+    parser.add_argument("--seed", type=int, default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    # The replies have stdout to themselves: anything else printed (by pytest, a library) goes to stderr.
+    replies = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    from grader.sandbox import forkservers
+
+    forkservers.warm_up({"torch"})  # the lightest server, while the first request is on its way
+    import grader.grading.runner  # noqa: F401 - torch, pytest and Hypothesis imported before it arrives
+
+    warm = Warm(args.seed)
+    try:
+        serve(sys.stdin, replies, warm)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        warm.close()
+        replies.close()
+    return 0

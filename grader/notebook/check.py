@@ -1,0 +1,313 @@
+"""`check("ex04")` in a notebook: grade the functions the learner defined in the kernel.
+
+The learner's cells become a module (`cells.module_source`: the definitions alone), written as
+`exNN_name.py` into a private folder that the kernel's grading service grades (grading.service):
+in the same sandboxed workers and with the same checks as `python -m grader`. The kernel never
+runs the checks itself and never forks (it may have touched CUDA): the service is a process of its
+own, started on first use, kept warm for the next check and ended with the kernel.
+"""
+
+from __future__ import annotations
+
+import ast
+import atexit
+import html
+import json
+import os
+import re
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from grader import KIT_ROOT, catalog
+from grader.grading.service import GradeRequest, Service, ServiceError
+from grader.notebook import cells as notebook_cells
+from grader.records import Status, TargetResult
+
+LABEL = "notebook"
+MARKS = {Status.PASSED: "✓", Status.NOT_STARTED: "–", Status.MISSING: "m", Status.NOT_GRADED: "?"}
+
+
+class CheckError(Exception):
+    """A check that cannot start, said in one line (in a notebook, without a traceback)."""
+
+    def _render_traceback_(self) -> list[str]:  # IPython shows this instead of a traceback
+        return [f"{type(self).__name__}: {self}"]
+
+
+@dataclass(frozen=True)
+class CheckRow:
+    """One check's line: what a learner reads in the table."""
+
+    exercise: str
+    name: str
+    device: str
+    status: Status
+    points: float  # earned
+    max_points: float
+    message: str = ""  # what went wrong, without the hint and the example
+    example: str = ""  # the smallest failing input Hypothesis found
+    expected: str = ""
+    received: str = ""
+    hint: str = ""
+
+    @property
+    def passed(self) -> bool:
+        return self.status is Status.PASSED
+
+
+@dataclass
+class CheckReport:
+    """What `check()` returns: the score, a row per check, and the table (HTML in Jupyter, text elsewhere)."""
+
+    result: TargetResult = field(repr=False)
+    checks: list[CheckRow]
+    missing: dict[str, list[str]] = field(default_factory=dict)  # exercise -> functions the notebook lacks
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def score(self) -> float:
+        return self.result.score
+
+    @property
+    def max_score(self) -> float:
+        return self.result.max_score
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.checks) and all(row.passed for row in self.checks)
+
+    def __str__(self) -> str:
+        from grader.grading import report, text
+
+        lines = [report.terminal(self.result)]
+        lines += [f"missing from the notebook: {', '.join(names)} ({exercise})"
+                  for exercise, names in self.missing.items() if names]
+        lines += [text.one_line(note) for note in self.notes]
+        return "\n".join(lines)
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:  # IPython in a terminal: the table
+        printer.text(str(self))
+
+    def _repr_html_(self) -> str:
+        def e(value: object) -> str:
+            return html.escape(str(value))
+
+        parts = [f"<div><b>{e(self._heading())}</b>"]
+        for exercise, names in self.missing.items():
+            if names:
+                parts.append(f"<br>missing from the notebook: <code>{e(', '.join(names))}</code> ({e(exercise)})")
+        for note in self.notes:
+            parts.append(f"<br><i>{e(note)}</i>")
+        parts.append('<table style="text-align:left"><tr><th></th><th>check</th><th>points</th>'
+                     "<th>what went wrong</th></tr>")
+        for row in self.checks:
+            mark = MARKS.get(row.status, "✗")
+            details = []
+            if not row.passed:
+                details.append(e(row.status.label + (": " + row.message if row.message else "")))
+            for label, value in (("input", row.example), ("expected", row.expected), ("got", row.received),
+                                 ("hint", row.hint)):
+                if value:
+                    details.append(f"<b>{label}</b>: <code>{e(value)}</code>" if label != "hint"
+                                   else f"<b>hint</b>: {e(value)}")
+            name = row.name if len({r.exercise for r in self.checks}) == 1 else f"{row.exercise[:4]} {row.name}"
+            device = f" [{e(row.device)}]" if len({r.device for r in self.checks}) > 1 else ""
+            parts.append(f"<tr><td>{mark}</td><td><code>{e(name)}</code>{device}</td>"
+                         f"<td>{row.points:g} / {row.max_points:g}</td>"
+                         f"<td style=\"white-space:pre-wrap\">{'<br>'.join(details)}</td></tr>")
+        parts.append("</table></div>")
+        return "".join(parts)
+
+    def _heading(self) -> str:
+        passed = sum(row.passed for row in self.checks)
+        names = ", ".join(row.id for row in self.result.exercises)
+        return f"{names}: {self.score:g} / {self.max_score:g} ({passed} of {len(self.checks)} checks passed)"
+
+
+_service: Service | None = None
+
+
+def service() -> Service:
+    """The kernel's grading service, started on first use and ended with the kernel."""
+    global _service
+    if _service is None:
+        _service = Service()
+        atexit.register(_service.close)
+    return _service
+
+
+def check(exercise: str | int, *, source: str | None = None, path: str | None = None, device: str = "all",
+          profile: str = "", timeout: float = 60.0, details: bool = False) -> CheckReport:
+    """Grade one exercise (`"ex04"`, `4`) as the notebook defines it; the report shows as a table.
+
+    The code is the kernel's executed cells; `source` (a module's text) or `path` (a .py or .ipynb
+    file) grade that instead, also outside a notebook."""
+    chosen = catalog.find(exercise)
+    if chosen is None:
+        raise CheckError(catalog.unknown(str(exercise)))
+    return _grade([chosen], _code(source, path), device, profile, timeout, details, required=True)
+
+
+def check_all(chapter: int | str | None = None, *, source: str | None = None, path: str | None = None,
+              device: str = "all", profile: str = "", timeout: float = 60.0, details: bool = False) -> CheckReport:
+    """Grade a chapter's exercises (every one, those the notebook lacks score 0), or with no chapter
+    every exercise the notebook defines a function of."""
+    code = _code(source, path)
+    if chapter is None:
+        defined = notebook_cells.defined_names(code)
+        chosen = [e for e in catalog.EXERCISES if set(needed(e)) & defined]
+        if not chosen:
+            raise CheckError("the notebook defines none of the exercises' functions: define one in a cell, "
+                             "run it, then check again")
+    else:
+        found = catalog.find_chapter(chapter)
+        if found is None:
+            raise CheckError(catalog.unknown(chapter if isinstance(chapter, str) else f"chapter{chapter}"))
+        chosen = list(found.exercises)
+    return _grade(chosen, code, device, profile, timeout, details, required=False)
+
+
+def needed(exercise: catalog.Exercise) -> list[str]:
+    """The functions an exercise asks for: its stub's (or reference's) public top-level functions."""
+    for folder in ("exercises", "solutions"):
+        try:
+            with open(os.path.join(KIT_ROOT, folder, exercise.id + ".py")) as handle:
+                tree = ast.parse(handle.read())
+        except (OSError, SyntaxError):
+            continue
+        return [node.name for node in tree.body
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and not node.name.startswith("_")]
+    return []
+
+
+def _grade(exercises: Sequence[catalog.Exercise], code: str, device: str, profile: str, timeout: float,
+           details: bool, required: bool) -> CheckReport:
+    defined = notebook_cells.defined_names(code)
+    missing = {e.id: [name for name in needed(e) if name not in defined] for e in exercises}
+    mentioned = [e for e in exercises if set(needed(e)) & defined]
+    if required and not mentioned:
+        exercise = exercises[0]
+        raise CheckError(f"the notebook defines none of {exercise.id}'s functions ({', '.join(needed(exercise))}): "
+                         "write them in a cell and run it, then check again")
+    folder = tempfile.mkdtemp(prefix="grader-notebook-")
+    try:
+        for exercise in mentioned:  # an exercise the notebook lacks is graded as missing
+            with open(os.path.join(folder, exercise.id + ".py"), "w") as handle:
+                handle.write(code)
+        request = GradeRequest(exercises=tuple(e.id for e in exercises), target=folder, label=LABEL, device=device,
+                               profile=profile, timeout=timeout, details=details)
+        try:
+            reply = service().grade(request)
+        except ServiceError as error:
+            raise CheckError(str(error)) from None
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    for note in reply.notes:
+        print(note, file=sys.stderr)
+    if reply.result is None:
+        raise CheckError(reply.error or "the grading service gave no result")
+    return CheckReport(reply.result, rows(reply.result),
+                       {exercise: names for exercise, names in missing.items() if names and
+                        exercise in {e.id for e in mentioned}}, list(reply.notes))
+
+
+def rows(result: TargetResult) -> list[CheckRow]:
+    """A CheckRow per check, its points the exercise's split evenly (as the grader scores)."""
+    found = []
+    for exercise in result.exercises:
+        share = exercise.max_score / len(exercise.checks) if exercise.checks else 0.0
+        for check in exercise.checks:
+            message, hint, example = _parts(check.message)
+            expected, received = _expected_and_received(message)
+            earned = share if check.status is Status.PASSED and exercise.graded else 0.0
+            found.append(CheckRow(exercise.id, check.check, check.device, check.status, round(earned, 2),
+                                  round(share, 2), message, example, expected, received, hint))
+    return found
+
+
+def _parts(text: str) -> tuple[str, str, str]:
+    """(message, hint, smallest failing input) of a check's message (pytest_plugin.failure_message)."""
+    message, hint, example = [], "", ""
+    for line in text.splitlines():
+        if line.startswith("hint: ") and not hint:
+            hint = line[len("hint: "):]
+        elif line.startswith("smallest failing input: ") and not example:
+            example = line[len("smallest failing input: "):]
+        else:
+            message.append(line)
+    return "\n".join(message).strip(), hint, example
+
+
+EXPECTED_FIRST = re.compile(r"expected (.+?), got (.+?)\)?$", re.MULTILINE)
+RECEIVED_FIRST = re.compile(r"got (.+?), expected (.+?)\)?$", re.MULTILINE)
+
+
+def _expected_and_received(message: str) -> tuple[str, str]:
+    """(expected, received) where the message says both (checks.expect_equal's and the checks' wording)."""
+    first = EXPECTED_FIRST.search(message)
+    second = RECEIVED_FIRST.search(message)
+    if first and (not second or first.start() <= second.start()):
+        return first.group(1), first.group(2)
+    return (second.group(2), second.group(1)) if second else ("", "")
+
+
+def _code(source: str | None, path: str | None) -> str:
+    """The module the notebook's definitions make: from `source`, `path`, or the kernel's history."""
+    if source is not None and path is not None:
+        raise CheckError("give source= or path=, not both")
+    if source is not None:
+        return _without_grader(notebook_cells.module_source([source]))
+    if path is not None:
+        return _without_grader(notebook_cells.module_source(_file_cells(path)))
+    return _without_grader(notebook_cells.module_source(_kernel_cells()))
+
+
+def _without_grader(source: str) -> str:
+    """The module without its imports of the grader (`from grader import check`, the check cell's):
+    the graded code needs none, and the grader flags code that reaches for its machinery."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return source
+    lines = source.splitlines()
+    for node in reversed(tree.body):
+        names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else \
+            [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+        if names and all(name == "grader" or name.startswith("grader.") for name in names):
+            lines[node.lineno - 1:node.end_lineno] = [""] * ((node.end_lineno or node.lineno) - node.lineno + 1)
+    return "\n".join(lines) + "\n"
+
+
+def _file_cells(path: str) -> list[str]:
+    try:
+        with open(path) as handle:
+            text = handle.read()
+    except OSError as error:
+        raise CheckError(f"{path}: {error.strerror}") from None
+    if not path.endswith(".ipynb"):
+        return [text]
+    try:
+        notebook = json.loads(text)
+        return ["".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+                for cell in notebook["cells"] if cell.get("cell_type") == "code"]
+    except (ValueError, KeyError, TypeError):
+        raise CheckError(f"{path}: not a notebook (.ipynb) file") from None
+
+
+def _kernel_cells() -> Iterable[str]:
+    """The cells the kernel has run, in order, as typed (magics included: module_source drops them)."""
+    shell = None
+    if "IPython" in sys.modules:
+        from IPython import get_ipython
+
+        shell = get_ipython()
+    if shell is None:
+        raise CheckError("check() reads the cells of a notebook kernel (Jupyter, IPython); "
+                         "outside one, pass source= or path=")
+    history = getattr(shell, "history_manager", None)
+    raw = getattr(history, "input_hist_raw", None)
+    return list(raw if raw else shell.user_ns.get("In", []))

@@ -3,8 +3,9 @@
 The stubs stay the one source: a notebook is generated on demand (by this command and by the
 student release), never kept beside them to drift. Per exercise it holds the stub's docstring as
 markdown (the lesson), the stub's code as code cells (the imports, then each function to write),
-and a check cell that grades what the kernel ran. The output is deterministic (stable cell ids,
-no execution counts, no outputs), so two builds of the same stubs are the same bytes.
+and a check cell that grades what the kernel ran; a last cell grades the whole chapter. The output
+is deterministic (stable cell ids, no execution counts, no outputs), so two builds of the same
+stubs are the same bytes.
 """
 
 from __future__ import annotations
@@ -128,6 +129,10 @@ def chapter_cells(chapter: catalog.Chapter, code_from: str | None = None) -> lis
         cells.append(Cell("markdown", f"{prefix}-lesson", lesson_cell(exercise, stub.lesson)))
         cells += [Cell("code", f"{prefix}-code-{n}", piece) for n, piece in enumerate(code, 1)]
         cells.append(Cell("code", f"{prefix}-check", check_source(exercise)))
+    cells.append(Cell("markdown", f"{chapter.name}-score-title",
+                      f"## The chapter's score\n\nEvery exercise of chapter {chapter.number} together, "
+                      f"out of {chapter.points:g}: the homework assignment's score."))
+    cells.append(Cell("code", f"{chapter.name}-score", f"from grader import check_all\n\ncheck_all({chapter.number})"))
     return cells
 
 

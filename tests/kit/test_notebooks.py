@@ -68,6 +68,7 @@ def test_one_valid_notebook_per_chapter_with_a_check_cell_per_exercise(built):
         assert notebook.cells[0].source.startswith(f"# Chapter {chapter.number}: {chapter.topic}")
         checks = [c.source for c in notebook.cells if c.cell_type == "code" and "check(" in c.source]
         assert checks == [f'from grader import check\n\ncheck("{e.id[:4]}")' for e in chapter.exercises]
+        assert notebook.cells[-1].source.endswith(f"check_all({chapter.number})")
         code = "\n".join(c.source for c in notebook.cells if c.cell_type == "code")
         lessons = "\n".join(c.source for c in notebook.cells if c.cell_type == "markdown")
         for exercise in chapter.exercises:
@@ -280,9 +281,12 @@ def test_the_stubs_notebook_checks_not_started(tmp_path):
 def test_the_reference_filled_in_scores_full_in_the_kernel(tmp_path):
     needs_check()
     path = write_notebook(tmp_path / "chapter4.ipynb", code_folder(tmp_path / "code"))
-    shows = check_cells(run_in_kernel(path))
+    notebook = run_in_kernel(path)
+    shows = check_cells(notebook)
     for exercise in CHAPTER.exercises:
         assert full_marks(shows[exercise.id[:4]], exercise), (exercise.id, shows[exercise.id[:4]])
+    chapter = shown(next(c for c in notebook.cells if c.id == f"{CHAPTER.name}-score"))
+    assert "100/100" in chapter.replace(" ", ""), chapter
 
 
 @pytest.mark.slow

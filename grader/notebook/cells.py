@@ -16,8 +16,10 @@ def module_source(cells: Iterable[str]) -> str:
     """The definitions of `cells` (code cells' sources, in execution order) as one module's source.
 
     Kept: imports, function and class definitions, and assignments whose value calls nothing
-    (`EPS = 1e-8`, `DTYPE = torch.float32`). Dropped: every other statement, IPython's magics and
-    shell lines, and cells that do not parse (the learner sees that error in the notebook)."""
+    (`EPS = 1e-8`, `DTYPE = torch.float32`). Dropped: every other statement, imports of the grader
+    itself (the check cell's `from grader import check`: graded code needs none, and the grader flags
+    code that reaches for its machinery), IPython's magics and shell lines, and cells that do not
+    parse (the learner sees that error in the notebook)."""
     parts = []
     for number, cell in enumerate(cells, 1):
         source = _without_magics(cell)
@@ -42,12 +44,20 @@ def defined_names(source: str) -> set[str]:
 
 
 def _is_definition(node: ast.stmt) -> bool:
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return not _imports_the_grader(node)
     if isinstance(node, KEPT):
         return True
     if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
         return not any(isinstance(inner, (ast.Call, ast.Await, ast.Yield, ast.YieldFrom, ast.NamedExpr))
                        for inner in ast.walk(node.value))
     return False
+
+
+def _imports_the_grader(node: ast.Import | ast.ImportFrom) -> bool:
+    names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else \
+        [node.module or ""] if not node.level else []
+    return bool(names) and all(name == "grader" or name.startswith("grader.") for name in names)
 
 
 def _first_line(node: ast.stmt) -> int:

@@ -260,26 +260,10 @@ def _code(source: str | None, path: str | None) -> str:
     if source is not None and path is not None:
         raise CheckError("give source= or path=, not both")
     if source is not None:
-        return _without_grader(notebook_cells.module_source([source]))
+        return notebook_cells.module_source([source])
     if path is not None:
-        return _without_grader(notebook_cells.module_source(_file_cells(path)))
-    return _without_grader(notebook_cells.module_source(_kernel_cells()))
-
-
-def _without_grader(source: str) -> str:
-    """The module without its imports of the grader (`from grader import check`, the check cell's):
-    the graded code needs none, and the grader flags code that reaches for its machinery."""
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        return source
-    lines = source.splitlines()
-    for node in reversed(tree.body):
-        names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else \
-            [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
-        if names and all(name == "grader" or name.startswith("grader.") for name in names):
-            lines[node.lineno - 1:node.end_lineno] = [""] * ((node.end_lineno or node.lineno) - node.lineno + 1)
-    return "\n".join(lines) + "\n"
+        return notebook_cells.module_source(_file_cells(path))
+    return notebook_cells.module_source(_kernel_cells())
 
 
 def _file_cells(path: str) -> list[str]:

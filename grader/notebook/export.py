@@ -2,9 +2,9 @@
 
 A notebook covers a chapter or one exercise. It stands for each exercise of the catalog whose
 functions (the stub's names) it defines, and each of those files holds the notebook's definitions
-(`cells.module_source`, less its imports of the grader), the very module `check()` grades in a
-live kernel: a helper or a constant the learner wrote in any cell stays available to every function.
-An .ipynb is read as plain JSON, so grading one needs no Jupyter package (Gradescope's image).
+(`cells.module_source`), the very module `check()` grades in a live kernel: a helper or a
+constant the learner wrote in any cell stays available to every function. An .ipynb is read as
+plain JSON, so grading one needs no Jupyter package (Gradescope's image).
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from __future__ import annotations
 import ast
 import json
 import os
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -91,27 +90,11 @@ def export(path: str, exercise_ids: Sequence[str] | None = None) -> list[Exporte
         source = module_source(cells)
         defined = defined_names(source)
         covered = [i for i in ids if stub_names(i) & defined]
-        module = _without_grader(source)
-        unstarted = _unstarted(module)
-        return [Exported(exercise, module, tuple(sorted(stub_names(exercise) - defined)),
+        unstarted = _unstarted(source)
+        return [Exported(exercise, source, tuple(sorted(stub_names(exercise) - defined)),
                          not stub_names(exercise) & defined <= unstarted) for exercise in covered]
     except (RecursionError, MemoryError, SyntaxError, ValueError):
         raise NotebookError("its code is nested too deep to read")
-
-
-def _without_grader(source: str) -> str:
-    """`source` less its imports of the grader (a check cell's `from grader import check`: the kit's,
-    not the learner's), and less the cells (`# cell N` parts of `module_source`) that leaves empty."""
-    parts = []
-    for part in re.split(r"\n\n\n(?=# cell \d+\n)", source.strip("\n")):
-        tree = ast.parse(part)
-        lines = part.splitlines()
-        kept = [node for node in tree.body if not _imports_grader(node)]
-        if kept:
-            header = lines[0] if lines and lines[0].startswith("# cell ") else ""
-            body = "\n\n".join("\n".join(lines[_first_line(node) - 1:node.end_lineno]) for node in kept)
-            parts.append(f"{header}\n{body}" if header else body)
-    return "\n\n\n".join(parts) + ("\n" if parts else "")
 
 
 def untouched(path: str, exercise_id: str) -> bool:
@@ -137,18 +120,6 @@ def _unstarted(source: str) -> set[str]:
                     "NotImplementedError" in ast.unparse(body[0].exc):
                 found.add(node.name)
     return found
-
-
-def _imports_grader(node: ast.stmt) -> bool:
-    if isinstance(node, ast.ImportFrom):
-        return node.level == 0 and (node.module or "").split(".")[0] == "grader"
-    if isinstance(node, ast.Import):
-        return all(alias.name.split(".")[0] == "grader" for alias in node.names)
-    return False
-
-
-def _first_line(node: ast.stmt) -> int:
-    return min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", ()))])
 
 
 def main(argv: Sequence[str]) -> int:

@@ -41,7 +41,8 @@ class Parser(argparse.ArgumentParser):
 def build_parser() -> Parser:
     parser = Parser(prog="python -m grader", description="Grade the exercises of the kit.",
                     epilog="Other commands: list, hint EXERCISE, watch [EXERCISE], demo ex07|ex12 --nproc N, "
-                           "merge SHARD.json ..., classroom, dev check (python -m grader COMMAND --help).")
+                           "merge SHARD.json ..., classroom, notebooks, export NOTEBOOK.ipynb, dev check "
+                           "(python -m grader COMMAND --help).")
     parser.add_argument("exercises", nargs="*", metavar="EXERCISE",
                         help="exercise ids or numbers (ex04, 4, ex04_sharding) or chapters (chapter1); all when none")
     parser.add_argument("--chapter", type=int, action="append", metavar="N",
@@ -124,7 +125,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def command_names() -> tuple[str, ...]:
-    return ("list", "hint", "watch", "demo", "dev", "autograder", "release", "merge", "serve", "classroom")
+    return ("list", "hint", "watch", "demo", "dev", "autograder", "release", "merge", "serve", "classroom",
+            "notebooks", "export")
 
 
 def dispatch(name: str, argv: Sequence[str]) -> int:
@@ -142,6 +144,10 @@ def dispatch(name: str, argv: Sequence[str]) -> int:
         from grader.grading.serve import main as command
     elif name == "classroom":
         from grader.homework.classroom import main as command
+    elif name == "notebooks":
+        from grader.notebook.build import main as command
+    elif name == "export":
+        from grader.notebook.export import main as command
     else:
         from grader.learner.commands import COMMANDS
 

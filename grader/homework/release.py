@@ -1,12 +1,14 @@
 """`python -m grader release OUT`: the student copy of the kit, without the solutions.
 
-It holds the stubs, the check files, the grader and a README for students. Its checks still
-compare with the reference: the reference's observations on every input the public checks draw
-with the release's seed (each check's explicit examples and its drawn examples) are recorded now,
-as plain data, and replayed there (see `recordings`). The hidden checks (`grading.visibility`) are
-neither recorded nor run there. The copy reveals no more of the solutions than those observations.
+It holds the stubs, the check files, the grader, one notebook per chapter (made from the stubs)
+and a README for students. Its checks still compare with the reference: the reference's
+observations on every input the public checks draw with the release's seed (each check's explicit
+examples and its drawn examples) are recorded now, as plain data, and replayed there (see
+`recordings`). The hidden checks (`grading.visibility`) are neither recorded nor run there. The
+copy reveals no more of the solutions than those observations.
 """
 
+import importlib.util
 import os
 import random
 import shutil
@@ -15,6 +17,7 @@ from collections.abc import Sequence
 from grader import KIT_ROOT, catalog
 from grader.grading.recordings import FOLDER, Recordings
 from grader.learner.commands import command_parser
+from grader.notebook.build import NOTEBOOK_EXTRA, write_notebooks
 
 STUDENT_README = """# Efficient AI model training with PyTorch: exercises
 
@@ -30,6 +33,12 @@ pytest tests/test_ex04_sharding.py    # the same checks, as plain pytest
 python -m grader hint ex04            # the next hint
 python -m grader watch ex04           # re-grade each time you save
 ```
+
+Prefer Jupyter? `notebooks/` holds one notebook per chapter, made from the same stubs: each
+exercise's lesson, its functions to write, and a check cell (`check("ex04")`) that grades what
+your kernel has run. `pip install -e '.[notebook]'` once, then open a notebook from this folder
+(`jupyter lab`, VS Code). To hand in a notebook, upload the .ipynb as it is, or turn it into the
+exercise files: `python -m grader export notebooks/chapter1_data_preparation.ipynb --out exercises --force`.
 
 A failing check says what went wrong: the input, what the reference produced and what your code
 produced, and a hint. This copy ships no reference solutions: the reference's results on the
@@ -55,6 +64,8 @@ def main(argv: Sequence[str]) -> int:
     if not os.path.isdir(os.path.dirname(out)):
         parser.error(f"the folder {os.path.dirname(out)} does not exist")
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
+    if importlib.util.find_spec("nbformat") is None:
+        parser.error(f"the release's notebooks need nbformat: {NOTEBOOK_EXTRA}")
     copy_kit(out)
     try:
         recordings = record(seed, f"{args.profile}-release")
@@ -78,6 +89,7 @@ def copy_kit(out: str) -> None:
     for name in sorted(os.listdir(os.path.join(KIT_ROOT, "tests"))):
         if name.startswith("test_ex") and name.endswith(".py"):
             shutil.copyfile(os.path.join(KIT_ROOT, "tests", name), os.path.join(out, "tests", name))
+    write_notebooks(os.path.join(out, "notebooks"), [c for c in catalog.CHAPTERS if c.exercises])
     for name in ("pyproject.toml", "conftest.py"):
         shutil.copyfile(os.path.join(KIT_ROOT, name), os.path.join(out, name))
     with open(os.path.join(out, "README.md"), "w") as handle:

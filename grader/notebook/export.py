@@ -1,0 +1,154 @@
+"""A notebook (.ipynb) as the exNN_*.py files it stands for: what the grader grades of it.
+
+A notebook covers a chapter or one exercise. It stands for each exercise of the catalog whose
+functions (the stub's names) it defines, and each of those files holds the notebook's definitions
+(`cells.module_source`), the very module `check()` grades in a live kernel: a helper or a
+constant the learner wrote in any cell stays available to every function. An .ipynb is read as
+plain JSON, so grading one needs no Jupyter package (Gradescope's image).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cache
+
+from grader import KIT_ROOT, catalog
+from grader.notebook.cells import defined_names, module_source
+
+MAX_BYTES = 64 * 2**20  # read whole into the grading process: a submission must not exhaust its memory
+
+
+class NotebookError(Exception):
+    """A file that is not a notebook this kit can read; its one-line reason."""
+
+
+@dataclass(frozen=True)
+class Exported:
+    """One exercise's module made from a notebook, and what the notebook lacks of it."""
+
+    exercise: str  # the exercise's id
+    source: str
+    missing: tuple[str, ...]  # the stub's functions the notebook does not define
+    started: bool = True  # one of its functions is more than the stub's `raise NotImplementedError`
+
+
+@cache
+def stub_names(exercise_id: str) -> frozenset[str]:
+    """The public functions (and classes) an exercise's stub asks for."""
+    path = os.path.join(KIT_ROOT, "exercises", exercise_id + ".py")
+    try:
+        with open(path) as handle:
+            return frozenset(name for name in defined_names(handle.read()) if not name.startswith("_"))
+    except OSError:
+        return frozenset()
+
+
+def code_cells(path: str) -> list[str]:
+    """The sources of a notebook file's code cells, in order; NotebookError if it is no notebook."""
+    try:
+        if os.path.getsize(path) > MAX_BYTES:
+            raise NotebookError(f"larger than {MAX_BYTES // 2**20} MiB (clear its outputs)")
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except RecursionError:
+        raise NotebookError("not a notebook: JSON nested too deep")
+    except UnicodeDecodeError:
+        raise NotebookError("not a notebook: not UTF-8 text")
+    except ValueError as error:
+        raise NotebookError(f"not a notebook: not JSON ({str(error).splitlines()[0]})")
+    except OSError as error:
+        raise NotebookError(f"cannot read it: {error.strerror or error}")
+    if not isinstance(data, dict) or not isinstance(data.get("cells"), list):
+        raise NotebookError("not a notebook: no list of cells")
+    if data.get("nbformat") != 4:
+        raise NotebookError(f"not a version 4 notebook (nbformat {data.get('nbformat')!r})")
+    sources = []
+    for number, cell in enumerate(data["cells"], 1):
+        if not isinstance(cell, dict):
+            raise NotebookError(f"cell {number} is not a cell")
+        if cell.get("cell_type") != "code":
+            continue
+        source = cell.get("source", "")
+        if isinstance(source, list) and all(isinstance(line, str) for line in source):
+            source = "".join(source)
+        if not isinstance(source, str):
+            raise NotebookError(f"cell {number}: its source is not text")
+        sources.append(source)
+    return sources
+
+
+def export(path: str, exercise_ids: Sequence[str] | None = None) -> list[Exported]:
+    """The exercises a notebook stands for (among `exercise_ids`, the catalog's by default), each
+    as the module the grader grades; NotebookError for a file that is not a notebook."""
+    ids = list(exercise_ids) if exercise_ids is not None else [e.id for e in catalog.EXERCISES]
+    cells = code_cells(path)
+    try:  # the grading process parses what a submission wrote: code nested too deep must not end it
+        source = module_source(cells)
+        defined = defined_names(source)
+        covered = [i for i in ids if stub_names(i) & defined]
+        unstarted = _unstarted(source)
+        return [Exported(exercise, source, tuple(sorted(stub_names(exercise) - defined)),
+                         not stub_names(exercise) & defined <= unstarted) for exercise in covered]
+    except (RecursionError, MemoryError, SyntaxError, ValueError):
+        raise NotebookError("its code is nested too deep to read")
+
+
+def untouched(path: str, exercise_id: str) -> bool:
+    """Whether the .py file at `path` is the exercise's stub as shipped: every function of the
+    exercise it defines still only raises NotImplementedError (a file that does not parse: no)."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            source = handle.read(MAX_BYTES)
+        own = defined_names(source) & stub_names(exercise_id)
+        return bool(own) and own <= _unstarted(source)
+    except (OSError, UnicodeDecodeError, RecursionError, MemoryError, SyntaxError, ValueError):
+        return False
+
+
+def _unstarted(source: str) -> set[str]:
+    """The top-level functions of `source` whose body is a stub's: a docstring, comments and
+    `raise NotImplementedError` (a student's untouched copy beside the one they worked in)."""
+    found = set()
+    for node in ast.parse(source).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = [s for s in node.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+            if len(body) == 1 and isinstance(body[0], ast.Raise) and body[0].exc is not None and \
+                    "NotImplementedError" in ast.unparse(body[0].exc):
+                found.add(node.name)
+    return found
+
+
+def main(argv: Sequence[str]) -> int:
+    from grader.learner.commands import command_parser
+
+    parser = command_parser("export", "Write the exNN_*.py files a notebook stands for (its definitions).")
+    parser.add_argument("notebook", metavar="NOTEBOOK.ipynb")
+    parser.add_argument("--out", default=".", metavar="DIR", help="where to write them (default: here)")
+    parser.add_argument("--force", action="store_true", help="replace files that exist already")
+    args = parser.parse_args(argv)
+    if not os.path.isfile(args.notebook):
+        parser.error(f"{args.notebook}: no such file")
+    if os.path.exists(args.out) and not os.path.isdir(args.out):
+        parser.error(f"--out {args.out}: not a folder")
+    try:
+        exported = export(args.notebook)
+    except NotebookError as error:
+        parser.error(f"{args.notebook}: {error}")
+    if not exported:
+        parser.error(f"{args.notebook}: defines none of the exercises' functions")
+    paths = [os.path.join(args.out, e.exercise + ".py") for e in exported]
+    existing = [p for p in paths if os.path.exists(p)]
+    if existing and not args.force:
+        parser.error(f"{existing[0]} exists; --force replaces it")
+    os.makedirs(args.out, exist_ok=True)
+    for path, one in zip(paths, exported):
+        with open(path, "w") as handle:
+            handle.write(one.source)
+        lacking = f" (lacks {', '.join(one.missing)})" if one.missing else ""
+        print(f"wrote {path}{lacking}")
+    print(f"grade them: python -m grader --target {args.out}")
+    return 0

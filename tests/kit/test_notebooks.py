@@ -1,0 +1,316 @@
+"""Chapter notebooks: built from the stubs, graded as submissions, and run in a real Jupyter kernel.
+
+`python -m grader notebooks` writes one notebook per chapter; a submission folder holding an .ipynb
+is graded like the exNN_*.py files it stands for; `python -m grader export` writes those files.
+The kernel tests (slow) execute chapter 4's notebook with nbclient and ipykernel and read what
+each check cell shows, as a learner would.
+"""
+
+import json
+import os
+import shutil
+
+import pytest
+
+from grader import catalog
+from grader.homework.release import copy_kit
+from grader.notebook.build import chapter_notebook, notebook_name
+from tests.kit import ahead
+from tests.kit.catches import ex19_quantize_blockwise as ex19_catches
+from tests.kit.harness import KIT_ROOT, SEED, grader
+from tests.kit.stubs import write_stubs
+from tests.kit.test_homework import _solution_lines
+
+nbformat = pytest.importorskip("nbformat")
+
+CHAPTER = catalog.find_chapter(4)  # three light exercises: the cheapest chapter to grade
+WRONG = next(w for w in ex19_catches.WRONG if w.name == "scale_255")
+
+
+def write_notebook(path, code_from=None, chapter=CHAPTER, edit=None):
+    """Chapter's notebook with the code of `code_from` (a folder of exNN_*.py), edited by edit(cells)."""
+    notebook = chapter_notebook(chapter, code_from)
+    if edit:
+        edit(notebook.cells)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(notebook, str(path))
+    return path
+
+
+def code_folder(tmp, replaced=None):
+    """A folder of the references, with {exercise: source} replaced."""
+    tmp.mkdir(parents=True, exist_ok=True)
+    for name in os.listdir(os.path.join(KIT_ROOT, "solutions")):
+        if name.startswith("ex") and name.endswith(".py"):
+            shutil.copy(os.path.join(KIT_ROOT, "solutions", name), tmp)
+    for exercise, source in (replaced or {}).items():
+        (tmp / f"{exercise}.py").write_text(source)
+    return str(tmp)
+
+
+# --- built from the stubs ------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    out = tmp_path_factory.mktemp("notebooks")
+    done = grader("notebooks", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    return out, done
+
+
+def test_one_valid_notebook_per_chapter_with_a_check_cell_per_exercise(built):
+    out, done = built
+    chapters = [c for c in catalog.CHAPTERS if c.exercises]
+    assert sorted(os.listdir(out)) == sorted(notebook_name(c) for c in chapters)
+    for chapter in chapters:
+        notebook = nbformat.read(str(out / notebook_name(chapter)), as_version=4)
+        nbformat.validate(notebook)
+        assert notebook.cells[0].source.startswith(f"# Chapter {chapter.number}: {chapter.topic}")
+        checks = [c.source for c in notebook.cells if c.cell_type == "code" and "check(" in c.source]
+        assert checks == [f'from grader import check\n\ncheck("{e.id[:4]}")' for e in chapter.exercises]
+        assert notebook.cells[-1].source.endswith(f"check_all({chapter.number})")
+        code = "\n".join(c.source for c in notebook.cells if c.cell_type == "code")
+        lessons = "\n".join(c.source for c in notebook.cells if c.cell_type == "markdown")
+        for exercise in chapter.exercises:
+            assert exercise.title in lessons
+            with open(os.path.join(KIT_ROOT, "solutions", exercise.id + ".py")) as handle:
+                reference = handle.read()
+            for name in ("def " + line.split("def ", 1)[1].split("(")[0] for line in reference.splitlines()
+                         if line.startswith("def ") and not line.startswith("def _")):
+                assert name + "(" in code, (exercise.id, name)
+        assert all(c.get("execution_count") is None and not c.get("outputs") for c in notebook.cells
+                   if c.cell_type == "code")
+    assert "wrote " in done.stdout
+
+
+def test_notebooks_are_the_same_bytes_each_time_and_never_overwrite_work(built, tmp_path):
+    out, _ = built
+    again = grader("notebooks", "--out", str(tmp_path), "--chapter", "4")
+    assert again.returncode == 0, again.stderr
+    name = notebook_name(CHAPTER)
+    assert (tmp_path / name).read_bytes() == (out / name).read_bytes()
+    (tmp_path / name).write_text("my work")
+    refused = grader("notebooks", "--out", str(tmp_path), "--chapter", "4")
+    assert refused.returncode == 2 and "--force" in refused.stderr and "Traceback" not in refused.stderr
+    assert (tmp_path / name).read_text() == "my work"
+    assert grader("notebooks", "--out", str(tmp_path), "--chapter", "4", "--force").returncode == 0
+    assert (tmp_path / name).read_bytes() == (out / name).read_bytes()
+    unknown = grader("notebooks", "--chapter", "9")
+    assert unknown.returncode == 2 and len(unknown.stderr.strip().splitlines()) == 1
+
+
+def test_the_student_release_ships_the_notebooks(tmp_path):
+    copy_kit(str(tmp_path / "course"))  # what `release` copies (it then records the references' observations)
+    shipped = sorted(os.listdir(tmp_path / "course" / "notebooks"))
+    assert shipped == sorted(notebook_name(c) for c in catalog.CHAPTERS if c.exercises)
+    assert "notebooks/" in (tmp_path / "course" / "README.md").read_text()
+    cells = "\n".join(c.source for name in shipped
+                      for c in nbformat.read(str(tmp_path / "course" / "notebooks" / name), as_version=4).cells)
+    secret = [(e.id, line) for e in catalog.EXERCISES for line in _solution_lines(e.id)]
+    assert secret and [(exercise, line) for exercise, line in secret if line in cells] == []  # made from the stubs
+
+
+# --- exported, and graded as submissions -----------------------------------------------------------------------
+
+def test_export_writes_the_files_a_notebook_stands_for(tmp_path):
+    notebook = write_notebook(tmp_path / "mine.ipynb", code_folder(tmp_path / "code"))
+    done = grader("export", str(notebook), "--out", str(tmp_path / "out"))
+    assert done.returncode == 0, done.stderr
+    assert sorted(os.listdir(tmp_path / "out")) == sorted(e.id + ".py" for e in CHAPTER.exercises)
+    exported = (tmp_path / "out" / "ex19_quantize_blockwise.py").read_text()
+    assert "def quantize_blockwise(" in exported and "raise NotImplementedError" not in exported
+    assert "grader" not in exported and "check(" not in exported  # the check cells are the kit's, not the learner's
+    assert (tmp_path / "out" / "ex18_adamw_step.py").read_text() == exported  # the notebook's module, as check() grades
+    again = grader("export", str(notebook), "--out", str(tmp_path / "out"))
+    assert again.returncode == 2 and "--force" in again.stderr
+
+
+def test_a_malformed_notebook_is_one_line_not_a_traceback(tmp_path):
+    deep = "[" * 100_000 + "]" * 100_000  # would end a grader that parsed it carelessly (RecursionError)
+    cases = (("cut.ipynb", '{"cells": ['), ("list.ipynb", "[1, 2]"), ("empty.ipynb", ""), ("deep.ipynb", deep))
+    for name, text in cases:
+        path = tmp_path / name
+        path.write_text(text)
+        done = grader("export", str(path))
+        assert done.returncode == 2, done
+        assert len(done.stderr.strip().splitlines()) == 1 and "not a notebook" in done.stderr, done.stderr
+
+
+@ahead.fixture()
+def batch(tmp_path_factory):
+    """One grading of a class that handed in notebooks: ex18 and ex19, fast profile."""
+    tmp = tmp_path_factory.mktemp("batch")
+    references = code_folder(tmp / "references")
+    root = tmp / "submissions"
+    write_notebook(root / "whole" / "chapter4.ipynb", references)
+    write_notebook(root / "started" / "chapter4.ipynb", str(write_stubs(tmp / "stubs")))
+    (root / "broken").mkdir(parents=True)
+    (root / "broken" / "chapter4.ipynb").write_text('{"cells": [')
+    write_notebook(root / "both" / "chapter4.ipynb", references)  # and a started, wrong ex18 beside it
+    (root / "both" / "ex18_adamw_step.py").write_text(
+        (tmp / "stubs" / "ex18_adamw_step.py").read_text().replace("raise NotImplementedError", "return None"))
+    write_notebook(root / "checkout" / "notebooks" / "chapter4.ipynb", references)  # worked in the notebook
+    (root / "checkout" / "exercises").mkdir()
+    shutil.copy(tmp / "stubs" / "ex18_adamw_step.py", root / "checkout" / "exercises")  # the untouched stub
+    one = [e for e in CHAPTER.exercises if e.id == "ex19_quantize_blockwise"]
+    write_notebook(root / "one" / "ex19.ipynb", references, chapter=catalog.Chapter(4, "x", "x", tuple(one)))
+    write_notebook(root / "two" / "a_old.ipynb", str(tmp / "stubs"))  # an untouched copy, first by name
+    write_notebook(root / "two" / "b_mine.ipynb", references)
+    (root / "plain").mkdir()
+    shutil.copy(os.path.join(references, "ex18_adamw_step.py"), root / "plain")
+    report = tmp / "report.json"
+    done = grader("ex18", "ex19", "--submissions", str(root), "--json", str(report), "--seed", SEED,
+                  "--profile", "fast", "--device", "cpu", "-q")
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = {os.path.basename(r["target"]): r for r in json.loads(report.read_text())["submissions"]}
+    assert not os.path.exists(root / "whole" / "ex18_adamw_step.py")  # staged elsewhere, never in the folder
+    gradescope = tmp / "results.json"  # as the bundle's run_autograder grades an upload: one --target
+    graded = grader("ex19", "--target", str(root / "one"), "--gradescope", str(gradescope), "--seed", SEED,
+                    "--profile", "fast", "--device", "cpu", "-q")
+    assert graded.returncode == 0, graded.stderr[-3000:]
+    return results, done.stdout, json.loads(gradescope.read_text())
+
+
+def scores(result):
+    return {e["id"]: e["score"] for e in result["exercises"]}
+
+
+def test_a_notebook_grades_like_the_files_it_stands_for(batch):
+    results, _, _ = batch
+    assert results["whole"]["score"] == results["whole"]["max_score"] > 0
+    assert {e["status"] for e in results["started"]["exercises"]} == {"not started"}
+    assert results["one"]["exercises"][1]["status"] == "passed"  # a notebook of one exercise
+    assert results["one"]["exercises"][0]["status"] == "missing"
+    assert results["plain"]["exercises"][0]["status"] == "passed"
+
+
+def test_of_two_notebooks_the_one_worked_in_is_graded(batch):
+    results, output, _ = batch
+    assert {e["status"] for e in results["two"]["exercises"]} == {"passed"}
+    assert "ignored a_old.ipynb for ex18_adamw_step (b_mine.ipynb graded)" in output
+
+
+def test_a_py_file_worked_in_beside_a_notebook_wins(batch):
+    results, output, _ = batch
+    both = {e["id"]: e["status"] for e in results["both"]["exercises"]}
+    assert both == {"ex18_adamw_step": "failed", "ex19_quantize_blockwise": "passed"}
+    assert "ignored chapter4.ipynb for ex18_adamw_step (ex18_adamw_step.py graded)" in output
+
+
+def test_an_untouched_stub_beside_a_worked_notebook_does_not_win(batch):
+    results, output, _ = batch
+    assert {e["status"] for e in results["checkout"]["exercises"]} == {"passed"}
+    assert "ignored exercises/ex18_adamw_step.py (not started; notebooks/chapter4.ipynb graded)" in output
+
+
+def test_a_malformed_notebook_scores_zero_with_its_reason_and_the_batch_goes_on(batch):
+    results, output, _ = batch
+    broken = results["broken"]
+    assert broken["score"] == 0 and "chapter4.ipynb: not a notebook: not JSON" in broken["problem"]
+    assert "Traceback" not in output
+    assert results["whole"]["score"] > 0  # graded after it, in the same call
+
+
+def test_gradescope_grades_an_uploaded_notebook(batch):
+    *_, gradescope = batch
+    assert gradescope["score"] > 0 and gradescope["tests"]
+    assert all(test["status"] == "passed" for test in gradescope["tests"]), gradescope["tests"]
+    assert "graded ex19.ipynb as ex19_quantize_blockwise" in json.dumps(gradescope)
+
+
+# --- in a real kernel ----------------------------------------------------------------------------------------------
+
+HANG = "hang"  # the tag of a cell that the test gives a short timeout
+
+
+def run_in_kernel(path, hang_timeout=10):
+    """Execute the notebook at `path` in a fresh ipykernel from the kit's root, errors allowed, a cell
+    tagged HANG interrupted after hang_timeout seconds; returns the executed notebook."""
+    from nbclient import NotebookClient
+
+    notebook = nbformat.read(str(path), as_version=4)
+    client = NotebookClient(notebook, kernel_name="python3", allow_errors=True, interrupt_on_timeout=True,
+                            timeout_func=lambda cell: hang_timeout if HANG in cell.metadata.get("tags", []) else 900,
+                            resources={"metadata": {"path": KIT_ROOT}})
+    client.execute(env=dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=KIT_ROOT, GRADER_STATE=os.devnull))
+    return notebook
+
+
+def shown(cell):
+    """Everything a cell shows: its streams, its results (text and HTML) and its error."""
+    parts = []
+    for output in cell.get("outputs", []):
+        parts.append(output.get("text", ""))
+        parts += [str(v) for k, v in output.get("data", {}).items() if k.startswith("text/")]
+        if output.get("output_type") == "error":
+            parts.append(f"{output['ename']}: {output['evalue']}")
+    return "\n".join(parts)
+
+
+def check_cells(notebook):
+    """{exercise prefix (ex17): what its check cell shows}."""
+    return {c.source.split('check("')[1][:4]: shown(c) for c in notebook.cells
+            if c.cell_type == "code" and 'check("' in c.source}
+
+
+def full_marks(text, exercise):
+    points = f"{exercise.points:g}"
+    return f"{points}/{points}" in text.replace(" ", "") and "Error" not in text
+
+
+def needs_check():
+    pytest.importorskip("nbclient")
+    pytest.importorskip("ipykernel")
+    try:
+        from grader import check  # noqa: F401
+    except ImportError:
+        pytest.skip("grader.check (the kernel's grading) is not in this tree yet")
+
+
+@pytest.mark.slow
+def test_the_stubs_notebook_checks_not_started(tmp_path):
+    needs_check()
+    path = write_notebook(tmp_path / "chapter4.ipynb", str(write_stubs(tmp_path / "stubs")))
+    shows = check_cells(run_in_kernel(path))
+    assert sorted(shows) == [e.id[:4] for e in CHAPTER.exercises]
+    for prefix, text in shows.items():
+        assert "not started" in text, (prefix, text)
+
+
+@pytest.mark.slow
+def test_the_reference_filled_in_scores_full_in_the_kernel(tmp_path):
+    needs_check()
+    path = write_notebook(tmp_path / "chapter4.ipynb", code_folder(tmp_path / "code"))
+    notebook = run_in_kernel(path)
+    shows = check_cells(notebook)
+    for exercise in CHAPTER.exercises:
+        assert full_marks(shows[exercise.id[:4]], exercise), (exercise.id, shows[exercise.id[:4]])
+    chapter = shown(next(c for c in notebook.cells if c.id == f"{CHAPTER.name}-score"))
+    assert "100/100" in chapter.replace(" ", ""), chapter
+
+
+@pytest.mark.slow
+def test_a_wrong_a_raising_and_a_hanging_cell_each_cost_only_their_own_exercise(tmp_path):
+    """ex19 wrong (a known mistake: its check fails); in ex18's part a cell that hangs (interrupted),
+    in ex17's one that raises: the kernel goes on, and every other check still grades as it should."""
+    needs_check()
+
+    def edit(cells):
+        at = {c.id: n for n, c in enumerate(cells)}
+        raising = nbformat.v4.new_code_cell('raise RuntimeError("a learner\'s cell raises")')
+        hanging = nbformat.v4.new_code_cell("while True:\n    pass", metadata={"tags": [HANG]})
+        raising["id"], hanging["id"] = "raises", "hangs"
+        cells.insert(at["ex18-check"], hanging)
+        cells.insert(at["ex17-check"], raising)
+
+    code = code_folder(tmp_path / "code", {"ex19_quantize_blockwise": WRONG.source})
+    notebook = run_in_kernel(write_notebook(tmp_path / "chapter4.ipynb", code, edit=edit))
+    by_id = {c.id: c for c in notebook.cells}
+    assert "RuntimeError" in shown(by_id["raises"])
+    assert "KeyboardInterrupt" in shown(by_id["hangs"])
+    shows = check_cells(notebook)
+    ex17, ex18, ex19 = CHAPTER.exercises
+    assert full_marks(shows["ex17"], ex17), shows["ex17"]
+    assert full_marks(shows["ex18"], ex18), shows["ex18"]
+    assert not full_marks(shows["ex19"], ex19), shows["ex19"]
+    assert any(WRONG.check in line and "failed" in line for line in shows["ex19"].splitlines()), shows["ex19"]

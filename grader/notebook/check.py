@@ -12,7 +12,6 @@ from __future__ import annotations
 import ast
 import atexit
 import html
-import json
 import os
 import re
 import shutil
@@ -267,19 +266,19 @@ def _code(source: str | None, path: str | None) -> str:
 
 
 def _file_cells(path: str) -> list[str]:
+    """A .py file as one cell; a notebook's code cells, read as its export to exercise files reads them."""
+    from grader.notebook import export
+
+    if path.endswith(".ipynb"):
+        try:
+            return export.code_cells(path)
+        except export.NotebookError as error:
+            raise CheckError(f"{path}: {error}") from None
     try:
         with open(path) as handle:
-            text = handle.read()
+            return [handle.read()]
     except OSError as error:
         raise CheckError(f"{path}: {error.strerror}") from None
-    if not path.endswith(".ipynb"):
-        return [text]
-    try:
-        notebook = json.loads(text)
-        return ["".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
-                for cell in notebook["cells"] if cell.get("cell_type") == "code"]
-    except (ValueError, KeyError, TypeError):
-        raise CheckError(f"{path}: not a notebook (.ipynb) file") from None
 
 
 def _kernel_cells() -> Iterable[str]:

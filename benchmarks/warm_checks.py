@@ -43,7 +43,7 @@ def variants(exercise):
 
 def notebook_checks(exercise, runs):
     """(cold: service start and first check, [warm re-checks]) through check() and one service."""
-    from grader.notebook import check as notebook
+    from grader.learner import check as notebook
 
     os.environ.update(ENV)
     sources = variants(exercise)

@@ -28,7 +28,7 @@ KIT_ROOT = _kit_root()
 def __getattr__(name: str) -> object:
     """`from grader import check, check_all` (in a notebook) without importing anything until then."""
     if name in ("check", "check_all"):
-        from grader.notebook import check as notebook
+        from grader.learner import check as notebook
 
         return getattr(notebook, name)
     raise AttributeError(f"module 'grader' has no attribute {name!r}")

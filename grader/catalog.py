@@ -11,6 +11,7 @@ try:
     import tomllib  # novm: tomli below
 except ModuleNotFoundError:  # Python 3.10 (Gradescope's Ubuntu 22.04 image)
     import tomli as tomllib
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 
@@ -138,6 +139,25 @@ def find(name: str | int) -> Exercise | None:
         if name in (exercise.id, exercise.id[:4]) or (name.isdigit() and int(name) == exercise.number):
             return exercise
     return None
+
+
+class UnknownName(ValueError):
+    """A name that selects no exercise (its message says which one was likely meant)."""
+
+
+def select(names: Sequence[str | int], chapters: Sequence[int] | None = ()) -> list[Exercise]:
+    """The exercises named (ids, numbers, chapter names, --chapter numbers), in the catalog's order;
+    every exercise when none is named."""
+    chosen: set[Exercise] = set()
+    for name in list(names) + list(chapters or ()):
+        chapter = find_chapter(name)
+        exercise = None if chapter or isinstance(name, int) else find(name)
+        if chapter is None and exercise is None:
+            raise UnknownName(unknown(f"chapter{name}" if isinstance(name, int) else name))
+        if chapter is not None and not chapter.exercises:
+            raise UnknownName(f"chapter {chapter.number} ({chapter.topic}) has no exercises yet")
+        chosen.update(chapter.exercises if chapter else [exercise] if exercise else [])
+    return [e for e in EXERCISES if e in chosen] or list(EXERCISES)
 
 
 def get(exercise_id: str) -> Exercise:

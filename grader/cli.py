@@ -19,9 +19,9 @@ from grader.grading import class_report, report, text, versions
 from grader.grading.options import Options, resolve
 from grader.grading.shards import ShardError
 from grader.learner import state
-from grader.learner.commands import count, positive
 from grader.records import CheckResult, Status
 from grader.sandbox import forkservers
+from grader.usage import count, positive
 
 if TYPE_CHECKING:
     from grader.grading.batch import Staged
@@ -158,21 +158,6 @@ def dispatch(name: str, argv: Sequence[str]) -> int:
         return 130
 
 
-def parse_exercises(names: Sequence[str | int],
-                    chapters: Sequence[int] | None = ()) -> list[catalog.Exercise]:
-    """The exercises named (ids, numbers, chapter names, --chapter numbers), in the catalog's order."""
-    chosen: set[catalog.Exercise] = set()
-    for name in list(names) + list(chapters or ()):
-        chapter = catalog.find_chapter(name)
-        exercise = None if chapter or isinstance(name, int) else catalog.find(name)
-        if chapter is None and exercise is None:
-            raise UsageError(catalog.unknown(f"chapter{name}" if isinstance(name, int) else name))
-        if chapter is not None and not chapter.exercises:
-            raise UsageError(f"chapter {chapter.number} ({chapter.topic}) has no exercises yet")
-        chosen.update(chapter.exercises if chapter else [exercise] if exercise else [])
-    return [e for e in catalog.EXERCISES if e in chosen] or list(catalog.EXERCISES)
-
-
 def parse_targets(args: argparse.Namespace, staged: Staged) -> list[Target]:
     """Stage every target named; a batch's malformed folders are graded as rows with their reason."""
     ids = [e.id for e in catalog.EXERCISES]
@@ -237,7 +222,10 @@ def grade(args: argparse.Namespace, staged: Staged) -> int:
     from grader.grading.shards import Plan
 
     plan = Plan.make(args)  # --shard, --regrade (which may take the seed, profile and exercises of its file)
-    exercises = parse_exercises(args.exercises, args.chapter)
+    try:
+        exercises = catalog.select(args.exercises, args.chapter)
+    except catalog.UnknownName as error:
+        raise UsageError(str(error))
     targets = parse_targets(args, staged)
     targets = plan.select(targets) if plan else targets
     only_checks = read_only_checks(args.only_checks) if args.only_checks else None

@@ -32,7 +32,7 @@ import tokenize
 from collections.abc import Iterable, Sequence
 
 from grader import KIT_ROOT, catalog, layout
-from grader.learner.commands import command_parser
+from grader.usage import command_parser
 
 ID = re.compile(r"ex(\d\d)_[a-z0-9]+(?:_[a-z0-9]+)*")
 CHAPTER_POINTS = 100  # each chapter is one homework assignment of 100 points (catalog.toml, README)

@@ -102,7 +102,7 @@ def serve(requests: TextIO, replies: TextIO, warm: Warm) -> None:
 
 
 def main(argv: Sequence[str]) -> int:
-    from grader.learner.commands import command_parser
+    from grader.usage import command_parser
 
     parser = command_parser("serve", "Grade requests read from stdin, one JSON line each, with a warm grader "
                                      "(what check() in a notebook and watch talk to).")

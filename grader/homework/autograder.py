@@ -19,7 +19,7 @@ from collections.abc import Iterator, Sequence
 from grader import KIT_ROOT, catalog
 from grader.grading import versions
 from grader.grading.report import FORMATS, VISIBILITIES
-from grader.learner.commands import command_parser, positive
+from grader.usage import command_parser, positive
 
 KIT_FILES = ("pyproject.toml", "conftest.py", "README.md")
 KIT_FOLDERS = ("grader", "solutions", "exercises")

@@ -170,9 +170,8 @@ def append(path: str, lines: str) -> None:
 
 
 def main(argv: Sequence[str]) -> int:
-    from grader.cli import UsageError, parse_exercises
     from grader.grading import report
-    from grader.learner.commands import command_parser
+    from grader.usage import command_parser
 
     parser = command_parser("classroom", "Write a GitHub Classroom workflow that grades each push, a runner "
                                          "of the autograding reporter per check, with its points.")
@@ -181,8 +180,8 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--out", default=OUT, metavar="PATH", help=f"where to write it (default {OUT})")
     args = parser.parse_args(argv)
     try:
-        exercises = parse_exercises(args.exercises)
-    except UsageError as error:
+        exercises = catalog.select(args.exercises)
+    except catalog.UnknownName as error:
         parser.error(str(error))
     try:
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)

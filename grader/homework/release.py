@@ -16,8 +16,8 @@ from collections.abc import Sequence
 
 from grader import KIT_ROOT, catalog
 from grader.grading.recordings import FOLDER, Recordings
-from grader.learner.commands import command_parser
 from grader.notebook.build import NOTEBOOK_EXTRA, write_notebooks
+from grader.usage import command_parser
 
 STUDENT_README = """# Efficient AI model training with PyTorch: exercises
 

@@ -1,1 +1,2 @@
-"""The learner's commands beside grading: list, hint, watch, demo, and the progress they remember."""
+"""The learner's commands beside grading: list, hint, watch, demo, `check()` in a notebook, and the
+progress they remember."""

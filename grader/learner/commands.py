@@ -6,31 +6,11 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
-from typing import NoReturn
 
 from grader import KIT_ROOT, catalog
 from grader.grading.service import GradeRequest, Service, ServiceError
 from grader.learner import state
-
-
-def count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}")
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1: {text!r}")
-    return value
-
-
-def positive(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}")
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
-    return value
+from grader.usage import command_parser, positive, usage_error
 
 
 def list_exercises(argv: Sequence[str]) -> int:
@@ -87,7 +67,7 @@ def watch(argv: Sequence[str]) -> int:
     args, grader_args = parser.parse_known_args(argv)
     folder = os.path.join(KIT_ROOT, args.target) if args.target in ("exercises", "solutions") else args.target
     if not os.path.isdir(folder):
-        raise SystemExit(_usage(f"--target {args.target}: no such folder"))
+        raise SystemExit(usage_error(f"--target {args.target}: no such folder"))
     chosen = [find(args.exercise)] if args.exercise else list(catalog.EXERCISES)
     files = {e.id: os.path.join(folder, e.id + ".py") for e in chosen}
     seen = {name: _mtime(path) for name, path in files.items()}
@@ -175,23 +155,14 @@ def _mtime(path: str) -> int | None:
 def find(name: str) -> catalog.Exercise:
     exercise = catalog.find(name)
     if exercise is None:
-        raise SystemExit(_usage(catalog.unknown(name)))
+        raise SystemExit(usage_error(catalog.unknown(name)))
     return exercise
 
 
-def _usage(message: str) -> int:
-    print(f"python -m grader: error: {message}", file=sys.stderr)
-    return 2
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        raise SystemExit(_usage(message))
 
 
-def command_parser(name: str, description: str) -> argparse.ArgumentParser:
-    """A parser for `python -m grader NAME` whose errors are one line and exit 2."""
-    return _Parser(prog=f"python -m grader {name}", description=description)
 
 
 COMMANDS = {"list": list_exercises, "hint": hint, "watch": watch}

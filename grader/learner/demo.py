@@ -17,7 +17,7 @@ import tempfile
 from collections.abc import Sequence
 
 from grader.grading.session import resolve_target
-from grader.learner.commands import command_parser
+from grader.usage import command_parser
 
 NEEDS = {"ex07": ["ex04_sharding", "ex06_parameter_sync", "ex07_data_parallel_step"],
          "ex12": ["ex08_preprocess_text", "ex10_prepare_dataloader", "ex12_accelerator_loop"]}

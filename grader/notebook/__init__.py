@@ -1,4 +1,5 @@
-"""Where the course is taught: exercises written and checked in Jupyter notebooks.
-
-`cells` turns a notebook's code cells (a kernel's history, or an .ipynb file's) into the module
-source the grader grades, the same for both."""
+"""Notebooks: a notebook's code cells as the module the grader grades (`cells`, the same for a
+kernel's history and an .ipynb file), a notebook as the exercise files it stands for (`export`), and
+the chapter notebooks made from the stubs (`build`). Below grading: it imports only the catalog and
+the command line's parser, so that grading may read a notebook handed in; `check()` in a kernel,
+which grades, is `grader.learner.check`."""

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from grader import KIT_ROOT, catalog
-from grader.learner.commands import command_parser
+from grader.usage import command_parser
 
 NOTEBOOK_EXTRA = "pip install 'nbformat>=5' nbclient ipykernel (the kit's `notebook` extra)"
 

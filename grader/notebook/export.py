@@ -123,7 +123,7 @@ def _unstarted(source: str) -> set[str]:
 
 
 def main(argv: Sequence[str]) -> int:
-    from grader.learner.commands import command_parser
+    from grader.usage import command_parser
 
     parser = command_parser("export", "Write the exNN_*.py files a notebook stands for (its definitions).")
     parser.add_argument("notebook", metavar="NOTEBOOK.ipynb")

@@ -70,7 +70,7 @@ class Server:
         if base and sys.version_info < (3, 14):  # 3.14's fork servers authenticate their clients
             self.forkserver: forkserver.ForkServer = ChainedForkServer(server(base))
             self.forkserver.kind = kind
-        elif sys.version_info < (3, 14) and sys.platform == "linux" and threading.active_count() == 1:
+        elif GraderFork.possible():
             self.forkserver = ChainedForkServer(GraderFork())
             self.forkserver.kind = kind
         else:
@@ -136,6 +136,15 @@ class GraderFork:
 
     forked = False
     retired = False
+
+    @staticmethod
+    def possible() -> bool:
+        """Whether the grader may be forked now: on Linux below 3.14 (whose fork servers authenticate
+        their clients), with no other thread, and with its own standard streams (under pytest's capture
+        or another redirection, objects made at import, such as a library's logging handler, would
+        write to descriptors the fork closes)."""
+        return (sys.version_info < (3, 14) and sys.platform == "linux" and threading.active_count() == 1
+                and sys.stdout is sys.__stdout__ and sys.stderr is sys.__stderr__)
 
     def Process(self, **kwargs: Any) -> multiprocessing.process.BaseProcess:
         if GraderFork.forked:

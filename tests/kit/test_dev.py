@@ -150,6 +150,16 @@ def test_dev_check_grades_references_and_stubs(tmp_path):
     assert "exercises/ex04_sharding.py test_" in done.stdout and ": passed" in done.stdout
 
 
+def test_dev_check_grades_a_reference_that_logs_through_a_handler_made_at_import(tmp_path):
+    """ex11's Trainer logs through the handler transformers made when imported; dev check grades with its
+    output redirected, where a fork server forked from the grader would hold only closed descriptors for
+    it (the reference failed with "Bad file descriptor" so): then the servers are spawned afresh."""
+    kit = kit_copy(tmp_path / "kit")
+    done = dev_check(kit, "ex11", "--seed", SEED)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "references pass every check" in done.stdout and "Bad file descriptor" not in done.stdout
+
+
 @pytest.mark.parametrize("args", [[], ["chek"], ["check", "ex99"], ["check", "--bogus"], ["new"],
                                   ["new", "ex20_topk"], ["new", "ex20_topk", "--chapter", "two"],
                                   ["update", "--bogus"]])

@@ -14,7 +14,7 @@ import textwrap
 import pytest
 
 from grader.grading.service import GradeRequest, Service
-from grader.notebook import check as notebook
+from grader.learner import check as notebook
 from grader.records import CheckResult, ExerciseResult, Status, TargetResult
 from tests.kit.harness import KIT_ROOT, mutate, reference_source
 

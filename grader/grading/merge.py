@@ -16,7 +16,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn, TypedDict, cast
 
-from grader.grading import class_report, report, shards
+from grader.grading import canvas, class_report, report, shards
 from grader.records import TargetResult
 
 
@@ -46,15 +46,21 @@ def build_parser() -> Parser:
     parser.add_argument("--json", metavar="PATH", help="write the class's JSON report")
     parser.add_argument("--class-report", metavar="PATH", help="write the class report: an HTML page at PATH "
                                                                "and its markdown twin beside it")
+    parser.add_argument("--canvas", metavar="PATH", help="write the class's gradebook as Canvas imports it")
+    parser.add_argument("--roster", metavar="FILE", help="with --canvas: whose each submission folder is (a CSV "
+                                                         "with a 'folder' column and Canvas's student columns)")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
-        if not args.csv and not args.json and not args.class_report:
-            raise MergeError("give --csv PATH, --json PATH or --class-report PATH: where to write the merged reports")
-        for option in ("json", "csv"):
+        if not args.csv and not args.json and not args.class_report and not args.canvas:
+            raise MergeError("give --csv PATH, --json PATH, --class-report PATH or --canvas PATH: where to write "
+                             "the merged reports")
+        if args.roster and not args.canvas:
+            raise MergeError("--roster goes with --canvas")
+        for option in ("json", "csv", "canvas"):
             path = getattr(args, option)
             problem = path and report.check_writable(path)
             if problem:
@@ -63,6 +69,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if problem:
             raise MergeError(f"--class-report: {problem}")
         results, rec, versions_part = merge([read(path) for path in args.reports])
+        students = _students(args, [result.target for result in results])
     except MergeError as error:
         print(f"python -m grader merge: error: {error}", file=sys.stderr)
         return 2
@@ -72,10 +79,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         report.write(args.csv, shards.report_csv(results, rec))
     if args.class_report:
         class_report.write(args.class_report, results)
+    if args.canvas:
+        report.write(args.canvas, canvas.gradebook_csv(results, students))
     not_graded = sum(bool(result.not_graded) for result in results)
     print(f"merged {rec['merged']} shards: {len(results)} submissions"
           + (f"; {not_graded} not graded (regrade them with --regrade)" if not_graded else ""))
     return 0
+
+
+def _students(args: argparse.Namespace, folders: Sequence[str]) -> dict[str, canvas.Student]:
+    """--canvas: each submission folder's student (the roster's, every folder on it; else the folder's name)."""
+    if not args.canvas:
+        return {}
+    try:
+        return canvas.students_of(folders, canvas.read_roster(args.roster) if args.roster else None, args.roster or "")
+    except canvas.RosterError as error:
+        raise MergeError(str(error))
 
 
 def read(path: str) -> ShardReport:

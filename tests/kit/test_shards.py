@@ -146,6 +146,27 @@ def test_merged_shards_equal_the_one_machine_batch(klass):
     assert {k: v for k, v in joined["batch"].items() if k != "merged"} == alone["batch"]
 
 
+def test_merged_shards_make_the_class_gradebook_canvas_imports(klass):
+    roster = klass / "roster.csv"
+    roster.write_text("folder,Student,SIS Login ID\n" + "".join(f"{name},{name.title()} Doe,{name}01\n" for name in
+                                                                ["ana", "ben", "cleo", "dev", "eve", "finn"]))
+    gradebook = klass / "canvas.csv"
+    done = merge(*shard_reports(klass), "--canvas", str(gradebook), "--roster", str(roster))
+    assert done.returncode == 0, done.stderr
+    table = list(csv.reader(io.StringIO(gradebook.read_text())))
+    assert table[0][:5] == ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"] and len(table) == 2 + 6
+    assert table[1][0].strip() == "Points Possible"
+    batch = rows(klass / "batch.csv")
+    for row in table[2:]:
+        name = row[3][:-2]
+        assert row[0] == f"{name.title()} Doe" and float(row[5]) == float(batch[name]["score"]), row
+    roster.write_text("folder,Student\nana,Ana Doe\n")
+    assert "no row for the submission folder(s) ben" in one_line_error(
+        merge(*shard_reports(klass), "--canvas", str(gradebook), "--roster", str(roster)))
+    assert "--roster goes with --canvas" in one_line_error(merge(*shard_reports(klass), "--roster", str(roster),
+                                                                 "--csv", str(klass / "x.csv")))
+
+
 def test_merge_refuses_a_gap_a_duplicate_and_another_seed(klass):
     one, two, three = shard_reports(klass)
     out = str(klass / "refused.csv")

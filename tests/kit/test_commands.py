@@ -10,7 +10,6 @@ import time
 
 import pytest
 
-from tests.kit import ahead
 from tests.kit.harness import KIT_ROOT, grade_submissions, grader, mutate
 
 
@@ -99,26 +98,10 @@ def test_failure_messages_teach(tmp_path):
         assert "Traceback" not in message and "grader/" not in message
 
 
-def _demo(*args):
-    return subprocess.run([sys.executable, "-m", "grader", "demo", *args, "--target", "solutions"], cwd=KIT_ROOT,
-                          capture_output=True, text=True, timeout=600)
-
-
-@ahead.fixture()
-def data_parallel_demo(tmp_path_factory):
-    """The ex07 demo's run with the references (started ahead: the test only reads what it printed)."""
-    return _demo("ex07", "--nproc", "2", "--steps", "20")
-
-
-@ahead.fixture()
-def accelerate_demo(tmp_path_factory):
-    """The ex12 demo's run with the references (started ahead)."""
-    return _demo("ex12", "--nproc", "2", "--epochs", "3")
-
-
 @pytest.mark.slow
-def test_demo_trains_across_two_processes_with_the_learners_code(data_parallel_demo):
-    done = data_parallel_demo
+def test_demo_trains_across_two_processes_with_the_learners_code():
+    done = subprocess.run([sys.executable, "-m", "grader", "demo", "ex07", "--nproc", "2", "--steps", "20",
+                           "--target", "solutions"], cwd=KIT_ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     out = done.stdout
     assert "before broadcast_parameters: ranks in sync: False" in out
@@ -130,8 +113,9 @@ def test_demo_trains_across_two_processes_with_the_learners_code(data_parallel_d
 
 
 @pytest.mark.slow
-def test_accelerate_demo_trains_with_the_learners_pipeline_loop_and_metric(accelerate_demo):
-    done = accelerate_demo
+def test_accelerate_demo_trains_with_the_learners_pipeline_loop_and_metric():
+    done = subprocess.run([sys.executable, "-m", "grader", "demo", "ex12", "--nproc", "2", "--epochs", "3",
+                           "--target", "solutions"], cwd=KIT_ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     out = done.stdout
     assert "2 ranks (DistributedType.MULTI_CPU)" in out

@@ -267,44 +267,21 @@ def needs_check():
         pytest.skip("grader.check (the kernel's grading) is not in this tree yet")
 
 
-def _with_a_wrong_a_raising_and_a_hanging_cell(cells):
-    """ex18's part gets a cell that hangs (interrupted), ex17's one that raises."""
-    at = {c.id: n for n, c in enumerate(cells)}
-    raising = nbformat.v4.new_code_cell('raise RuntimeError("a learner\'s cell raises")')
-    hanging = nbformat.v4.new_code_cell("while True:\n    pass", metadata={"tags": [HANG]})
-    raising["id"], hanging["id"] = "raises", "hangs"
-    cells.insert(at["ex18-check"], hanging)
-    cells.insert(at["ex17-check"], raising)
-
-
-@ahead.fixture()
-def kernels(tmp_path_factory):
-    """Chapter 4's notebook run in a real kernel three times (started ahead, one after another): with the
-    stubs, with the references, and with ex19 wrong, a cell that raises and one that hangs."""
-    needs_check()
-    stubs = tmp_path_factory.mktemp("stubs-notebook")
-    references = tmp_path_factory.mktemp("references-notebook")
-    mistakes = tmp_path_factory.mktemp("mistakes-notebook")
-    return {
-        "stubs": run_in_kernel(write_notebook(stubs / "chapter4.ipynb", str(write_stubs(stubs / "stubs")))),
-        "references": run_in_kernel(write_notebook(references / "chapter4.ipynb", code_folder(references / "code"))),
-        "mistakes": run_in_kernel(write_notebook(
-            mistakes / "chapter4.ipynb", code_folder(mistakes / "code", {"ex19_quantize_blockwise": WRONG.source}),
-            edit=_with_a_wrong_a_raising_and_a_hanging_cell)),
-    }
-
-
 @pytest.mark.slow
-def test_the_stubs_notebook_checks_not_started(kernels):
-    shows = check_cells(kernels["stubs"])
+def test_the_stubs_notebook_checks_not_started(tmp_path):
+    needs_check()
+    path = write_notebook(tmp_path / "chapter4.ipynb", str(write_stubs(tmp_path / "stubs")))
+    shows = check_cells(run_in_kernel(path))
     assert sorted(shows) == [e.id[:4] for e in CHAPTER.exercises]
     for prefix, text in shows.items():
         assert "not started" in text, (prefix, text)
 
 
 @pytest.mark.slow
-def test_the_reference_filled_in_scores_full_in_the_kernel(kernels):
-    notebook = kernels["references"]
+def test_the_reference_filled_in_scores_full_in_the_kernel(tmp_path):
+    needs_check()
+    path = write_notebook(tmp_path / "chapter4.ipynb", code_folder(tmp_path / "code"))
+    notebook = run_in_kernel(path)
     shows = check_cells(notebook)
     for exercise in CHAPTER.exercises:
         assert full_marks(shows[exercise.id[:4]], exercise), (exercise.id, shows[exercise.id[:4]])
@@ -313,10 +290,21 @@ def test_the_reference_filled_in_scores_full_in_the_kernel(kernels):
 
 
 @pytest.mark.slow
-def test_a_wrong_a_raising_and_a_hanging_cell_each_cost_only_their_own_exercise(kernels):
+def test_a_wrong_a_raising_and_a_hanging_cell_each_cost_only_their_own_exercise(tmp_path):
     """ex19 wrong (a known mistake: its check fails); in ex18's part a cell that hangs (interrupted),
     in ex17's one that raises: the kernel goes on, and every other check still grades as it should."""
-    notebook = kernels["mistakes"]
+    needs_check()
+
+    def edit(cells):
+        at = {c.id: n for n, c in enumerate(cells)}
+        raising = nbformat.v4.new_code_cell('raise RuntimeError("a learner\'s cell raises")')
+        hanging = nbformat.v4.new_code_cell("while True:\n    pass", metadata={"tags": [HANG]})
+        raising["id"], hanging["id"] = "raises", "hangs"
+        cells.insert(at["ex18-check"], hanging)
+        cells.insert(at["ex17-check"], raising)
+
+    code = code_folder(tmp_path / "code", {"ex19_quantize_blockwise": WRONG.source})
+    notebook = run_in_kernel(write_notebook(tmp_path / "chapter4.ipynb", code, edit=edit))
     by_id = {c.id: c for c in notebook.cells}
     assert "RuntimeError" in shown(by_id["raises"])
     assert "KeyboardInterrupt" in shown(by_id["hangs"])

@@ -234,23 +234,15 @@ def as_html(report: ClassReport) -> str:
         parts.append(_exercise_html(exercise))
     parts.append('<section id="review"><h2>Flagged for review</h2>')
     if report.flagged:
-        parts.append("<p>The code reaches for the grader's machinery; no points change.</p>"
-                     "<table><tr><th>submission</th><th>line</th><th>why</th></tr>")
-        for entry in report.flagged:
-            for flag in entry.flags:
-                parts.append(f'<tr class="flag"><td class="submission">{_h(entry.submission)}</td>'
-                             f"<td><code>{_h(flag.file)}:{flag.line}</code></td><td>{_h(flag.reason)}</td></tr>")
-        parts.append("</table>")
-    else:
-        parts.append('<p class="none">none</p>')
+        parts.append("<p>The code reaches for the grader's machinery; no points change.</p>")
+    parts.append(_table(("submission", "line", "why"), [
+        f'<tr class="flag"><td class="submission">{_h(entry.submission)}</td>'
+        f"<td><code>{_h(flag.file)}:{flag.line}</code></td><td>{_h(flag.reason)}</td></tr>"
+        for entry in report.flagged for flag in entry.flags]))
     parts.append('</section><section id="ungraded"><h2>Not graded</h2>')
-    if report.ungraded:
-        parts.append("<table><tr><th>submission</th><th>why</th></tr>")
-        parts += [f'<tr class="ungraded"><td class="submission">{_h(entry.submission)}</td><td>{_h(entry.reason)}</td>'
-                  "</tr>" for entry in report.ungraded]
-        parts.append("</table>")
-    else:
-        parts.append('<p class="none">none</p>')
+    parts.append(_table(("submission", "why"), [
+        f'<tr class="ungraded"><td class="submission">{_h(entry.submission)}</td><td>{_h(entry.reason)}</td></tr>'
+        for entry in report.ungraded]))
     parts.append("</section></body></html>")
     return "\n".join(parts) + "\n"
 
@@ -260,27 +252,27 @@ def _exercise_html(exercise: ExerciseSummary) -> str:
              f"<h2>{_h(exercise.id)}: {_h(exercise.title)}</h2>",
              f'<p>{exercise.graded} graded; mean {exercise.mean:g} / {exercise.max_score:g} points</p>',
              _svg(exercise.histogram, exercise.id), "<h3>Diagnoses</h3>"]
-    if exercise.diagnoses:
-        parts.append("<table><tr><th>cause</th><th>students</th><th>smallest counterexample</th></tr>")
-        for diagnosis in exercise.diagnoses:
-            example = (f"<code>{_h(diagnosis.counterexample)}</code><br>" if diagnosis.counterexample else "")
-            parts.append(f'<tr class="diagnosis{"" if diagnosis.named else " unnamed"}">'
-                         f'<td class="cause">{_h(diagnosis.cause)}<br><small>in {_h(", ".join(diagnosis.checks))}'
-                         f'</small></td><td class="n students">{diagnosis.students}</td>'
-                         f'<td class="example">{example}<span class="finding">{_h(diagnosis.finding)}</span></td></tr>')
-        parts.append("</table>")
-    else:
-        parts.append('<p class="none">no failures</p>')
+    parts.append(_table(("cause", "students", "smallest counterexample"), [
+        f'<tr class="diagnosis{"" if diagnosis.named else " unnamed"}">'
+        f'<td class="cause">{_h(diagnosis.cause)}<br><small>in {_h(", ".join(diagnosis.checks))}'
+        f'</small></td><td class="n students">{diagnosis.students}</td><td class="example">'
+        + (f"<code>{_h(diagnosis.counterexample)}</code><br>" if diagnosis.counterexample else "")
+        + f'<span class="finding">{_h(diagnosis.finding)}</span></td></tr>'
+        for diagnosis in exercise.diagnoses], none="no failures"))
     parts.append("<h3>Checks most failed</h3>")
-    if exercise.most_failed:
-        parts.append("<table><tr><th>check</th><th>failed by</th></tr>")
-        parts += [f'<tr class="check"><td>{_h(tally.title)}<br><small><code>{_h(tally.check)}</code></small></td>'
-                  f'<td class="n failed">{tally.failed} of {tally.graded}</td></tr>' for tally in exercise.most_failed]
-        parts.append("</table>")
-    else:
-        parts.append('<p class="none">none</p>')
+    parts.append(_table(("check", "failed by"), [
+        f'<tr class="check"><td>{_h(tally.title)}<br><small><code>{_h(tally.check)}</code></small></td>'
+        f'<td class="n failed">{tally.failed} of {tally.graded}</td></tr>' for tally in exercise.most_failed]))
     parts.append("</section>")
     return "\n".join(parts)
+
+
+def _table(headers: Sequence[str], rows: Sequence[str], none: str = "none") -> str:
+    """A table of `rows` (each a <tr> already escaped) under `headers`, or a line saying there are none."""
+    if not rows:
+        return f'<p class="none">{none}</p>'
+    return "\n".join(["<table><tr>" + "".join(f"<th>{_h(header)}</th>" for header in headers) + "</tr>",
+                      *rows, "</table>"])
 
 
 def _svg(chart: Histogram, name: str) -> str:

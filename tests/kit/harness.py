@@ -6,8 +6,22 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 KIT_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SEED = os.environ.get("KIT_SEED", "20261202")  # KIT_SEED=N replays the kit under another seed
+
+
+def needs(module, why):
+    """Import `module` for a test, or skip it where it is not installed (`why`: what the test then leaves
+    unproven); under CI a missing module fails instead: CI installs the notebook extra, and a skipped
+    check is not a passed one."""
+    try:
+        return __import__(module)
+    except ImportError:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{module} is not installed: {why} (.ci/run installs pip install -e '.[notebook]')")
+        pytest.skip(f"{module} is not installed (pip install -e '.[notebook]'): {why}", allow_module_level=True)
 
 
 def reference_source(exercise):

@@ -17,11 +17,11 @@ from grader.homework.release import copy_kit
 from grader.notebook.build import chapter_notebook, notebook_name
 from tests.kit import ahead
 from tests.kit.catches import ex19_quantize_blockwise as ex19_catches
-from tests.kit.harness import KIT_ROOT, SEED, grader
+from tests.kit.harness import KIT_ROOT, SEED, grader, needs
 from tests.kit.stubs import write_stubs
 from tests.kit.test_homework import _solution_lines
 
-nbformat = pytest.importorskip("nbformat")
+nbformat = needs("nbformat", "the chapter notebooks are not built, exported or run")
 
 CHAPTER = catalog.find_chapter(4)  # three light exercises: the cheapest chapter to grade
 WRONG = next(w for w in ex19_catches.WRONG if w.name == "scale_255")
@@ -259,8 +259,8 @@ def full_marks(text, exercise):
 
 
 def needs_check():
-    pytest.importorskip("nbclient")
-    pytest.importorskip("ipykernel")
+    needs("nbclient", "the notebooks are not run in a kernel")
+    needs("ipykernel", "the notebooks are not run in a kernel")
     try:
         from grader import check  # noqa: F401
     except ImportError:

@@ -16,7 +16,7 @@ import pytest
 from grader.grading.service import GradeRequest, Service
 from grader.learner import check as notebook
 from grader.records import CheckResult, ExerciseResult, Status, TargetResult
-from tests.kit.harness import KIT_ROOT, mutate, reference_source
+from tests.kit.harness import KIT_ROOT, mutate, needs, reference_source
 
 EXERCISE = "ex04_sharding"
 BATCH_CHECK = "test_shard_batch_matches_tensor_split"
@@ -135,6 +135,7 @@ def test_a_submission_sees_nothing_of_the_one_graded_before_it(service, tmp_path
 
 @pytest.fixture(scope="module")
 def shell():
+    needs("IPython", "check() is not run in an IPython shell")
     from IPython.core.interactiveshell import InteractiveShell
     from IPython.utils.capture import capture_output
 

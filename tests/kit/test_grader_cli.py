@@ -99,14 +99,15 @@ def test_terminal_report_has_a_row_per_exercise_and_the_total(graded):
 def test_a_chapter_is_graded_as_one_assignment_of_100_points(stubs, tmp_path):
     """`python -m grader chapter2` (or --chapter 2) grades that chapter's exercises, out of 100."""
     chapter = catalog.find_chapter(2)
-    for how in (["chapter2"], ["--chapter", "2"]):
-        report = tmp_path / "chapter.json"
-        done = grader(*how, "--target", stubs, "--json", str(report), "--seed", SEED, "-q", "--device", "cpu")
-        assert done.returncode == 0, done.stderr[-2000:]
-        result = json.loads(report.read_text())
-        assert [e["id"] for e in result["exercises"]] == [e.id for e in chapter.exercises]
-        assert result["max_score"] == 100 and result["score"] == 0
-        assert result["chapters"] == [{"chapter": 2, "topic": chapter.topic, "score": 0, "max_score": 100}]
+    for spelling in (["chapter2"], ["ch2"], ["chapter 2"], [chapter.name]):  # what --chapter 2 selects, by name
+        assert catalog.select(spelling) == catalog.select([], [2]) == list(chapter.exercises)
+    report = tmp_path / "chapter.json"
+    done = grader("--chapter", "2", "--target", stubs, "--json", str(report), "--seed", SEED, "-q", "--device", "cpu")
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(report.read_text())
+    assert [e["id"] for e in result["exercises"]] == [e.id for e in chapter.exercises]
+    assert result["max_score"] == 100 and result["score"] == 0
+    assert result["chapters"] == [{"chapter": 2, "topic": chapter.topic, "score": 0, "max_score": 100}]
 
 
 def test_gradescope_results_follow_the_schema(tmp_path):

@@ -10,7 +10,7 @@ once), test_catches.py groups by exercise, and nothing runs ahead.
 
 import pytest
 
-from tests.kit import ahead
+from tests.kit import ahead, harness
 from tests.kit.stubs import write_stubs
 
 LAST = ("test_catches.py",)  # they read gradings made in the background meanwhile (tests/kit/ahead.py)
@@ -36,3 +36,4 @@ def gradings_ahead(request, tmp_path_factory):
     ahead.start(request.session.items, tmp_path_factory)
     yield
     ahead.stop()
+    harness.stop_zygote()

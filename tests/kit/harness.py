@@ -5,8 +5,11 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 
 import pytest
+
+from tests.kit.zygote import Zygote
 
 KIT_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SEED = os.environ.get("KIT_SEED", "20261202")  # KIT_SEED=N replays the kit under another seed
@@ -38,12 +41,40 @@ def mutate(exercise, *replacements):
     return source
 
 
-def grader(*args, timeout=1800, env=None):
-    """Run `python -m grader ARGS` from the kit root; returns the CompletedProcess."""
+def grader(*args, timeout=1800, env=None, cwd=KIT_ROOT, unset=()):
+    """Run `python -m grader ARGS` in `cwd` (the kit root), offline and with no state file, `env` added and
+    `unset` removed; returns the CompletedProcess. Forked from the session's zygote where it can be
+    (tests/kit/zygote.py), else a fresh process."""
     environment = dict(os.environ, HF_HUB_OFFLINE="1", GRADER_STATE=os.devnull)
     environment.update(env or {})
-    return subprocess.run([sys.executable, "-m", "grader", *args], cwd=KIT_ROOT, capture_output=True, text=True,
+    for name in unset:
+        environment.pop(name, None)
+    zygote = _zygote()
+    if zygote is not None and zygote.suits(environment):
+        return zygote.run(args, cwd, environment, timeout)
+    return subprocess.run([sys.executable, "-m", "grader", *args], cwd=cwd, capture_output=True, text=True,
                           timeout=timeout, env=environment)
+
+
+_zygotes = []
+_zygote_lock = threading.Lock()
+
+
+def _zygote():
+    """The session's zygote, started on first use; None where KIT_FRESH_GRADERS=1 or not on Linux."""
+    if os.environ.get("KIT_FRESH_GRADERS") == "1" or sys.platform != "linux":
+        return None
+    with _zygote_lock:
+        if not _zygotes:
+            _zygotes.append(Zygote(KIT_ROOT, dict(os.environ, HF_HUB_OFFLINE="1", GRADER_STATE=os.devnull)))
+        return _zygotes[0]
+
+
+def stop_zygote():
+    """At the session's end."""
+    with _zygote_lock:
+        while _zygotes:
+            _zygotes.pop().close()
 
 
 def grade_submissions(tmp_path, exercise, submissions, *args, profile="thorough", device="cpu", only_checks=None):

@@ -100,8 +100,7 @@ def test_failure_messages_teach(tmp_path):
 
 @pytest.mark.slow
 def test_demo_trains_across_two_processes_with_the_learners_code():
-    done = subprocess.run([sys.executable, "-m", "grader", "demo", "ex07", "--nproc", "2", "--steps", "20",
-                           "--target", "solutions"], cwd=KIT_ROOT, capture_output=True, text=True, timeout=600)
+    done = grader("demo", "ex07", "--nproc", "2", "--steps", "20", "--target", "solutions", timeout=600)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     out = done.stdout
     assert "before broadcast_parameters: ranks in sync: False" in out
@@ -114,8 +113,7 @@ def test_demo_trains_across_two_processes_with_the_learners_code():
 
 @pytest.mark.slow
 def test_accelerate_demo_trains_with_the_learners_pipeline_loop_and_metric():
-    done = subprocess.run([sys.executable, "-m", "grader", "demo", "ex12", "--nproc", "2", "--epochs", "3",
-                           "--target", "solutions"], cwd=KIT_ROOT, capture_output=True, text=True, timeout=600)
+    done = grader("demo", "ex12", "--nproc", "2", "--epochs", "3", "--target", "solutions", timeout=600)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     out = done.stdout
     assert "2 ranks (DistributedType.MULTI_CPU)" in out
@@ -126,14 +124,12 @@ def test_accelerate_demo_trains_with_the_learners_pipeline_loop_and_metric():
 
 
 def test_demo_says_which_exercises_to_solve_first(stubs):
-    done = subprocess.run([sys.executable, "-m", "grader", "demo", "ex07", "--target", stubs], cwd=KIT_ROOT,
-                          capture_output=True, text=True, timeout=120)
+    done = grader("demo", "ex07", "--target", stubs, timeout=120)
     assert done.returncode == 1
     assert "solve these first" in done.stdout
     for name in ("ex04_sharding", "ex06_parameter_sync", "ex07_data_parallel_step"):
         assert name in done.stdout
-    done = subprocess.run([sys.executable, "-m", "grader", "demo", "ex12", "--target", stubs], cwd=KIT_ROOT,
-                          capture_output=True, text=True, timeout=120)
+    done = grader("demo", "ex12", "--target", stubs, timeout=120)
     assert done.returncode == 1 and "solve these first" in done.stdout
     for name in ("ex08_preprocess_text", "ex10_prepare_dataloader", "ex12_accelerator_loop"):
         assert name in done.stdout

@@ -4,7 +4,6 @@ dev new (an exercise's four files and catalog entry) and dev update (the README'
 import os
 import shutil
 import subprocess
-import sys
 
 try:
     import tomllib  # novm: tomli below
@@ -14,7 +13,7 @@ except ModuleNotFoundError:  # Python 3.10
 import pytest
 
 from grader import layout
-from tests.kit.harness import KIT_ROOT, SEED, reference_source
+from tests.kit.harness import KIT_ROOT, SEED, grader, reference_source
 from tests.kit.stubs import write_stubs
 
 
@@ -50,9 +49,7 @@ def kit_files(folder):
 
 
 def dev(folder, *args, command="dev"):
-    return subprocess.run([sys.executable, "-m", "grader", *([command] if command else []), *args], cwd=folder,
-                          capture_output=True, text=True, timeout=900,
-                          env=dict(os.environ, HF_HUB_OFFLINE="1", GRADER_STATE=os.devnull))
+    return grader(*([command] if command else []), *args, cwd=folder, timeout=900)
 
 
 def dev_check(folder, *args):
@@ -164,8 +161,7 @@ def test_dev_check_grades_a_reference_that_logs_through_a_handler_made_at_import
                                   ["new", "ex20_topk"], ["new", "ex20_topk", "--chapter", "two"],
                                   ["update", "--bogus"]])
 def test_dev_usage_errors_are_one_line(args):
-    done = subprocess.run([sys.executable, "-m", "grader", "dev", *args], cwd=KIT_ROOT, capture_output=True,
-                          text=True, timeout=120)
+    done = grader("dev", *args, timeout=120)
     assert done.returncode == 2, done.stdout + done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
 

@@ -5,13 +5,10 @@ depend on how a reference or a check file is worded.
 """
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
-from tests.kit.harness import KIT_ROOT, SEED, failed_checks, grade_submissions
+from tests.kit.harness import SEED, failed_checks, grade_submissions, grader
 
 ONLY_RANK_0_REDUCES = '''
 import torch.distributed as dist
@@ -95,9 +92,8 @@ def test_an_invalid_result_is_called_so_once(tmp_path):
     folder.mkdir()
     (folder / "ex04_sharding.py").write_text(RETURNS_A_TUPLE)
     report = tmp_path / "report.json"
-    done = subprocess.run([sys.executable, "-m", "grader", "ex04", "--target", str(folder), "--json", str(report),
-                           "--seed", SEED, "--profile", "fast", "--device", "cpu", "-q"], cwd=KIT_ROOT,
-                          capture_output=True, text=True, timeout=600, env=dict(os.environ, GRADER_STATE=os.devnull))
+    done = grader("ex04", "--target", str(folder), "--json", str(report), "--seed", SEED, "--profile", "fast",
+                  "--device", "cpu", "-q", timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     invalid = [c for e in json.loads(report.read_text())["exercises"] for c in e["checks"]
                if c["status"] == "invalid result"]

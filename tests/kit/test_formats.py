@@ -13,8 +13,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
-import sys
 from types import SimpleNamespace
 
 import pytest
@@ -43,8 +41,7 @@ ROSTER = "folder,Student,ID,SIS User ID,SIS Login ID,Section\n" \
 
 
 def run_in(folder, *args):
-    done = subprocess.run([sys.executable, "-m", "grader", *args], cwd=folder, capture_output=True, text=True,
-                          timeout=900, env=ENV)
+    done = grader(*args, cwd=folder, timeout=900)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     return done
 
@@ -162,8 +159,7 @@ def test_a_catalog_that_does_not_load_is_one_line(tmp_path):
     (tmp_path / "tests").mkdir()
     with open(tmp_path / "grader" / "catalog.toml", "a") as handle:
         handle.write('\n[visibility.ex04_sharding]\ntest_shard_batch_matches_tensor_split = "secret"\n')
-    done = subprocess.run([sys.executable, "-m", "grader", "list"], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=120, env=ENV)
+    done = grader("list", cwd=tmp_path, timeout=120)
     assert done.returncode == 2 and done.stderr.strip().splitlines() == [
         'python -m grader: error: catalog.toml: [visibility.ex04_sharding] test_shard_batch_matches_tensor_split = '
         '\'secret\': must be "public" or "hidden"']

@@ -24,6 +24,8 @@ ALL = sorted(f[:-3] for f in os.listdir(os.path.join(KIT_ROOT, "solutions")) if 
 
 
 def run_in(folder, *args, timeout=900, env=ENV):
+    if args[:2] == ("-m", "grader") and env is ENV:
+        return grader(*args[2:], cwd=folder, timeout=timeout)
     return subprocess.run([sys.executable, *args], cwd=folder, capture_output=True, text=True, timeout=timeout,
                           env=env)
 

@@ -12,7 +12,7 @@ import uuid
 import pytest
 
 from tests.kit import ahead
-from tests.kit.harness import KIT_ROOT, SEED, failed_checks, grade_submissions, mutate
+from tests.kit.harness import KIT_ROOT, SEED, failed_checks, grade_submissions, grader, mutate
 
 pytestmark = pytest.mark.slow  # hostile submissions graded whole: a minute and more
 
@@ -215,10 +215,8 @@ def test_a_deadlocked_collective_times_out_and_other_exercises_score_as_without_
             (root / name / f"{module}.py").write_text(source)
     report = tmp_path / "report.json"
     started = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "grader", "ex04", "ex06", "--submissions", str(root),
-                           "--json", str(report), "--timeout", "10", "--seed", SEED, "--profile", "fast",
-                           "--device", "cpu", "-q"], cwd=KIT_ROOT, capture_output=True, text=True, timeout=600,
-                          env=dict(os.environ, GRADER_STATE=os.devnull))
+    done = grader("ex04", "ex06", "--submissions", str(root), "--json", str(report), "--timeout", "10", "--seed", SEED,
+                  "--profile", "fast", "--device", "cpu", "-q", timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     results = {os.path.basename(r["target"]): r for r in json.loads(report.read_text())["submissions"]}
     rows = {name: {e["id"]: e for e in r["exercises"]} for name, r in results.items()}

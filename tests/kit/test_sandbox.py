@@ -18,7 +18,7 @@ import pytest
 from grader import sandbox
 from grader.sandbox import landlock, scan
 from tests.kit import ahead
-from tests.kit.harness import KIT_ROOT, SEED, failed_checks, grade_submissions, mutate, only_checks_args
+from tests.kit.harness import KIT_ROOT, SEED, failed_checks, grade_submissions, grader, mutate, only_checks_args
 
 EX = "ex04_sharding"
 INDICES = "test_shard_indices_match_distributed_sampler"
@@ -500,10 +500,8 @@ def _kit_with_a_reference_that(tmp_path, starts_with):
 def test_a_failing_reference_is_the_graders_failure_not_the_students(tmp_path):
     kit = _kit_with_a_reference_that(tmp_path, "    raise RuntimeError('kit bug')\n")
     report = tmp_path / "report.json"
-    done = subprocess.run([sys.executable, "-m", "grader", "ex04", "--target", os.path.join(KIT_ROOT, "solutions"),
-                           "--json", str(report), "--seed", SEED, "--device", "cpu", "-q"],
-                          cwd=kit, capture_output=True, text=True, timeout=600,
-                          env=dict(os.environ, GRADER_STATE=os.devnull, HF_HUB_OFFLINE="1"))
+    done = grader("ex04", "--target", os.path.join(KIT_ROOT, "solutions"), "--json", str(report), "--seed", SEED,
+                  "--device", "cpu", "-q", cwd=kit, timeout=600)
     assert done.returncode == 3, done.stderr[-2000:]
     assert "not graded" in done.stderr and "Traceback" not in done.stderr
     data = json.loads(report.read_text())
@@ -534,9 +532,8 @@ def test_the_static_scan_reads_without_running(tmp_path):
 def test_require_sandbox_grades_where_the_layers_are_present():
     if sandbox.missing():
         pytest.skip("this machine lacks a layer")
-    done = subprocess.run([sys.executable, "-m", "grader", "ex04", "--target", "solutions", "--require-sandbox",
-                           "--device", "cpu", "-q", "--seed", SEED], cwd=KIT_ROOT, capture_output=True, text=True,
-                          timeout=300, env=dict(os.environ, GRADER_STATE=os.devnull))
+    done = grader("ex04", "--target", "solutions", "--require-sandbox", "--device", "cpu", "-q", "--seed", SEED,
+                  timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "sandbox: landlock, user, namespaces, seccomp, container" in done.stdout
 
@@ -589,9 +586,7 @@ def test_control_characters_in_learner_text_never_reach_the_terminal_raw(tmp_pat
     folder.mkdir()
     body = 'print("\\x1b[2J\\x1b[31mred")\nraise ValueError("\\x1b]0;pwned\\x07\\rgone")'
     (folder / f"{EX}.py").write_text(hostile(body, prelude=""))
-    done = subprocess.run([sys.executable, "-m", "grader", "ex04", "--target", str(folder), "-v", "--device", "cpu",
-                           "--seed", SEED], cwd=KIT_ROOT, capture_output=True, text=True, timeout=300,
-                          env=dict(os.environ, GRADER_STATE=os.devnull))
+    done = grader("ex04", "--target", str(folder), "-v", "--device", "cpu", "--seed", SEED, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "ValueError" in done.stdout and "\\x1b" in done.stdout
     assert "\x1b" not in done.stdout + done.stderr and "\x07" not in done.stdout
@@ -872,10 +867,8 @@ def test_a_reference_that_fails_once_is_run_again_alone(tmp_path):
         "    import os as _os\n    if not _os.path.exists('failed-once'):\n"
         "        open('failed-once', 'w').close()\n        raise MemoryError('a resource the grader lacked')\n"))
     report = tmp_path / "report.json"
-    done = subprocess.run([sys.executable, "-m", "grader", "ex04", "--target", os.path.join(KIT_ROOT, "solutions"),
-                           "--json", str(report), "--seed", SEED, "--device", "cpu", "--profile", "fast", "-q"],
-                          cwd=kit, capture_output=True, text=True, timeout=600,
-                          env=dict(os.environ, GRADER_STATE=os.devnull, HF_HUB_OFFLINE="1"))
+    done = grader("ex04", "--target", os.path.join(KIT_ROOT, "solutions"), "--json", str(report), "--seed", SEED,
+                  "--device", "cpu", "--profile", "fast", "-q", cwd=kit, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     data = json.loads(report.read_text())
     assert data["not_graded"] == [] and data["score"] == data["max_score"] == 15, failed_checks(data["exercises"][0])
@@ -955,8 +948,7 @@ def test_in_the_gradescope_layout_the_seed_is_out_of_reach(tmp_path):
     for folder in ("source", "submission", "results"):
         (root / folder).mkdir(parents=True)
     bundle = tmp_path / "bundle.zip"
-    done = subprocess.run([sys.executable, "-m", "grader", "autograder", str(bundle), "--seed", seed, "--chapter", "1"],
-                          cwd=KIT_ROOT, capture_output=True, text=True, timeout=300)
+    done = grader("autograder", str(bundle), "--seed", seed, "--chapter", "1", timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     with zipfile.ZipFile(bundle) as archive:
         archive.extractall(root / "source")

@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from grader.grading import shards
-from tests.kit import ahead
+from tests.kit import ahead, harness
 from tests.kit.harness import KIT_ROOT, SEED, mutate, reference_source
 
 EXERCISE = "ex04_sharding"
@@ -59,8 +59,7 @@ def klass(tmp_path_factory):
 
 def grader(*args):
     """`python -m grader ARGS` from the kit's root, with no scheduler's variables set."""
-    return subprocess.run([sys.executable, "-m", "grader", *args], cwd=KIT_ROOT, env=environment(),
-                          capture_output=True, text=True, timeout=600)
+    return harness.grader(*args, timeout=600, unset=SCHEDULERS)
 
 
 def shard_reports(tmp):
@@ -68,8 +67,7 @@ def shard_reports(tmp):
 
 
 def merge(*args):
-    return subprocess.run([sys.executable, "-m", "grader", "merge", *args], cwd=KIT_ROOT, env=environment(),
-                          capture_output=True, text=True, timeout=120)
+    return harness.grader("merge", *args, timeout=120, unset=SCHEDULERS)
 
 
 def rows(path, times=False):

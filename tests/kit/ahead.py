@@ -106,7 +106,13 @@ def result(key: tuple[str, str], tmp_path_factory: pytest.TempPathFactory) -> An
 
 
 def stop() -> None:
-    """At the session's end: drop what has not begun (the tests that needed it did not run)."""
+    """At the session's end: drop what has not begun (the tests that needed it did not run), and fail
+    where a job failed (nothing else waits for a job, so its error would go unseen)."""
     for pool in _pools.values():
         pool.shutdown(wait=True, cancel_futures=True)
     _pools.clear()
+    failed = [f"{module}'s job: {type(future.exception()).__name__}: {future.exception()}"
+              for (module, name), future in _started.items()
+              if name == JOB and future.done() and not future.cancelled() and future.exception() is not None]
+    if failed:
+        pytest.fail("a job started ahead failed:\n" + "\n".join(failed), pytrace=False)

@@ -41,15 +41,15 @@ def mutate(exercise, *replacements):
     return source
 
 
-def grader(*args, timeout=1800, env=None, cwd=KIT_ROOT, unset=()):
+def grader(*args, timeout=1800, env=None, cwd=KIT_ROOT, unset=(), fresh=False):
     """Run `python -m grader ARGS` in `cwd` (the kit root), offline and with no state file, `env` added and
     `unset` removed; returns the CompletedProcess. Forked from the session's zygote where it can be
-    (tests/kit/zygote.py), else a fresh process."""
+    (tests/kit/zygote.py), else (or when `fresh`) a new process."""
     environment = dict(os.environ, HF_HUB_OFFLINE="1", GRADER_STATE=os.devnull)
     environment.update(env or {})
     for name in unset:
         environment.pop(name, None)
-    zygote = _zygote()
+    zygote = None if fresh else _zygote()
     if zygote is not None and zygote.suits(environment):
         return zygote.run(args, cwd, environment, timeout)
     return subprocess.run([sys.executable, "-m", "grader", *args], cwd=cwd, capture_output=True, text=True,

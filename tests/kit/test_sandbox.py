@@ -348,8 +348,9 @@ if held:  # keep them connected, saying nothing, after this call returns
 raise PermissionError(f"connected to {len(held)} of {len(names)} fork server sockets")''')
 
 
-def _grade_marked(tmp_path, files, *args, timeout=20, without="", only=()):
-    """Grade one submission of `files` with a marker in the grader's command line and environment;
+def _grade_marked(tmp_path, files, *args, timeout=20, without="", only=(), fresh=False):
+    """Grade one submission of `files` with a marker in the grader's command line and environment
+    (`fresh`: in a new process, whose /proc shows them, for a test that finds the grader's processes so);
     `without`: the layers to leave off (GRADER_WITHOUT_LAYERS), to show what each one stops; `only`:
     those checks alone (--only-checks)."""
     folder = tmp_path / "submission"
@@ -360,12 +361,10 @@ def _grade_marked(tmp_path, files, *args, timeout=20, without="", only=()):
         args = (*args, *only_checks_args(tmp_path, {folder.name: only}))
     mark = uuid.uuid4().hex
     report = tmp_path / f"report-{mark}.json"
-    env = dict(os.environ, HF_HUB_OFFLINE="1", KIT_TEST_MARK=mark, GRADER_STATE=os.devnull,
-               GRADER_WITHOUT_LAYERS=without)
     started = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "grader", *args, "--target", str(folder), "--json", str(report),
-                           "--seed", SEED, "--profile", "fast", "--device", "cpu", "--timeout", str(timeout), "-q"],
-                          cwd=KIT_ROOT, env=env, capture_output=True, text=True, timeout=600)
+    done = grader(*args, "--target", str(folder), "--json", str(report), "--seed", SEED, "--profile", "fast",
+                  "--device", "cpu", "--timeout", str(timeout), "-q", timeout=600, fresh=fresh,
+                  env={"KIT_TEST_MARK": mark, "GRADER_WITHOUT_LAYERS": without})
     return done, (json.loads(report.read_text()) if report.exists() else None), mark, time.monotonic() - started
 
 
@@ -376,7 +375,7 @@ def _rows(data):
 @needs_landlock
 def test_signals_to_the_grader_its_fork_servers_and_reference_workers_are_refused(tmp_path):
     files = {EX: SIGNALS, "ex06_parameter_sync": mutate("ex06_parameter_sync")}
-    done, data, _, seconds = _grade_marked(tmp_path, files, "ex04", "ex06")
+    done, data, _, seconds = _grade_marked(tmp_path, files, "ex04", "ex06", fresh=True)
     assert done.returncode == 0, done.stderr[-2000:]
     rows = _rows(data)
     message = {c["name"]: c["message"] for c in rows[EX]["checks"]}[INDICES]
@@ -421,7 +420,8 @@ time.sleep(1)
 
 @pytest.mark.slow
 def test_processes_that_hop_to_new_pids_die_before_the_report(tmp_path):
-    done, data, mark, _ = _grade_marked(tmp_path, {EX: HOPS}, "ex04", only=[INDICES])  # each call hops: one check
+    # each call hops: one check
+    done, data, mark, _ = _grade_marked(tmp_path, {EX: HOPS}, "ex04", only=[INDICES], fresh=True)
     assert done.returncode == 0, done.stderr[-2000:]
     assert [c["status"] for c in data["exercises"][0]["checks"]] == ["failed"]
     time.sleep(1)
@@ -654,7 +654,7 @@ raise RuntimeError("inventory " + json.dumps(found, sort_keys=True))''')
 
 
 def _inventory(tmp_path, without=""):
-    done, data, mark, _ = _grade_marked(tmp_path, {EX: INVENTORY}, "ex04", without=without)
+    done, data, mark, _ = _grade_marked(tmp_path, {EX: INVENTORY}, "ex04", without=without, fresh=True)
     assert done.returncode == 0, done.stderr[-2000:]
     message = {c["name"]: c["message"] for c in _rows(data)[EX]["checks"]}[INDICES]
     assert "inventory " in message, message

@@ -26,6 +26,7 @@ import pytest
 Make = Callable[..., Any]  # make(tmp_path_factory) for a fixture, make(tmp_path_factory, items) for a job
 LANES = ("cpu", "waits")
 JOB = "<job>"  # the name a module's job is declared under
+CPU_LANE_WIDTH = int(os.environ.get("KIT_LANE_WIDTH", "2"))  # gradings at once in the "cpu" lane
 
 _declared: dict[tuple[str, str], tuple[str, Make]] = {}  # (module, fixture name or JOB): (lane, make)
 _started: dict[tuple[str, str], Future] = {}
@@ -82,7 +83,7 @@ def start(items: list[pytest.Item], tmp_path_factory: pytest.TempPathFactory) ->
         if key not in _started:
             lane, make = _declared[key]
             if lane not in _pools:
-                _pools[lane] = ThreadPoolExecutor(max_workers=1 if lane == "cpu" else 8,
+                _pools[lane] = ThreadPoolExecutor(max_workers=CPU_LANE_WIDTH if lane == "cpu" else 8,
                                                   thread_name_prefix=f"ahead-{lane}")
             _started[key] = _pools[lane].submit(make, tmp_path_factory, *([using] if key[1] == JOB else []))
 

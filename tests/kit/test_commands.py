@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from tests.kit import ahead
 from tests.kit.harness import KIT_ROOT, grade_submissions, grader, mutate
 
 
@@ -98,9 +99,19 @@ def test_failure_messages_teach(tmp_path):
         assert "Traceback" not in message and "grader/" not in message
 
 
+@ahead.fixture()  # two ranks training: in the background, beside the tests before it
+def demo_ex07(tmp_path_factory):
+    return grader("demo", "ex07", "--nproc", "2", "--steps", "20", "--target", "solutions", timeout=600)
+
+
+@ahead.fixture()
+def demo_ex12(tmp_path_factory):
+    return grader("demo", "ex12", "--nproc", "2", "--epochs", "3", "--target", "solutions", timeout=600)
+
+
 @pytest.mark.slow
-def test_demo_trains_across_two_processes_with_the_learners_code():
-    done = grader("demo", "ex07", "--nproc", "2", "--steps", "20", "--target", "solutions", timeout=600)
+def test_demo_trains_across_two_processes_with_the_learners_code(demo_ex07):
+    done = demo_ex07
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     out = done.stdout
     assert "before broadcast_parameters: ranks in sync: False" in out
@@ -112,8 +123,8 @@ def test_demo_trains_across_two_processes_with_the_learners_code():
 
 
 @pytest.mark.slow
-def test_accelerate_demo_trains_with_the_learners_pipeline_loop_and_metric():
-    done = grader("demo", "ex12", "--nproc", "2", "--epochs", "3", "--target", "solutions", timeout=600)
+def test_accelerate_demo_trains_with_the_learners_pipeline_loop_and_metric(demo_ex12):
+    done = demo_ex12
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     out = done.stdout
     assert "2 ranks (DistributedType.MULTI_CPU)" in out

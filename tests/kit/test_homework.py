@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 import zipfile
 
@@ -32,23 +33,34 @@ def run_in(folder, *args, timeout=900, env=ENV):
 
 # --- the student release ---------------------------------------------------------------------------
 
+_built: list = []  # the release this module builds, once (it runs every reference to record what they return)
+_building = threading.Lock()
+
+
+def _a_release(tmp_path_factory):
+    """A copy of the release, in a folder of its own: grading in one never meets a test's pytest in another."""
+    with _building:
+        if not _built:
+            out = tmp_path_factory.mktemp("release-built") / "course"
+            done = grader("release", str(out), "--seed", SEED)
+            assert done.returncode == 0, done.stderr[-3000:]
+            _built.append(out)
+    copy = tmp_path_factory.mktemp("release") / "course"
+    shutil.copytree(_built[0], copy, symlinks=True)
+    return copy
+
+
 @ahead.fixture()
 def release(tmp_path_factory):
-    out = tmp_path_factory.mktemp("release") / "course"
-    done = grader("release", str(out), "--seed", SEED)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return out
+    return _a_release(tmp_path_factory)
 
 
 @ahead.fixture()
 def release_graded(tmp_path_factory):
     """A release built and graded as a learner would: the stubs it ships, then a correct copy with
-    one mistake in ex04; (the stubs' report, the copy's report). A release of its own, so that
-    grading in it, in the background, never meets the tests that run pytest in `release`."""
-    tmp = tmp_path_factory.mktemp("release-graded")
-    out = tmp / "course"
-    done = grader("release", str(out), "--seed", SEED)
-    assert done.returncode == 0, done.stderr[-3000:]
+    one mistake in ex04; (the stubs' report, the copy's report)."""
+    out = _a_release(tmp_path_factory)
+    tmp = out.parent
     stubs = tmp / "stubs.json"
     done = run_in(out, "-m", "grader", "--json", str(stubs), "-q")
     assert done.returncode == 0, done.stderr[-3000:]

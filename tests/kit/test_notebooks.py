@@ -267,32 +267,25 @@ def needs_check():
         pytest.skip("grader.check (the kernel's grading) is not in this tree yet")
 
 
-@pytest.mark.slow
-def test_the_stubs_notebook_checks_not_started(tmp_path):
+# The three kernel runs start ahead, in the background, beside the tests before them.
+
+@ahead.fixture()
+def stubs_run(tmp_path_factory):
     needs_check()
-    path = write_notebook(tmp_path / "chapter4.ipynb", str(write_stubs(tmp_path / "stubs")))
-    shows = check_cells(run_in_kernel(path))
-    assert sorted(shows) == [e.id[:4] for e in CHAPTER.exercises]
-    for prefix, text in shows.items():
-        assert "not started" in text, (prefix, text)
+    tmp_path = tmp_path_factory.mktemp("stubs-run")
+    return run_in_kernel(write_notebook(tmp_path / "chapter4.ipynb", str(write_stubs(tmp_path / "stubs"))))
 
 
-@pytest.mark.slow
-def test_the_reference_filled_in_scores_full_in_the_kernel(tmp_path):
+@ahead.fixture()
+def reference_run(tmp_path_factory):
     needs_check()
-    path = write_notebook(tmp_path / "chapter4.ipynb", code_folder(tmp_path / "code"))
-    notebook = run_in_kernel(path)
-    shows = check_cells(notebook)
-    for exercise in CHAPTER.exercises:
-        assert full_marks(shows[exercise.id[:4]], exercise), (exercise.id, shows[exercise.id[:4]])
-    chapter = shown(next(c for c in notebook.cells if c.id == f"{CHAPTER.name}-score"))
-    assert "100/100" in chapter.replace(" ", ""), chapter
+    tmp_path = tmp_path_factory.mktemp("reference-run")
+    return run_in_kernel(write_notebook(tmp_path / "chapter4.ipynb", code_folder(tmp_path / "code")))
 
 
-@pytest.mark.slow
-def test_a_wrong_a_raising_and_a_hanging_cell_each_cost_only_their_own_exercise(tmp_path):
-    """ex19 wrong (a known mistake: its check fails); in ex18's part a cell that hangs (interrupted),
-    in ex17's one that raises: the kernel goes on, and every other check still grades as it should."""
+@ahead.fixture()
+def mishaps_run(tmp_path_factory):
+    """ex19 wrong (a known mistake), in ex18's part a cell that hangs, in ex17's one that raises."""
     needs_check()
 
     def edit(cells):
@@ -303,8 +296,34 @@ def test_a_wrong_a_raising_and_a_hanging_cell_each_cost_only_their_own_exercise(
         cells.insert(at["ex18-check"], hanging)
         cells.insert(at["ex17-check"], raising)
 
+    tmp_path = tmp_path_factory.mktemp("mishaps-run")
     code = code_folder(tmp_path / "code", {"ex19_quantize_blockwise": WRONG.source})
-    notebook = run_in_kernel(write_notebook(tmp_path / "chapter4.ipynb", code, edit=edit))
+    return run_in_kernel(write_notebook(tmp_path / "chapter4.ipynb", code, edit=edit))
+
+
+@pytest.mark.slow
+def test_the_stubs_notebook_checks_not_started(stubs_run):
+    shows = check_cells(stubs_run)
+    assert sorted(shows) == [e.id[:4] for e in CHAPTER.exercises]
+    for prefix, text in shows.items():
+        assert "not started" in text, (prefix, text)
+
+
+@pytest.mark.slow
+def test_the_reference_filled_in_scores_full_in_the_kernel(reference_run):
+    notebook = reference_run
+    shows = check_cells(notebook)
+    for exercise in CHAPTER.exercises:
+        assert full_marks(shows[exercise.id[:4]], exercise), (exercise.id, shows[exercise.id[:4]])
+    chapter = shown(next(c for c in notebook.cells if c.id == f"{CHAPTER.name}-score"))
+    assert "100/100" in chapter.replace(" ", ""), chapter
+
+
+@pytest.mark.slow
+def test_a_wrong_a_raising_and_a_hanging_cell_each_cost_only_their_own_exercise(mishaps_run):
+    """ex19 wrong (a known mistake: its check fails); in ex18's part a cell that hangs (interrupted),
+    in ex17's one that raises: the kernel goes on, and every other check still grades as it should."""
+    notebook = mishaps_run
     by_id = {c.id: c for c in notebook.cells}
     assert "RuntimeError" in shown(by_id["raises"])
     assert "KeyboardInterrupt" in shown(by_id["hangs"])

@@ -3,8 +3,10 @@
 Most of the suite's time is spent waiting for grader subprocesses, one at a time. A fixture declared
 with `ahead.fixture` is computed by a background thread as soon as the session knows which tests
 run (and only if a selected test uses it), while the tests before it run; the fixture then waits
-for that result. Two lanes: "cpu" gradings run one after another, beside the tests (one more grader
-on the machine, which the grader must bear anyway: README, "The same score on any box"); "waits"
+for that result. Two lanes: "cpu" gradings run two at a time (KIT_LANE_WIDTH), in the order the
+tests first use them, beside the tests (more graders on the machine, which the grader must bear
+anyway: README, "The same score on any box"; one at a time left a core idle while the foreground
+waited on a subprocess, measured); "waits"
 gradings (a grader held to a fifth of a core, a genuine hang) each get a thread of their own, as
 they hardly use a CPU. Under pytest-xdist, or where nothing selected uses them, fixtures are
 computed when first used, as plain fixtures are.
@@ -12,7 +14,7 @@ computed when first used, as plain fixtures are.
 A failure inside a background grading is raised where the fixture is used, so it fails the tests
 that read it, as before. A `job` is work for a whole module's selected tests that no fixture waits
 for: it shares its results itself, and a test may do a part the job has not reached yet (see
-test_catches.py's Gradings).
+test_catches.py's Gradings); a job that fails fails the session at its end.
 """
 
 import os

@@ -1,7 +1,7 @@
 """Fixtures shared by the kit's own tests.
 
 The suite runs in one process by default, and the shared gradings that tests only read run ahead,
-in the background, beside the tests that come before them (tests/kit/ahead.py): one grader in the
+in the background, beside the tests that come before them (tests/kit/ahead.py): two gradings in the
 background and one in the foreground keep both cores busy (two pytest-xdist workers measured
 slower here). With `-n N --dist loadgroup` each module's tests stay on one
 worker (a group per module, so a module- or session-scoped fixture that grades once still grades

@@ -56,7 +56,7 @@ def grader(*args, timeout=1800, env=None, cwd=KIT_ROOT, unset=(), fresh=False):
                           timeout=timeout, env=environment)
 
 
-_zygotes = []
+_zygotes: list[Zygote] = []
 _zygote_lock = threading.Lock()
 
 

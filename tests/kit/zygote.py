@@ -8,7 +8,7 @@ modules left out) and then forks, for each run, a process that becomes `python -
 own working folder, environment, standard streams, argv, main module and random seeds, and the
 grader's modules imported afresh from that folder, as a new interpreter would.
 
-What it cannot make the same, it leaves to a fresh process (`harness.run_grader` decides): an
+What it cannot make the same, it leaves to a fresh process (`harness.grader` decides): an
 environment that differs in anything a library may read when it is imported, a process placed in a
 cgroup, a terminal, signals sent during the run. `KIT_FRESH_GRADERS=1` runs every grader fresh.
 

@@ -3,6 +3,7 @@ the same output, the same exit status, in the folder and with the environment as
 
 import json
 import os
+import subprocess
 
 import pytest
 
@@ -53,6 +54,15 @@ def test_a_forked_grader_has_the_folder_environment_and_exit_status_asked_for(tm
     for fresh in (True, False):
         done = harness.grader("a", "b c", cwd=tmp_path, env={"GRADER_ASKED": str(fresh)}, fresh=fresh)
         assert (done.returncode, done.stdout) == (7, f"{tmp_path} {fresh} ['a', 'b c']\n"), done
+
+
+def test_a_forked_grader_that_outlives_its_timeout_is_killed_as_a_fresh_one_is(tmp_path):
+    (tmp_path / "grader").mkdir()
+    (tmp_path / "grader" / "__init__.py").write_text("")
+    (tmp_path / "grader" / "__main__.py").write_text("import time\ntime.sleep(600)\n")
+    for fresh in (True, False):
+        with pytest.raises(subprocess.TimeoutExpired):
+            harness.grader(cwd=tmp_path, timeout=3, fresh=fresh)
 
 
 def test_an_environment_a_library_reads_at_import_gets_a_fresh_process():

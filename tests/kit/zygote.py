@@ -18,11 +18,14 @@ its wait status, one line each.
 """
 
 import json
+import locale
 import os
 import random
 import select
+import shutil
 import socket
 import struct
+import subprocess
 import sys
 import tempfile
 import types
@@ -31,7 +34,9 @@ HEADER = struct.Struct("!Q")
 
 
 def preloaded_modules(kit_root):
-    """What the fork servers import outside the grader, in the catalog's order."""
+    """What the fork servers import outside the grader, in the catalog's order. Read from the file, not
+    through grader.catalog: the zygote imports none of the grader, whose modules each run imports
+    afresh (some read the environment when imported)."""
     if sys.version_info >= (3, 11):
         import tomllib  # novm: tomli below
     else:
@@ -123,9 +128,12 @@ def serve_one(connection):
         become_the_grader(request, fds)
     for fd in fds:
         os.close(fd)
-    connection.sendall(f"{pid}\n".encode())
-    _, status = os.waitpid(pid, 0)
-    connection.sendall(f"{status}\n".encode())
+    try:
+        connection.sendall(f"{pid}\n".encode())
+        _, status = os.waitpid(pid, 0)
+        connection.sendall(f"{status}\n".encode())
+    except OSError:
+        pass  # the client is gone (it gave up, or its session ended): nobody to tell
     os._exit(0)
 
 
@@ -162,11 +170,14 @@ def serve(path, kit_root):
 MAY_DIFFER = ("PYTEST_CURRENT_TEST", "GRADER_", "KIT_", "AUTOGRADER_ROOT")
 
 
+def _significant(env):
+    return {k: v for k, v in env.items() if not k.startswith(MAY_DIFFER)}
+
+
 class Zygote:
     def __init__(self, kit_root, env):
-        import subprocess
-
         self.env = dict(env)
+        self.significant = _significant(self.env)
         self.folder = tempfile.mkdtemp(prefix="kit-zygote-")
         self.path = os.path.join(self.folder, "socket")
         self.process = subprocess.Popen([sys.executable, os.path.abspath(__file__), self.path, kit_root],
@@ -176,29 +187,25 @@ class Zygote:
 
     def suits(self, env):
         """Whether a grader with `env` may be forked from this zygote."""
-        def significant(environment):
-            return {k: v for k, v in environment.items() if not k.startswith(MAY_DIFFER)}
-        return self.process.poll() is None and significant(env) == significant(self.env)
+        return self.process.poll() is None and _significant(env) == self.significant
 
     def run(self, args, cwd, env, timeout):
-        """`python -m grader ARGS` in `cwd` with `env`, as subprocess.run(capture_output=True, text=True) returns it."""
-        import subprocess
-
+        """`python -m grader ARGS` in `cwd` with `env`, as subprocess.run(capture_output=True, text=True) returns it:
+        killed, and subprocess.TimeoutExpired raised, after `timeout` seconds."""
         with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, \
                 open(os.devnull, "rb") as stdin, socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
             connection.connect(self.path)
             send(connection, {"args": list(args), "cwd": str(cwd), "env": dict(env)},
                  [stdin.fileno(), out.fileno(), err.fileno()])
-            replies = connection.makefile("rb")
-            pid = int(replies.readline())
+            pid = int(_line(connection))
             connection.settimeout(timeout)
             try:
-                status = int(replies.readline())
+                status = int(_line(connection))
                 timed_out = False
             except TimeoutError:
                 os.kill(pid, 9)
                 connection.settimeout(None)
-                status = int(replies.readline())
+                status = int(_line(connection))
                 timed_out = True
             stdout, stderr = (_text(stream) for stream in (out, err))
         command = [sys.executable, "-m", "grader", *args]
@@ -207,17 +214,24 @@ class Zygote:
         return subprocess.CompletedProcess(command, os.waitstatus_to_exitcode(status), stdout, stderr)
 
     def close(self):
-        import shutil
-
         self.process.stdin.close()
         self.process.wait()
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
+def _line(connection):
+    """One reply line, read a byte at a time (a buffered reader refuses every read after a time-out)."""
+    data = b""
+    while not data.endswith(b"\n"):
+        byte = connection.recv(1)
+        if not byte:
+            raise ConnectionError("the zygote's helper did not answer")
+        data += byte
+    return data
+
+
 def _text(stream):
     """What subprocess's text mode makes of a stream's bytes."""
-    import locale
-
     stream.seek(0)
     data = stream.read().decode(locale.getpreferredencoding(False))
     return data.replace("\r\n", "\n").replace("\r", "\n")

@@ -40,7 +40,7 @@ from grader.sandbox import confinement as confine
 from grader.sandbox import identity, landlock, memory, namespaces, syscall_filter
 from grader.sandbox.containers import Container, Containers, available_kind
 from grader.sandbox.containers import describe as describe_container
-from grader.sandbox.forkservers import ABSTRACT_ADDRESSES, adopt_orphans, kill_descendants
+from grader.sandbox.forkservers import ABSTRACT_ADDRESSES, AUTHENTICATED, adopt_orphans, kill_descendants
 from grader.sandbox.pools import PoolKey, Pools, Ranks, WorkerFailure
 from grader.sandbox.worker import WorkerSpec
 
@@ -332,9 +332,10 @@ def layers(abi: int | None = None, switch_user: bool | None = None, container: s
         Layer("container", container != "none", describe_container(container)),
         Layer("private copies", True, "the reference copied before any submission runs; each submission graded "
               "from a copy of its own with a scratch dir of its own"),
-        Layer("fork servers", ABSTRACT_ADDRESSES or switch_user,
-              "abstract sockets out of a sandboxed worker's scope" if ABSTRACT_ADDRESSES
-              else "sockets only the grader's user may open"),
+        Layer("fork servers", AUTHENTICATED or ABSTRACT_ADDRESSES or switch_user,
+              ("they admit the grading process alone (its pid, as the kernel says, and a token of each server's); "
+               if AUTHENTICATED else "") + ("abstract sockets out of a sandboxed worker's scope" if ABSTRACT_ADDRESSES
+                                            else "sockets only the grader's user may open")),
     ]
 
 

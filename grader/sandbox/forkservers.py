@@ -4,19 +4,25 @@ Nothing here imports torch, so `python -m grader` can start the fork servers (wh
 import torch, accelerate and transformers) before doing its own imports, and all proceed at
 once on the machine's cores.
 
-A fork server forks whatever a client on its socket asks for, outside any sandbox, so no
-submission may reach one: where Landlock scopes abstract unix sockets (ABI 6 and later) the
-servers listen on abstract addresses, which a sandboxed worker cannot connect to; elsewhere on
-a path only the grader's user may open (a worker running as another uid cannot).
+A fork server forks whatever a client on its socket asks for, outside any sandbox, so nothing but
+the grader may reach one. An abstract unix socket has no owner and no mode (anyone on the machine may
+connect, and read its name in /proc/net/unix), so on Linux every server admits a connection only
+from the grading process itself, checked by the kernel (SO_PEERCRED: the grader's pid and uid), and
+only once it has sent the server's own random token; anything else is closed before a byte of it is
+read (see `_Guarded`). Where Landlock scopes abstract unix sockets (ABI 6 and later) a sandboxed
+worker cannot even connect; elsewhere the servers listen on a path only the grader's user may open.
 """
 
 from __future__ import annotations
 
+import errno
+import hmac
 import multiprocessing
 import multiprocessing.process
 import os
 import secrets
 import socket
+import struct
 import sys
 import threading
 import types
@@ -51,6 +57,64 @@ def _address() -> str:
 forkserver.connection = types.SimpleNamespace(  # type: ignore[attr-defined]
     arbitrary_address=lambda family: _address())
 
+TOKEN_BYTES = 32
+AUTHENTICATED = sys.platform == "linux" and sys.version_info < (3, 14)  # 3.14's authenticate their clients
+_tokens: dict[str, bytearray] = {}  # in the grader: each server's address -> the token it expects
+_admits: tuple[int, bytearray] | None = None  # in a server: the grader's pid and this server's token
+
+
+class _Guarded(socket.socket):
+    """The socket multiprocessing's fork server code makes (see `_Sockets`): as a client in the
+    grader it sends the server's token as soon as it connects; as a server's listener it admits a
+    connection only from the grading process (the kernel's word: SO_PEERCRED) that sends that token
+    within seconds, and closes any other before reading a byte of it (which the server's loop takes
+    as an aborted connection and goes on)."""
+
+    def connect(self, address: Any) -> None:
+        super().connect(address)
+        token = _tokens.get(address)
+        if token is not None:
+            self.sendall(token)
+
+    def accept(self) -> tuple[socket.socket, Any]:
+        client, address = super().accept()
+        if _admits is not None and not _admitted(client, *_admits):
+            client.close()
+            raise OSError(errno.ECONNABORTED, "a fork server admits the grader alone")
+        return client, address
+
+
+def _admitted(client: socket.socket, grader_pid: int, token: bytearray) -> bool:
+    pid, uid, _ = struct.unpack("3i", client.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+    if pid != grader_pid or uid != os.getuid():
+        return False
+    received = bytearray(len(token))
+    client.settimeout(5.0)
+    try:
+        got = client.recv_into(received, len(token), socket.MSG_WAITALL)
+    except OSError:
+        return False
+    finally:
+        client.settimeout(None)
+    return got == len(token) and hmac.compare_digest(received, token)
+
+
+class _Sockets:
+    """The socket module as multiprocessing.forkserver sees it: the same, but its sockets are `_Guarded`."""
+
+    socket = _Guarded
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(socket, name)
+
+
+if AUTHENTICATED:
+    forkserver.socket = _Sockets()  # type: ignore[attr-defined]
+
+
+def _wipe(token: bytearray) -> None:
+    token[:] = bytes(len(token))
+
 _servers: dict[str, Server] = {}
 _chosen = threading.local()  # the server a launch in this thread goes to
 _closing = threading.Event()  # set while kill_descendants runs
@@ -67,10 +131,10 @@ class Server:
     def __init__(self, kind: str) -> None:
         self.kind = kind
         base = catalog.PRELOADS[kind].base
-        if base and sys.version_info < (3, 14):  # 3.14's fork servers authenticate their clients
+        if base and AUTHENTICATED:
             self.forkserver: forkserver.ForkServer = ChainedForkServer(server(base))
             self.forkserver.kind = kind
-        elif GraderFork.possible():
+        elif AUTHENTICATED:  # the grader forked (GraderFork.possible) or a fresh process spawned
             self.forkserver = ChainedForkServer(GraderFork())
             self.forkserver.kind = kind
         else:
@@ -147,7 +211,7 @@ class GraderFork:
                 and sys.stdout is sys.__stdout__ and sys.stderr is sys.__stderr__)
 
     def Process(self, **kwargs: Any) -> multiprocessing.process.BaseProcess:
-        if GraderFork.forked:
+        if GraderFork.forked or not GraderFork.possible():
             return multiprocessing.get_context("spawn").Process(**kwargs)
         GraderFork.forked = True
         import gc
@@ -194,13 +258,19 @@ class ChainedForkServer(forkserver.ForkServer):
                 os.chmod(address, 0o600)
             listener.listen()
             alive_r, alive_w = socket.socketpair()  # EOF on alive_r once every client is gone
+            token_r, token_w = socket.socketpair()  # the token goes over a socket, never in the arguments
+            token = _tokens[address] = bytearray(secrets.token_bytes(TOKEN_BYTES))
+            token_w.sendall(token)
+            token_w.close()
             try:
                 self.process = self.base.Process(target=_serve_forks, daemon=True, args=(
-                    listener, alive_r, self._preload_modules, self.kind, isinstance(self.base, GraderFork)))
+                    listener, alive_r, token_r, os.getpid(), self._preload_modules, self.kind,
+                    isinstance(self.base, GraderFork)))
                 self.process.start()
             finally:
                 listener.close()
                 alive_r.close()
+                token_r.close()
             self._forkserver_address = address
             self._forkserver_alive_fd = alive_w.detach()
 
@@ -224,16 +294,29 @@ def _running_as(pid: int, name: str) -> bool:
     return head.split("(", 1)[1] == name and tail.split()[0] not in ("Z", "X")
 
 
-def _serve_forks(listener: socket.socket, alive_r: socket.socket, preload: list[str], kind: str | None,
-                 from_grader: bool = False) -> None:
-    """In a worker of the base server (or a fork of the grader): become a fork server with `preload`
-    imported too. A fork of the grader first lets go of the grader's descriptors (the other end of
-    `alive_r` among them: the server ends when the grader does) and of its command line."""
+def _serve_forks(listener: socket.socket, alive_r: socket.socket, token_r: socket.socket, grader_pid: int,
+                 preload: list[str], kind: str | None, from_grader: bool = False) -> None:
+    """In a worker of the base server (or a fork or spawn of the grader): become a fork server with
+    `preload` imported too, that admits `grader_pid` alone with the token read from `token_r`. A fork
+    of the grader first lets go of the grader's descriptors (the other end of `alive_r` among them: the
+    server ends when the grader does), of the grader's tokens and of its command line. Every process
+    it forks forgets the token at once."""
+    global _admits
     if from_grader:
-        keep = sorted({0, 1, 2, listener.fileno(), alive_r.fileno()})
+        keep = sorted({0, 1, 2, listener.fileno(), alive_r.fileno(), token_r.fileno()})
         for low, high in zip(keep, keep[1:] + [1 << 16]):
             os.closerange(low + 1, high)
         _forget_command_line()
+    for other in _tokens.values():
+        _wipe(other)
+    _tokens.clear()
+    token = bytearray(TOKEN_BYTES)
+    got = token_r.recv_into(token, TOKEN_BYTES, socket.MSG_WAITALL)
+    token_r.close()
+    if got != TOKEN_BYTES:
+        raise SystemExit("the fork server got no token from the grader")
+    os.register_at_fork(after_in_child=lambda: _wipe(token))
+    _admits = (grader_pid, token)
     memory.name_process(f"fs {kind}")
     forkserver.main(listener.detach(), alive_r.detach(), preload)
 

@@ -8,8 +8,10 @@ kernel must refuse every route. Those that need Landlock skip where the kernel l
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 
@@ -401,6 +403,97 @@ def test_a_client_that_blocks_a_fork_server_cannot_connect(tmp_path, without):
     assert "connected to 0 of" in message, message
     assert ("of 0 fork" in message) == (without == ""), message
     assert rows["ex06_parameter_sync"]["status"] == "passed"
+
+
+# Another local user (or any process of the grader's own user) who finds a fork server's name in
+# /proc/net/unix and sends it what multiprocessing's own client sends: four descriptors, then a pickle on
+# the pipe the forked child reads. Unauthenticated, the server forked and unpickled it as the grader's user
+# (root), outside any sandbox. Prints how many servers it found and how many forked for it.
+FORK_SERVER_CLIENT = r"""
+import os, pickle, select, socket, sys
+from multiprocessing import reduction
+grader_pid, marker = sys.argv[1], sys.argv[2]
+
+class Payload:
+    def __reduce__(self):
+        return (os.system, (f"touch {marker}",))
+
+names = [line.split()[-1] for line in open("/proc/net/unix").read().splitlines()[1:]
+         if line.split()[-1].startswith(f"@grader-forkserver-{grader_pid}-")]
+forked = 0
+for name in names:
+    try:
+        with socket.socket(socket.AF_UNIX) as client:
+            client.connect("\0" + name[1:])
+            parent_r, child_w = os.pipe()
+            child_r, parent_w = os.pipe()
+            alive_r, alive_w = os.pipe()
+            reduction.sendfds(client, [child_r, child_w, alive_w, alive_w])
+            os.write(parent_w, pickle.dumps(Payload()))
+            os.close(parent_w)
+            if select.select([parent_r], [], [], 5)[0] and len(os.read(parent_r, 8)) == 8:
+                forked += 1  # the server wrote back the pid of a child it forked for us
+    except OSError:
+        pass
+print(len(names), forked)
+"""
+
+
+def _serving_grader():
+    """`python -m grader serve`, as a notebook's check() keeps it: idle, its fork servers warm."""
+    return subprocess.Popen([sys.executable, "-m", "grader", "serve"], cwd=KIT_ROOT, text=True, stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=dict(os.environ, HF_HUB_OFFLINE="1"))
+
+
+def _fork_server_names(pid, timeout=120):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with open("/proc/net/unix") as handle:
+            names = [line.split()[-1] for line in handle.read().splitlines()[1:]
+                     if line.split()[-1].startswith(f"@grader-forkserver-{pid}-")]
+        if names:
+            return names
+        time.sleep(0.5)
+    raise AssertionError("the grading service started no fork server")
+
+
+@pytest.mark.skipif(not sandbox.forkservers.AUTHENTICATED or not sandbox.forkservers.ABSTRACT_ADDRESSES,
+                    reason="abstract, authenticated fork servers are Linux's, below Python 3.14")
+@pytest.mark.parametrize("who", ["another user", "another process of the grader's user"])
+def test_nothing_but_the_grader_gets_a_fork_server_to_fork(tmp_path, who):
+    """Whoever connects to a warm grader's fork servers (another user of a shared machine, a process
+    of the same user: another grader, a worker out of Landlock's scope) is closed before a byte of its
+    pickle is read: nothing runs, and the grader still grades through the same servers."""
+    other_user = who == "another user"
+    if other_user and (os.getuid() != 0 or not os.path.exists("/usr/bin/python3")):
+        pytest.skip("needs root (to become nobody) and a system python3 that nobody may run")
+    service = _serving_grader()
+    try:
+        names = _fork_server_names(service.pid)
+        shared = tempfile.mkdtemp(prefix="kit-intruder-")  # pytest's own folder is root's alone
+        os.chmod(shared, 0o777)
+        marker = os.path.join(shared, "forked-for-an-intruder")
+        python = "/usr/bin/python3" if other_user else sys.executable
+        done = subprocess.run([python, "-c", FORK_SERVER_CLIENT, str(service.pid), marker], capture_output=True,
+                              text=True, timeout=120, user=65534 if other_user else None, cwd=shared)
+        assert done.returncode == 0, done.stderr[-2000:]
+        found, forked = map(int, done.stdout.split())
+        assert found >= len(names) >= 1
+        time.sleep(1)
+        assert (forked, os.path.exists(marker)) == (0, False), f"{forked} of {found} fork servers forked for {who}"
+        service.stdin.write(json.dumps({"exercises": ["ex04"], "target": os.path.join(KIT_ROOT, "solutions"),
+                                        "profile": "fast", "seed": int(SEED)}) + "\n")
+        service.stdin.flush()
+        reply = json.loads(service.stdout.readline())
+        assert reply["error"] == "" and reply["result"]["exercises"][0]["status"] == "passed", reply
+    finally:
+        service.stdin.close()
+        try:
+            service.wait(30)
+        except subprocess.TimeoutExpired:
+            service.kill()
+        if "shared" in locals():
+            shutil.rmtree(shared, ignore_errors=True)
 
 
 HOPS = hostile('''

@@ -1,8 +1,10 @@
 """`python -m grader autograder OUT.zip`: the kit as a Gradescope autograder.
 
-The zip holds what Gradescope asks for at its root, `setup.sh` (run once, as root, when the
-autograder image is built: a venv with CPU torch and the kit) and `run_autograder` (run for
-every submission), and the kit itself, solutions included, under `kit/`. Each submission is
+The zip holds what Gradescope asks for at its root, `setup.sh` (run once, as root, from
+/autograder/source where the zip is unpacked, when the autograder image is built: a venv with CPU
+torch and the kit) and `run_autograder` (copied to /autograder/run_autograder and run from
+/autograder for every submission: it finds the kit in /autograder/source/kit, or beside itself),
+and the kit itself, solutions included, under `kit/`. Each submission is
 normalised (oddly named files, sub-folders), graded with the thorough profile and a seed chosen
 when the bundle is built (secret: students never see the bundle), within a total `--budget` under
 Gradescope's job limit, and `results.json` is always written: when the grader itself fails, it
@@ -48,25 +50,35 @@ fi
 """
 
 RUN = """#!/usr/bin/env bash
-# Gradescope runs this for every submission: grade /autograder/submission into
-# /autograder/results/results.json, which is written whatever happens.
+# Gradescope copies this to /autograder/run_autograder when it builds the image and runs it from /autograder
+# for every submission: grade /autograder/submission into /autograder/results/results.json, which is written
+# whatever happens. The kit is beside this script (run from the unpacked zip) or in /autograder/source/kit.
 root=${{AUTOGRADER_ROOT:-/autograder}}
 python=${{GRADER_PYTHON:-$root/venv/bin/python}}
 results=$root/results/results.json
 mkdir -p "$root/results"
 rm -f "$results"
-cd "$(dirname "$0")/kit" || exit 0
+failed() {{  # the autograder's own failure, never the student's: said in results.json ($1), and exit 0
+    echo "run_autograder: the autograder itself failed: $1${{2:+: $2}}" >&2
+    cat > "$results" <<JSON
+{{"score": 0, "tests": [], "extra_data": {{"autograder_failed": true}},
+ "output": "The autograder itself failed ($1), not your submission; it will be regraded."}}
+JSON
+    exit 0
+}}
+here=$(dirname "$0")
+kit=
+for candidate in "$here/kit" "$root/source/kit"; do
+    if [ -f "$candidate/{seed_file}" ]; then kit=$candidate; break; fi
+done
+[ -n "$kit" ] || failed "its kit is missing" "neither $here/kit nor $root/source/kit holds it (a broken zip?)"
+cd "$kit" || failed "its kit cannot be entered" "$kit"
 chmod 600 {seed_file}
 HF_HUB_OFFLINE=1 "$python" -m grader --target "$root/submission" --gradescope "$results" \\
     --profile thorough --seed-file {seed_file} --timeout {timeout:g} --budget {budget:g} \\
     --visibility {visibility} --hidden-visibility {hidden_visibility} --gradescope-format {output_format} {extra}
 status=$?
-if [ ! -s "$results" ]; then
-    cat > "$results" <<JSON
-{{"score": 0, "tests": [], "extra_data": {{"autograder_failed": true}},
- "output": "The autograder itself failed (exit status $status), not your submission; it will be regraded."}}
-JSON
-fi
+[ -s "$results" ] || failed "exit status $status"
 exit 0
 """
 

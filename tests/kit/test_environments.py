@@ -13,7 +13,7 @@ import zipfile
 
 import pytest
 
-from tests.kit import ahead
+from tests.kit import ahead, gradescope
 from tests.kit.harness import KIT_ROOT, SEED, grader
 from tests.kit.stubs import stub_source
 
@@ -132,19 +132,14 @@ def test_every_report_names_the_versions_it_graded_with(tmp_path):
 @pytest.mark.slow
 def test_grading_on_other_versions_than_the_zip_pinned_says_so(bundle, tmp_path):
     root = tmp_path / "autograder"
-    for folder in ("source", "submission", "results"):
-        (root / folder).mkdir(parents=True)
-    with zipfile.ZipFile(bundle) as archive:
-        archive.extractall(root / "source")
+    root.mkdir()
+    submission = gradescope.lay_out(root, bundle)
     constraints = root / "source" / "kit" / "constraints.txt"
     torch = installed("torch")
     constraints.write_text(constraints.read_text().replace(f"torch=={torch}\n", "torch==2.0.1\n"))
-    (root / "submission" / "ex04_sharding.py").write_text(stub_source("ex04_sharding"))
-    env = dict(os.environ, HF_HUB_OFFLINE="1", GRADER_STATE=os.devnull, AUTOGRADER_ROOT=str(root),
-               GRADER_PYTHON=sys.executable)
-    done = subprocess.run(["bash", str(root / "source" / "run_autograder")], capture_output=True, text=True,
-                          timeout=900, env=env)
-    results = json.loads((root / "results" / "results.json").read_text())
+    (submission / "ex04_sharding.py").write_text(stub_source("ex04_sharding"))
+    done = gradescope.run(root)
+    results = gradescope.results(root)
     wrong = f"torch {importlib.metadata.version('torch')} (pinned 2.0.1)"
     assert results["extra_data"]["version_mismatch"] == [wrong], results.get("extra_data")
     details = [t["output"] for t in results["tests"] if t["visibility"] == "hidden"]

@@ -20,7 +20,7 @@ import torch
 
 from grader.grading import report, text
 from grader.sandbox import wire
-from tests.kit import ahead
+from tests.kit import ahead, gradescope
 from tests.kit.harness import KIT_ROOT, SEED, grader, mutate
 
 EX = "ex04_sharding"
@@ -195,20 +195,17 @@ def test_the_bundle_has_a_budget_and_keeps_its_seed_off_every_command_line(tmp_p
     with zipfile.ZipFile(bundle) as archive:
         run_script = archive.read("run_autograder").decode()
         assert archive.getinfo("kit/.grading-seed").external_attr >> 16 & 0o777 == 0o600
-        archive.extractall(root / "source")
     assert "--budget 480" in run_script and "--seed-file" in run_script and SEED not in run_script
-    (root / "results").mkdir()
-    _write(root / "submission", FORGER, nested=FORGING_FOLDER)
+    root.mkdir()
+    _write(gradescope.lay_out(root, bundle), FORGER, nested=FORGING_FOLDER)
     record = tmp_path / "python"
     wrapper = tmp_path / "recorder"
     wrapper.write_text(RECORDER.format(record=record, python=sys.executable, exercise=EX))
     wrapper.chmod(0o755)
-    env = dict(os.environ, HF_HUB_OFFLINE="1", GRADER_STATE=os.devnull, AUTOGRADER_ROOT=str(root),
-               GRADER_PYTHON=str(wrapper))
-    subprocess.run(["bash", str(root / "source" / "run_autograder")], capture_output=True, timeout=600, env=env)
+    gradescope.run(root, python=wrapper, timeout=600)
     assert SEED not in (tmp_path / "python.argv").read_text() + (tmp_path / "python.env").read_text()
     assert os.stat(root / "source" / "kit" / ".grading-seed").st_mode & 0o777 == 0o600
-    results = json.loads((root / "results" / "results.json").read_text())
+    results = gradescope.results(root)
     assert results["extra_data"]["seed"] == int(SEED), results.get("output")
     # Gradescope's output: no raw control character, no line a submission forged
     strings = [results["output"]] + [t["output"] for t in results["tests"]]

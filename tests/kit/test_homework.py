@@ -14,7 +14,7 @@ import zipfile
 import pytest
 
 from grader import catalog
-from tests.kit import ahead
+from tests.kit import ahead, gradescope
 from tests.kit.harness import KIT_ROOT, SEED, grader, mutate, reference_source
 from tests.kit.stubs import stub_source
 
@@ -122,9 +122,7 @@ def autograder_root(tmp_path):
     root = "/autograder"
     if os.geteuid() != 0 or os.path.exists(root):
         root = str(tmp_path / "autograder")
-    os.makedirs(os.path.join(root, "source"))
-    os.makedirs(os.path.join(root, "submission"))
-    os.makedirs(os.path.join(root, "results"))
+    os.makedirs(root)
     yield root
     if root == "/autograder":
         shutil.rmtree(root, ignore_errors=True)
@@ -139,22 +137,17 @@ def test_the_gradescope_bundle_grades_end_to_end(tmp_path, autograder_root):
         names = archive.namelist()
         assert {"setup.sh", "run_autograder"} <= set(names)
         assert "kit/solutions/ex04_sharding.py" in names and not any("tests/kit" in n for n in names)
-        archive.extractall(os.path.join(autograder_root, "source"))
-    source = os.path.join(autograder_root, "source")
-    for script in ("setup.sh", "run_autograder"):
-        os.chmod(os.path.join(source, script), 0o755)
-        assert subprocess.run(["bash", "-n", os.path.join(source, script)]).returncode == 0
-    upload = os.path.join(autograder_root, "submission", "my files")
+    upload = os.path.join(gradescope.lay_out(autograder_root, bundle), "my files")
+    for script in ("source/setup.sh", "run_autograder"):
+        assert subprocess.run(["bash", "-n", os.path.join(autograder_root, script)]).returncode == 0
     os.makedirs(upload)
     with open(os.path.join(upload, "Ex04_Sharding (1).py"), "w") as handle:
         handle.write(reference_source("ex04_sharding"))
     with open(os.path.join(upload, "ex03_prepare_model.py"), "w") as handle:
         handle.write(stub_source("ex03_prepare_model"))
-    env = dict(ENV, AUTOGRADER_ROOT=autograder_root, GRADER_PYTHON=sys.executable)
-    done = subprocess.run(["bash", os.path.join(source, "run_autograder")], capture_output=True, text=True,
-                          timeout=900, env=env)
+    done = gradescope.run(autograder_root)
     assert done.returncode == 0
-    results = json.loads(open(os.path.join(autograder_root, "results", "results.json")).read())
+    results = gradescope.results(autograder_root)
     assert results["score"] == 15
     assert "graded my files/Ex04_Sharding (1).py as ex04_sharding" in results["output"]
     checks = [t for t in results["tests"] if t["visibility"] != "hidden"]
@@ -173,13 +166,26 @@ def test_the_gradescope_bundle_grades_end_to_end(tmp_path, autograder_root):
 def test_the_bundle_says_when_the_autograder_itself_failed(tmp_path, autograder_root):
     bundle = tmp_path / "autograder.zip"
     assert grader("autograder", str(bundle)).returncode == 0
-    with zipfile.ZipFile(bundle) as archive:
-        archive.extractall(os.path.join(autograder_root, "source"))
-    env = dict(ENV, AUTOGRADER_ROOT=autograder_root, GRADER_PYTHON="/bin/false")
-    subprocess.run(["bash", os.path.join(autograder_root, "source", "run_autograder")], timeout=60, env=env)
-    results = json.loads(open(os.path.join(autograder_root, "results", "results.json")).read())
+    gradescope.lay_out(autograder_root, bundle)
+    assert gradescope.run(autograder_root, python="/bin/false", timeout=60).returncode == 0
+    results = gradescope.results(autograder_root)
     assert results["score"] == 0 and "autograder itself failed" in results["output"]
     assert "not your submission" in results["output"]
+
+
+def test_a_bundle_whose_kit_is_missing_says_the_autograder_failed(tmp_path, autograder_root):
+    """No kit/ beside run_autograder nor in the root's source/ (an upload that lost it, a layout the script
+    does not know): results.json still says so, blaming the autograder, and Gradescope sees exit 0."""
+    bundle = tmp_path / "autograder.zip"
+    assert grader("autograder", str(bundle)).returncode == 0
+    gradescope.lay_out(autograder_root, bundle)
+    shutil.rmtree(os.path.join(autograder_root, "source", "kit"))
+    done = gradescope.run(autograder_root, timeout=60)
+    assert done.returncode == 0, done.stderr
+    results = gradescope.results(autograder_root)
+    assert results["score"] == 0 and results["tests"] == [] and results["extra_data"]["autograder_failed"]
+    assert "autograder itself failed" in results["output"] and "not your submission" in results["output"]
+    assert "kit" in results["output"] and "kit" in done.stderr  # what is missing, in the instructor's log too
 
 
 # --- a class's batch --------------------------------------------------------------------------------

@@ -1,0 +1,43 @@
+"""Gradescope's autograder layout, as its specification gives it, for the tests that run a bundle: the zip
+extracted to ROOT/source; run_autograder copied to ROOT/ when the image is built; the submission in
+ROOT/submission; ROOT/run_autograder run with ROOT as its working directory; results in
+ROOT/results/results.json. ROOT is a temp dir passed on as AUTOGRADER_ROOT (Gradescope's is /autograder)."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+
+def lay_out(root, bundle):
+    """Unpack `bundle` into root/source and copy its run_autograder to root/, as Gradescope's image build does
+    (zip extraction drops file modes: Gradescope's copy is executable). Returns root/submission, made empty."""
+    source = os.path.join(root, "source")
+    os.makedirs(source, exist_ok=True)
+    with zipfile.ZipFile(bundle) as archive:
+        archive.extractall(source)
+    for script in ("setup.sh", "run_autograder"):
+        os.chmod(os.path.join(source, script), 0o755)
+    shutil.copy2(os.path.join(source, "run_autograder"), os.path.join(root, "run_autograder"))
+    submission = Path(root, "submission")
+    submission.mkdir(exist_ok=True)
+    return submission
+
+
+def run(root, python=sys.executable, timeout=900, env=None):
+    """Run root/run_autograder as Gradescope does (from root, by its own path), grading with `python` (the
+    image's venv stands in for); returns the CompletedProcess."""
+    environment = dict(os.environ, HF_HUB_OFFLINE="1", GRADER_STATE=os.devnull, AUTOGRADER_ROOT=str(root),
+                       GRADER_PYTHON=str(python))
+    environment.update(env or {})
+    return subprocess.run([os.path.join(root, "run_autograder")], cwd=root, capture_output=True, text=True,
+                          timeout=timeout, env=environment)
+
+
+def results(root):
+    """root/results/results.json, read."""
+    with open(os.path.join(root, "results", "results.json")) as handle:
+        return json.load(handle)

@@ -1034,23 +1034,19 @@ def test_in_the_gradescope_layout_the_seed_is_out_of_reach(tmp_path):
     """The bundle as Gradescope runs it (run_autograder as root): the submission reads every command
     line and environment it can, and looks for the seed file; the seed is in none of them."""
     import random
-    import zipfile
+
+    from tests.kit import gradescope
 
     seed = str(random.SystemRandom().randrange(10**8, 10**9))
     root = tmp_path / "autograder"
-    for folder in ("source", "submission", "results"):
-        (root / folder).mkdir(parents=True)
+    root.mkdir()
     bundle = tmp_path / "bundle.zip"
     done = grader("autograder", str(bundle), "--seed", seed, "--chapter", "1", timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
-    with zipfile.ZipFile(bundle) as archive:
-        archive.extractall(root / "source")
-    (root / "submission" / f"{EX}.py").write_text(HUNTS_THE_SEED)
-    done = subprocess.run(["bash", str(root / "source" / "run_autograder")], capture_output=True, text=True,
-                          timeout=900, env=dict(os.environ, AUTOGRADER_ROOT=str(root), GRADER_PYTHON=sys.executable,
-                                                GRADER_STATE=os.devnull))
+    (gradescope.lay_out(root, bundle) / f"{EX}.py").write_text(HUNTS_THE_SEED)
+    done = gradescope.run(root)
     assert done.returncode == 0, done.stderr[-2000:]
-    results = json.loads((root / "results" / "results.json").read_text())
+    results = gradescope.results(root)
     outputs = [t["output"] for t in results["tests"] if t["name"].startswith("ex04") and "read " in t["output"]]
     assert outputs, results["tests"][:3]
     assert "seed file read: False" in outputs[0], outputs[0]

@@ -1,4 +1,5 @@
-"""What a check file uses: the comparisons and the explicit examples.
+"""What a check file uses: the comparisons and the explicit examples (`example`, the kit's: Hypothesis's own
+would go uncounted by the reports; `dev check` refuses it).
 
 A check draws inputs with Hypothesis, asks the `grade` fixture (`grader.grading.grade.Grade`) for
 the reference's and the target's observations of the same probe on the same input, and compares
@@ -9,8 +10,8 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn, TypeVar
 
 import torch
-from hypothesis import example
 
+from grader.grading.hypothesis_adapter import example as example  # check files' @example: counted
 from grader.records import CheckFailed, Status
 from grader.sandbox.wire import describe
 
@@ -20,7 +21,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def explicit_examples(rows: Sequence[Any], name: str = "case") -> Callable[[F], F]:
-    """A decorator adding each row as Hypothesis's @example(name=row), in the rows' order: the edges
+    """A decorator adding each row as an @example(name=row), in the rows' order: the edges
     random draws rarely reach, tried before any drawn input."""
     def decorate(check: F) -> F:
         for row in reversed(rows):

@@ -11,7 +11,8 @@ and exits 1 while one does (`--rebalance` applies the edit it proposes). A secon
 against the files (each id has its four files, and no file lacks its id), the ids, the points per chapter,
 the hints, the README's generated tables, the stubs' signatures against the references', that no stub gives
 away more than a third of its reference's lines of code (in its TODOs, docstrings or examples), that every
-check is named by a wrong implementation, and that each check the catalog makes public or hidden exists;
+check is named by a wrong implementation, that each check the catalog makes public or hidden exists, and that
+no check file uses Hypothesis's own `example` (the reports count the kit's, `grader.checks.example`);
 then one grade of `solutions/` and `exercises/` together: every reference must pass every check, and every
 stub must fail every check as "not started". Each problem is named with the command or edit that fixes it;
 the exit status is 1 when there is one, 2 for a usage error.
@@ -100,7 +101,8 @@ def run_check(args: argparse.Namespace) -> int:
     problems = blocking = 0
     for name, check in (("files", files), ("ids", ids), ("points", points), ("hints", hints),
                         ("README", readme_table), ("signatures", signatures), ("stub size", stub_sizes),
-                        ("wrong implementations", wrong_implementations), ("visibility", visibility_overrides)):
+                        ("wrong implementations", wrong_implementations), ("visibility", visibility_overrides),
+                        ("examples", kit_examples)):
         found, summary = check()
         problems += len(found)
         blocking += len(found) if check is not stub_sizes else 0  # a stub that says too much still grades
@@ -439,6 +441,38 @@ def visibility_overrides() -> tuple[list[str], str]:
                              f"check: " + (f"did you mean {close[0]}?" if close else "name one of its checks, or "
                                            "remove the line"))
     return found, f"{count} check(s) made public or hidden by the catalog, each a check of its file"
+
+
+def hypothesis_examples(source: str, path: str) -> list[str]:
+    """Each use of Hypothesis's own `example` in a check file: the kit counts only its own (`grader.checks.example`)
+    to tell an explicit example from a drawn input, so with Hypothesis's a failure would be reported as drawn."""
+    tree = ast.parse(source)
+    modules = {alias.asname or alias.name for node in ast.walk(tree) if isinstance(node, ast.Import)
+               for alias in node.names if alias.name == "hypothesis"}
+    lines = sorted({node.lineno for node in ast.walk(tree)
+                    if (isinstance(node, ast.ImportFrom) and node.module == "hypothesis"
+                        and any(alias.name == "example" for alias in node.names))
+                    or (isinstance(node, ast.Attribute) and node.attr == "example"
+                        and isinstance(node.value, ast.Name) and node.value.id in modules)})
+    return [f"{path}:{line}: uses Hypothesis's own example: import example from grader.checks instead (the reports "
+            f"count only the kit's explicit examples)" for line in lines]
+
+
+def kit_examples() -> tuple[list[str], str]:
+    """No check file uses Hypothesis's `example` directly (hypothesis_examples)."""
+    found, count = [], 0
+    for exercise in catalog.EXERCISES:
+        checks_file = layout.files(exercise.id).checks
+        if not os.path.isfile(_path(checks_file)):
+            continue
+        with open(_path(checks_file)) as handle:
+            source = handle.read()
+        try:
+            found += hypothesis_examples(source, checks_file)
+        except SyntaxError:
+            continue  # `wrong implementations` names it
+        count += 1
+    return found, f"the {count} check files use the kit's example (grader.checks), not Hypothesis's"
 
 
 def _functions(path: str) -> dict[str, str]:

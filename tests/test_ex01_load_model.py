@@ -18,11 +18,11 @@ loads on the CPU on every machine.
 import json
 
 import pytest
-from hypothesis import example, given
+from hypothesis import given
 from hypothesis import strategies as st
 
 from grader import models
-from grader.checks import expect_equal, fail
+from grader.checks import example, expect_equal, fail
 from grader.probing import InvalidResult
 
 # Config fields that say nothing about the model (the library's version, where it came from).

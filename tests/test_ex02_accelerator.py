@@ -19,10 +19,10 @@ probe's model records the moves, so a missing one shows on a CPU-only machine to
 
 import pytest
 import torch
-from hypothesis import example, given
+from hypothesis import given
 from hypothesis import strategies as st
 
-from grader.checks import expect_equal, fail
+from grader.checks import example, expect_equal, fail
 from grader.probing import InvalidResult
 
 PRECISIONS = st.sampled_from([None, "no", "bf16", "fp16"])  # None: not passed, the default ("no")

@@ -24,11 +24,11 @@ not claim to support; the wrapping does not depend on the device.
 """
 
 import pytest
-from hypothesis import example, given
+from hypothesis import given
 from hypothesis import strategies as st
 
 from grader import models, probing
-from grader.checks import expect_close, expect_equal, fail
+from grader.checks import example, expect_close, expect_equal, fail
 from grader.probing import InvalidResult
 
 KINDS = ("mlp",) + models.ARCHITECTURES

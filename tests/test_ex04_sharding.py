@@ -9,11 +9,11 @@ import math
 
 import pytest
 import torch
-from hypothesis import example, given
+from hypothesis import given
 from hypothesis import strategies as st
 
 from grader import probing
-from grader.checks import expect_equal, fail
+from grader.checks import example, expect_equal, fail
 
 DTYPES = ["float32", "float64", "int64", "bfloat16"]
 

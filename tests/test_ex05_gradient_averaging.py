@@ -12,11 +12,11 @@ float32 precision)."""
 
 import pytest
 import torch
-from hypothesis import assume, example, given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from grader import probing
-from grader.checks import close, expect_close, expect_equal, explicit_examples, fail
+from grader.checks import close, example, expect_close, expect_equal, explicit_examples, fail
 from grader.probing import InvalidResult
 
 NAMES = ["embed.weight", "layers.0.weight", "layers.0.bias", "norm.weight", "head.bias", "scale"]

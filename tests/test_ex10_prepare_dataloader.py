@@ -27,11 +27,11 @@ import math
 
 import pytest
 import torch
-from hypothesis import example, given
+from hypothesis import given
 from hypothesis import strategies as st
 
 from grader import probing
-from grader.checks import expect_equal, explicit_examples, fail
+from grader.checks import example, expect_equal, explicit_examples, fail
 from grader.probing import InvalidResult
 
 HIDDEN = 8

@@ -34,11 +34,11 @@ import math
 
 import pytest
 import torch
-from hypothesis import example, given
+from hypothesis import given
 from hypothesis import strategies as st
 
 from grader import probing, training
-from grader.checks import expect_equal, explicit_examples, fail
+from grader.checks import example, expect_equal, explicit_examples, fail
 
 LOSSES = ["mse_loss", "cross_entropy"]
 OPTIMIZERS = {"sgd": "SGD(lr=0.1)", "sgd_momentum": "SGD(lr=0.1, momentum=0.9)",

@@ -16,11 +16,11 @@ dims, floor blocks, one 8-bit moment, a padded last block) for a hint."""
 import math
 
 import torch
-from hypothesis import example, given
+from hypothesis import given
 from hypothesis import strategies as st
 
 from grader import probing
-from grader.checks import expect_equal, fail
+from grader.checks import example, expect_equal, fail
 from grader.probing import InvalidResult
 from grader.sandbox.wire import describe as show
 

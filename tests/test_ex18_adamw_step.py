@@ -12,11 +12,11 @@ import math
 
 import pytest
 import torch
-from hypothesis import example, given
+from hypothesis import given
 from hypothesis import strategies as st
 
 from grader import probing
-from grader.checks import explicit_examples, fail
+from grader.checks import example, explicit_examples, fail
 from grader.probing import InvalidResult
 
 DTYPES = ["float32", "float64"]

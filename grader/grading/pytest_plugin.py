@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import gc
 import time
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import Generator, Iterator
 from typing import TYPE_CHECKING, Any, cast
 
 import pytest
@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, Phase, settings
 from grader import KIT_ROOT, catalog
 from grader.devices import NoSuchDevice
 from grader.devices import select as select_devices
-from grader.grading import visibility
+from grader.grading import hypothesis_adapter, visibility
 from grader.grading.grade import Grade
 from grader.grading.options import Options, resolve
 from grader.grading.session import Session, exercise_of, resolve_target
@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
 SESSION = pytest.StashKey[Session]()  # the run's grading session, on pytest's config
 VISIBILITY = pytest.StashKey[Visibility]()  # each check's, decided once at collection (grading.visibility)
+CALLS = pytest.StashKey[hypothesis_adapter.Record | None]()  # the calls of the check's latest run
 
 PHASES = [Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink]
 PROFILE: dict[str, Any] = dict(deadline=None, database=None, print_blob=False, report_multiple_bugs=False,
@@ -207,6 +208,14 @@ def grade(request: pytest.FixtureRequest) -> Iterator[Grade]:
     session.spent[target.path] = session.spent.get(target.path, 0.0) + time.monotonic() - started
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_call(item: pytest.Item) -> None:
+    """Record the inputs of this run of the check: a report names the one it failed on, and whether
+    it was an explicit example or drawn with the seed."""
+    if isinstance(item, pytest.Function):
+        item.stash[CALLS] = hypothesis_adapter.watch(item.function, item.funcargs)
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item,
                                call: pytest.CallInfo[None]) -> Generator[None, Result[pytest.TestReport], None]:
@@ -237,20 +246,21 @@ def pytest_runtest_makereport(item: pytest.Item,
     session = item.config.stash.get(SESSION, None)
     details = (session is not None and session.options.details) or getattr(item.config.option, "verbose", 0) >= 2
     printed = getattr(getattr(item, "funcargs", {}).get("grade"), "printed", "")
-    report.grader_message = failure_message(error, details, printed)
-    notes = getattr(error, "__notes__", [])
-    report.grader_failure = (shown(smallest_input(notes)), shown(getattr(error, "expected", "")),  # plain data
+    calls = item.stash.get(CALLS, None)
+    example = calls.example() if calls is not None else ""
+    report.grader_message = failure_message(error, details, printed, example)
+    report.grader_failure = (shown(example), shown(getattr(error, "expected", "")),  # plain data
                              shown(getattr(error, "received", "")), shown(getattr(error, "hint", None) or ""),
-                             any(note.startswith("Falsifying example") for note in notes),  # not an explicit one
-                             finding(error))
+                             calls is not None and calls.failed_on_drawn(), finding(error))
     if isinstance(error, (CheckFailed, Verdict)) and getattr(item.config.option, "verbose", 0) < 2:
         # pytest shows no status column: name the status (once) unless it is a plain failure
         label = status.label
         report.longrepr = report.grader_message if label == "failed" else f"{label}: {report.grader_message}"
 
 
-def failure_message(error: BaseException, details: bool = False, printed: str = "") -> str:
-    """The lines a learner reads: what went wrong, the hint, the input Hypothesis found.
+def failure_message(error: BaseException, details: bool = False, printed: str = "", example: str = "") -> str:
+    """The lines a learner reads: what went wrong, the hint, the input it failed on (`example`, the
+    smallest Hypothesis found).
 
     With `details`, the learner's traceback and what their code printed: a worker's own failure
     carries both; a wrong value has no traceback, but what the code printed while computing it
@@ -262,7 +272,6 @@ def failure_message(error: BaseException, details: bool = False, printed: str = 
     hint = getattr(error, "hint", None)
     if hint:
         lines.append(f"hint: {hint}")
-    example = smallest_input(getattr(error, "__notes__", []))
     if example:
         lines.append(f"smallest failing input: {example}")
     if details:
@@ -279,17 +288,3 @@ def finding(error: BaseException) -> str:
         found = f"{type(error).__name__}: {found}"
     return one_line(found)
 
-
-def smallest_input(notes: Sequence[str]) -> str:
-    """Hypothesis's 'Falsifying example: test(...)' and 'Draw n (label): v' notes, in one line."""
-    parts = []
-    for note in notes:
-        for line in note.splitlines():
-            line = line.strip()
-            if line.startswith("Draw ") and ":" in line:
-                label = line[line.find("(") + 1:line.find(")")] if "(" in line else line.split(":")[0]
-                parts.append(f"{label}={line.split(':', 1)[1].strip()}")
-            elif note.startswith("Falsifying") and line and not line.startswith(("Falsifying", ")", "grade=")):
-                parts.append(line.rstrip(","))
-    text = " ".join(", ".join(parts).split())
-    return text.replace("{ '", "{'").replace(", }", "}")

@@ -1,6 +1,6 @@
 """Whether a check is public or hidden: decided here, once per check, from the check itself.
 
-The rule: a check that has explicit examples (`@example`, `checks.explicit_examples`) is public.
+The rule: a check that has explicit examples (`checks.example`, `checks.explicit_examples`) is public.
 Its examples are written in its check file, which the student release ships and runs, so a
 learner meets them before any grading; the inputs it draws with the seed go along with them. A
 check that has none, that only draws its inputs with the seed, is hidden: under the grading's
@@ -19,19 +19,18 @@ from collections.abc import Callable
 from typing import Any
 
 from grader import catalog
+from grader.grading import hypothesis_adapter
 from grader.records import Visibility
 
 
 def explicit_examples(check: Callable[..., Any]) -> int:
-    """How many explicit examples the check has (@example above or below its @given)."""
-    inner = getattr(getattr(check, "hypothesis", None), "inner_test", None)
-    return len(getattr(check, "hypothesis_explicit_examples", None) or
-               getattr(inner, "hypothesis_explicit_examples", None) or ())
+    """How many explicit examples the check has (the kit's `@example`, above or below its @given)."""
+    return len(hypothesis_adapter.explicit_examples(check))
 
 
 def draws(check: Callable[..., Any]) -> bool:
     """Whether Hypothesis draws the check's inputs (it is a @given test)."""
-    return getattr(check, "hypothesis", None) is not None
+    return hypothesis_adapter.draws(check)
 
 
 def by_rule(check: Callable[..., Any]) -> Visibility:

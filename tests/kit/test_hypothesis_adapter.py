@@ -1,0 +1,118 @@
+"""The kit's record of a check's calls (grading.hypothesis_adapter), proven against the installed Hypothesis:
+which input a check failed on and whether it was an explicit example or drawn, without reading Hypothesis's
+notes, whose wording changes between releases."""
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from grader.checks import example, explicit_examples
+from grader.dev import hypothesis_examples
+from grader.grading import hypothesis_adapter, visibility
+from grader.grading.pytest_plugin import PROFILE
+
+KIT = settings(max_examples=30, derandomize=True, **PROFILE)  # the kit's profile: no database, one bug
+
+
+def run(check, record, **fixtures):
+    """Run a check as pytest would, with its fixtures; the error it fails with."""
+    with pytest.raises(AssertionError) as failed:
+        check(**fixtures)
+    assert record.failing() is record.calls[-1]  # nothing ran after the failing call
+    return failed.value
+
+
+def test_an_explicit_examples_failure_is_recorded_as_explicit_with_its_arguments():
+    @example(x=1, y="a")
+    @KIT
+    @given(x=st.integers(0, 100), y=st.text())
+    @example(x=2, y="b")
+    @example(x=50, y="c")  # fails: the examples after it never run
+    @example(x=3, y="d")
+    def check(grade, x, y):
+        assert grade == "fixture"
+        assert x < 10
+
+    assert visibility.explicit_examples(check) == 4  # above and below @given, each once
+    assert hypothesis_adapter.explicit_examples(check) == [dict(x=1, y="a"), dict(x=2, y="b"), dict(x=50, y="c"),
+                                                           dict(x=3, y="d")]
+    record = hypothesis_adapter.watch(check, fixtures={"grade"})
+    run(check, record, grade="fixture")
+    assert [call.arguments for call in record.calls] == [[("x", "1"), ("y", "'a'")], [("x", "2"), ("y", "'b'")],
+                                                         [("x", "50"), ("y", "'c'")]]  # in order, first
+    assert not record.failed_on_drawn()
+    assert record.example() == "x=50, y='c'"
+
+
+def test_a_drawn_failure_is_recorded_as_drawn_with_the_shrunk_arguments():
+    @KIT
+    @given(x=st.integers(0, 100), name=st.sampled_from(["a", "b"]))
+    @example(x=1, name="b")
+    @example(x=2, name="b")
+    def check(x, name):
+        assert x < 10
+
+    record = hypothesis_adapter.watch(check)
+    run(check, record)
+    assert [call.arguments for call in record.calls[:2]] == [[("x", "1"), ("name", "'b'")],
+                                                             [("x", "2"), ("name", "'b'")]]
+    assert len(record.calls) > 3 and not any(call.failed for call in record.calls[:2])
+    assert record.failed_on_drawn()
+    assert record.example() == "x=10, name='a'"  # shrunk, and replayed last
+    assert hypothesis_adapter.watch(check).calls == []  # a new run, a new record: never stacked
+    assert hypothesis_adapter.watch(check).explicit == 2
+
+
+def test_data_draws_are_recorded_with_their_labels():
+    @KIT
+    @given(data=st.data(), n=st.integers(0, 3))
+    @example(data=None, n=0)  # the kit's own checks pass None for data in an explicit example
+    def check(data, n):
+        if data is None:
+            return
+        size = data.draw(st.integers(0, 100), label="size")
+        data.draw(st.booleans())
+        assert size < 10
+
+    record = hypothesis_adapter.watch(check)
+    run(check, record)
+    assert record.calls[0].arguments == [("data", "None"), ("n", "0")] and record.calls[0].draws == []
+    assert record.failed_on_drawn()
+    assert record.failing().draws == [("size", "10"), ("draw 2", "False")]
+    assert record.example() == "n=0, size=10, draw 2=False"
+
+
+def test_explicit_examples_rows_run_in_their_order():
+    @KIT
+    @given(case=st.integers(100, 200))
+    @explicit_examples([7, 8, 9])
+    def check(case):
+        assert case != 8
+
+    record = hypothesis_adapter.watch(check)
+    run(check, record)
+    assert record.explicit == 3 and not record.failed_on_drawn()
+    assert [call.text() for call in record.calls] == ["case=7", "case=8"]
+    assert record.example() == "case=8"
+
+
+def test_a_check_that_draws_nothing_is_not_watched():
+    def check():
+        pass
+
+    assert hypothesis_adapter.watch(check) is None
+    assert not hypothesis_adapter.draws(check) and visibility.explicit_examples(check) == 0
+
+
+@pytest.mark.parametrize("source, lines", [
+    ("from hypothesis import example, given\n", [1]),
+    ("import hypothesis\n\n\n@hypothesis.example(x=1)\ndef test_x(x):\n    pass\n", [4]),
+    ("import hypothesis as h\nfrom hypothesis import example as e\nh.example(x=1)\n", [2, 3]),
+    ("from grader.checks import example\nfrom hypothesis import given\n", []),
+])
+def test_dev_check_refuses_a_check_file_that_uses_hypothesis_own_example(source, lines):
+    found = hypothesis_examples(source, "tests/test_ex04_sharding.py")
+    assert [int(problem.split(":")[1]) for problem in found] == lines
+    for problem in found:
+        assert problem.endswith(": uses Hypothesis's own example: import example from grader.checks instead (the "
+                                "reports count only the kit's explicit examples)")

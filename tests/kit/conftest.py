@@ -8,12 +8,26 @@ worker (a group per module, so a module- or session-scoped fixture that grades o
 once), test_catches.py groups by exercise, and nothing runs ahead.
 """
 
+import os
+
 import pytest
 
 from tests.kit import ahead, harness
 from tests.kit.stubs import write_stubs
 
 LAST = ("test_catches.py",)  # they read gradings made in the background meanwhile (tests/kit/ahead.py)
+# Seconds a kit test may take, its fixtures and any wait on a grading ahead included, before pytest-timeout
+# fails it with every thread's stack: a hang is a named failure, not CI's 90 minutes (the slowest test
+# takes about 2 minutes here, on 2 busy cores).
+TIMEOUT = float(os.environ.get("KIT_TEST_TIMEOUT", "900"))
+
+
+def pytest_configure(config):
+    if not config.pluginmanager.hasplugin("timeout"):
+        message = "pytest-timeout is not active: a hanging kit test would hang the suite (pip install -e .)"
+        if os.environ.get("CI") == "true":
+            raise pytest.UsageError(message)
+        config.issue_config_time_warning(pytest.PytestConfigWarning(message), stacklevel=2)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -21,6 +35,8 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+        if item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(TIMEOUT))
     items.sort(key=lambda item: item.path.name in LAST)  # stable: the order within stays
 
 

@@ -29,19 +29,24 @@ SEED_FILE = ".grading-seed"  # in kit/: the secret seed, root's alone (mode 600)
 BUDGET = 480.0  # seconds all of a submission's checks may take: under Gradescope's default 10 min job limit
 
 SETUP = """#!/usr/bin/env bash
-# Gradescope runs this once, as root, when it builds the autograder's image: a venv of the image's
-# python3 (3.10 to 3.13) with CPU torch and the kit, at the versions pinned in kit/constraints.txt.
+# Gradescope runs this once, as root, from /autograder/source (the zip unpacked) when it builds the autograder's
+# image: a venv of the image's python3 (3.10 to 3.13) with CPU torch and the kit, at the versions pinned in
+# kit/constraints.txt. AUTOGRADER_ROOT (default /autograder) is where the venv goes, as run_autograder reads it;
+# GRADER_TORCH_INDEX, when set, is the index torch comes from instead of PyTorch's CPU one (a mirror).
 set -euxo pipefail
 cd "$(dirname "$0")"
+root=${AUTOGRADER_ROOT:-/autograder}
 python3 -c 'import sys; sys.exit(sys.version_info < (3, 10) and "setup.sh: the kit needs Python 3.10 or newer")'
-if ! python3 -m venv /autograder/venv; then
+if ! python3 -m venv "$root/venv"; then
     apt-get update && apt-get install -y --no-install-recommends python3-venv python3-pip
-    rm -rf /autograder/venv && python3 -m venv /autograder/venv
+    rm -rf "$root/venv" && python3 -m venv "$root/venv"
 fi
-pip=/autograder/venv/bin/pip
+pip=$root/venv/bin/pip
 "$pip" install --upgrade pip
 # torch alone from the CPU index (no CUDA libraries), at its pinned version; what it requires comes next
-"$pip" install --no-deps -c kit/constraints.txt torch --index-url https://download.pytorch.org/whl/cpu
+# (pip takes the last --index-url given: GRADER_TORCH_INDEX's, when set)
+"$pip" install --no-deps -c kit/constraints.txt torch --index-url https://download.pytorch.org/whl/cpu \\
+    ${GRADER_TORCH_INDEX:+--index-url "$GRADER_TORCH_INDEX"}
 if ! "$pip" install -c kit/constraints.txt ./kit; then
     echo "setup.sh: the pins of kit/constraints.txt do not all install on $(python3 -V) (the zip was built on" \\
          "another Python): installing the kit's own version ranges; each report names what differs" >&2

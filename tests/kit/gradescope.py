@@ -28,10 +28,12 @@ def lay_out(root, bundle):
 
 
 def run(root, python=sys.executable, timeout=900, env=None):
-    """Run root/run_autograder as Gradescope does (from root, by its own path), grading with `python` (the
-    image's venv stands in for); returns the CompletedProcess."""
-    environment = dict(os.environ, HF_HUB_OFFLINE="1", GRADER_STATE=os.devnull, AUTOGRADER_ROOT=str(root),
-                       GRADER_PYTHON=str(python))
+    """Run root/run_autograder as Gradescope does (from root, by its own path), grading with `python` (standing
+    in for the venv setup.sh builds; None: that venv, root/venv); returns the CompletedProcess."""
+    environment = dict(os.environ, HF_HUB_OFFLINE="1", GRADER_STATE=os.devnull, AUTOGRADER_ROOT=str(root))
+    environment.pop("GRADER_PYTHON", None)
+    if python is not None:
+        environment["GRADER_PYTHON"] = str(python)
     environment.update(env or {})
     return subprocess.run([os.path.join(root, "run_autograder")], cwd=root, capture_output=True, text=True,
                           timeout=timeout, env=environment)

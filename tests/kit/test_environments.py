@@ -10,11 +10,12 @@ import shutil
 import subprocess
 import sys
 import zipfile
+from pathlib import Path
 
 import pytest
 
 from tests.kit import ahead, gradescope
-from tests.kit.harness import KIT_ROOT, SEED, grader
+from tests.kit.harness import KIT_ROOT, SEED, grader, reference_source
 from tests.kit.stubs import stub_source
 
 PYTHONS = ("3.10", "3.11", "3.12", "3.13")
@@ -109,6 +110,54 @@ def test_the_zip_pins_the_installed_versions_and_setup_installs_them(bundle, tmp
     assert done.returncode == 0, done.stderr[-2000:]
     (tmp_path / "constraints.txt").write_text(text.replace(f"torch=={pins['torch']}", "torch==0.0.1"))
     assert subprocess.run(check, capture_output=True, text=True, timeout=120).returncode != 0
+
+
+def torch_wheel():
+    """The installed torch's wheel on this machine's disk (pip's find-links, /opt/wheels), or None."""
+    folders = os.environ.get("PIP_FIND_LINKS", "").split() + ["/opt/wheels"]
+    found = [w for f in folders for w in glob.glob(os.path.join(f, f"torch-{installed_torch()}-*.whl"))]
+    return found[0] if found else None
+
+
+def installed_torch():
+    return importlib.metadata.version("torch")  # with its local tag: 2.13.0+cpu
+
+
+@pytest.mark.slow
+def test_setup_builds_the_venv_that_run_autograder_grades_with(bundle, tmp_path):
+    """setup.sh as Gradescope runs it (once, from root/source) builds root/venv with the pinned torch and the
+    kit, and run_autograder, told no Python, grades with it. Offline: torch comes from a local index around
+    the wheel on disk (GRADER_TORCH_INDEX), the rest from pip's configured index."""
+    wheel = torch_wheel()
+    if wheel is None:
+        pytest.skip(f"no wheel of torch {installed_torch()} on disk: setup.sh would need download.pytorch.org")
+    index = tmp_path / "torch-index"
+    (index / "torch").mkdir(parents=True)
+    (index / "torch" / "index.html").write_text(f'<a href="{Path(wheel).as_uri()}">{os.path.basename(wheel)}</a>')
+    image = tmp_path / "bin"  # the image's python3: the Python that built the zip, so every pin installs
+    image.mkdir()
+    (image / "python3").symlink_to(getattr(sys, "_base_executable", sys.executable))
+    root = tmp_path / "autograder"
+    root.mkdir()
+    (gradescope.lay_out(root, bundle) / "ex04_sharding.py").write_text(reference_source("ex04_sharding"))
+    env = dict(os.environ, AUTOGRADER_ROOT=str(root), GRADER_TORCH_INDEX=index.as_uri(),
+               PATH=f"{image}{os.pathsep}{os.environ['PATH']}")
+    env.pop("VIRTUAL_ENV", None)
+    done = subprocess.run([str(root / "source" / "setup.sh")], cwd=root / "source", capture_output=True, text=True,
+                          timeout=1500, env=env)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    assert "do not all install" not in done.stderr  # every pin installed: no fallback to the kit's ranges
+    assert f"Looking in indexes: {index.as_uri()}" in done.stdout, done.stdout[-3000:]
+    assert "download.pytorch.org" not in done.stdout.split("Looking in indexes:", 1)[1].split("\n", 1)[0]
+    venv = root / "venv" / "bin" / "python"
+    probe = "import accelerate, datasets, torch, transformers; print(torch.__version__)"
+    assert subprocess.run([str(venv), "-c", probe], capture_output=True, text=True).stdout.strip() == installed_torch()
+    done = gradescope.run(root, python=None)
+    assert done.returncode == 0, done.stderr[-2000:]
+    results = gradescope.results(root)
+    assert results["score"] == 15, results.get("output")
+    assert results["extra_data"]["versions"]["torch"] == installed_torch()
+    assert results["extra_data"]["version_mismatch"] == []
 
 
 def test_every_report_names_the_versions_it_graded_with(tmp_path):

@@ -172,6 +172,12 @@ class CheckResult:
                    Visibility(data.get("visibility", "public")), Failure(**failure) if failure else None)
 
 
+# The labels of the lines a failure message adds after what went wrong (pytest_plugin.failure_message); a
+# report that shows a Failure's parts apart leaves those lines out of the message.
+HINT = "hint: "
+SMALLEST = "smallest failing input: "
+
+
 @dataclass(frozen=True)
 class Failure:
     """A failed check's message in parts: the input it failed on (the smallest Hypothesis found), what

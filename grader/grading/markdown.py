@@ -13,9 +13,7 @@ from __future__ import annotations
 import re
 
 from grader.grading import text
-from grader.records import CheckResult, Status
-
-SMALLEST = "smallest failing input: "  # the message's line that names the failing example (pytest_plugin)
+from grader.records import SMALLEST, CheckResult, Status
 
 
 def fenced(content: str) -> str:
@@ -34,7 +32,7 @@ def check_output(check: CheckResult) -> str:
     failure = check.failure
     message = check.message
     if failure is not None and failure.example:  # shown in a block of its own below
-        message = "\n".join(line for line in message.split("\n") if not line.startswith(SMALLEST))
+        message = message.replace("\n" + SMALLEST + failure.example, "", 1)
     parts = [f"**{check.status.label}**", fenced(message)]
     if failure is not None:
         for label, value in (("Failing example", failure.example), ("Expected", failure.expected),

@@ -24,7 +24,7 @@ from grader.grading.grade import Grade
 from grader.grading.options import Options, resolve
 from grader.grading.session import Session, exercise_of, resolve_target
 from grader.grading.text import one_line, shown
-from grader.records import CheckFailed, Status, Verdict, Visibility
+from grader.records import HINT, SMALLEST, CheckFailed, Status, Verdict, Visibility
 from grader.sandbox import missing as missing_layers
 from grader.sandbox.forkservers import depth
 
@@ -271,9 +271,9 @@ def failure_message(error: BaseException, details: bool = False, printed: str = 
         lines[0] = f"{type(error).__name__}: {lines[0]}"
     hint = getattr(error, "hint", None)
     if hint:
-        lines.append(f"hint: {hint}")
+        lines.append(HINT + hint)
     if example:
-        lines.append(f"smallest failing input: {example}")
+        lines.append(SMALLEST + example)
     if details:
         extra = getattr(error, "details", "") or (f"your code printed:\n{printed}" if printed else "")
         if extra:

@@ -24,7 +24,7 @@ from typing import Any
 from grader import KIT_ROOT, catalog
 from grader.grading.service import GradeRequest, Service, ServiceError
 from grader.notebook import cells as notebook_cells
-from grader.records import Status, TargetResult
+from grader.records import HINT, SMALLEST, CheckResult, Status, TargetResult
 
 LABEL = "notebook"
 MARKS = {Status.PASSED: "✓", Status.NOT_STARTED: "–", Status.MISSING: "m", Status.NOT_GRADED: "?"}
@@ -220,22 +220,35 @@ def rows(result: TargetResult) -> list[CheckRow]:
     for exercise in result.exercises:
         share = exercise.max_score / len(exercise.checks) if exercise.checks else 0.0
         for check in exercise.checks:
-            message, hint, example = _parts(check.message)
+            message, hint, example = _parts(check.message) if check.failure is None else _failure_parts(check)
             expected, received = _expected_and_received(message)
+            if check.failure is not None and (check.failure.expected or check.failure.received):
+                expected, received = check.failure.expected, check.failure.received
             earned = share if check.status is Status.PASSED and exercise.graded else 0.0
             found.append(CheckRow(exercise.id, check.check, check.device, check.status, round(earned, 2),
                                   round(share, 2), message, example, expected, received, hint))
     return found
 
 
+def _failure_parts(check: CheckResult) -> tuple[str, str, str]:
+    """(message, hint, smallest failing input) as the grader recorded them apart (records.Failure): the
+    message without the lines pytest_plugin.failure_message added for the two."""
+    assert check.failure is not None
+    message, hint, example = check.message, check.failure.hint, check.failure.example
+    for line in ([HINT + hint] if hint else []) + ([SMALLEST + example] if example else []):
+        message = message.replace("\n" + line, "", 1)
+    return message.strip(), hint, example
+
+
 def _parts(text: str) -> tuple[str, str, str]:
-    """(message, hint, smallest failing input) of a check's message (pytest_plugin.failure_message)."""
+    """(message, hint, smallest failing input) read from a check's message (pytest_plugin.failure_message),
+    for a result that does not carry them apart."""
     message, hint, example = [], "", ""
     for line in text.splitlines():
-        if line.startswith("hint: ") and not hint:
-            hint = line[len("hint: "):]
-        elif line.startswith("smallest failing input: ") and not example:
-            example = line[len("smallest failing input: "):]
+        if line.startswith(HINT) and not hint:
+            hint = line[len(HINT):]
+        elif line.startswith(SMALLEST) and not example:
+            example = line[len(SMALLEST):]
         else:
             message.append(line)
     return "\n".join(message).strip(), hint, example
@@ -246,7 +259,8 @@ RECEIVED_FIRST = re.compile(r"got (.+?), expected (.+?)\)?$", re.MULTILINE)
 
 
 def _expected_and_received(message: str) -> tuple[str, str]:
-    """(expected, received) where the message says both (checks.expect_equal's and the checks' wording)."""
+    """(expected, received) where the message says both, for a check that failed without naming them apart
+    (`checks.fail(message)` alone: the kit's own checks' wording)."""
     first = EXPECTED_FIRST.search(message)
     second = RECEIVED_FIRST.search(message)
     if first and (not second or first.start() <= second.start()):

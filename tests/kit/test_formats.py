@@ -269,6 +269,24 @@ def test_a_fence_outgrows_any_backtick_run_it_holds():
                                             "\n\nReceived:\n\n```text\n2\n```")
 
 
+def test_a_failures_parts_are_taken_as_recorded_not_read_back_from_its_text():
+    """The learner's own words that look like the kit's lines stay in the message; the parts come from the record."""
+    from grader.learner import check as notebook
+    from grader.records import ExerciseResult
+
+    message = ("ValueError: boom\nsmallest failing input: mine\nhint: mine too, expected 7, got 8\n"
+               "hint: deal round-robin\nsmallest failing input: x=1")
+    check = CheckResult("t", "ex04_sharding", PUBLIC, "cpu", Status.FAILED, message,
+                        failure=Failure("x=1", "[0, 2]", "[0, 1]", "deal round-robin"))
+    assert markdown.check_output(check).startswith(
+        "**failed**\n\n```text\nValueError: boom\n    smallest failing input: mine\n    hint: mine too, expected 7, "
+        "got 8\n    hint: deal round-robin\n```\n\nFailing example:")
+    result = TargetResult("t", [ExerciseResult("ex04_sharding", "Sharding", 1, 0.0, 15, Status.FAILED, [check])], 1.0)
+    row = notebook.rows(result)[0]
+    assert (row.example, row.hint, row.expected, row.received) == ("x=1", "deal round-robin", "[0, 2]", "[0, 1]")
+    assert row.message == "ValueError: boom\nsmallest failing input: mine\nhint: mine too, expected 7, got 8"
+
+
 # --- the student release ---------------------------------------------------------------------------------
 
 

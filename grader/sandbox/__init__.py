@@ -38,6 +38,7 @@ from typing import Any, TypedDict
 from grader.records import Layer, Reply, Status
 from grader.sandbox import confinement as confine
 from grader.sandbox import identity, landlock, memory, namespaces, syscall_filter
+from grader.sandbox import scratch as scratch_folder
 from grader.sandbox.containers import Container, Containers, available_kind
 from grader.sandbox.containers import describe as describe_container
 from grader.sandbox.forkservers import ABSTRACT_ADDRESSES, AUTHENTICATED, adopt_orphans, kill_descendants
@@ -47,6 +48,7 @@ from grader.sandbox.worker import WorkerSpec
 OUTPUT_LIMIT = 8 * 2**20  # bytes a submission may print per call before writes fail
 MEMORY_LIMIT = 12 * 2**30  # address space of one untrusted CPU worker
 COPY_LIMIT = 64 * 2**20  # bytes of a submission folder copied for grading
+SCRATCH_MB = scratch_folder.LIMIT // 2**20
 REFERENCE_ALLOWANCE = 300.0  # seconds; the reference is trusted, its limit only guards the kit
 START_ALLOWANCE = 60.0  # seconds a worker (or a group) may take to start
 REQUIRED = ("landlock", "container")  # what --require-sandbox insists on
@@ -97,6 +99,7 @@ class _Prepared:
     scratch: str
     uid: int | None
     container: Container
+    bounded: bool  # its scratch folder is a tmpfs of scratch.LIMIT bytes (else it is measured after each call)
 
 
 class Call:
@@ -130,6 +133,7 @@ class Sandbox:
         self.memory_limit = memory_limit
         self.rundir = tempfile.mkdtemp(prefix="grader-")
         os.chmod(self.rundir, 0o711)  # submissions' users may pass through to their own folders
+        self.bounded_scratch = not namespaces.disabled("scratch") and _mountable(self.rundir)
         self.logs = self._folder("logs", 0o700)
         self.shared = self._folder("shared", 0o755)  # what the reference builds for every target to read
         self.reference_scratch = self._folder("reference-scratch", 0o700)  # the reference's own work
@@ -158,7 +162,8 @@ class Sandbox:
 
     @property
     def layers(self) -> list[Layer]:
-        return layers(self.abi, self.switch_user, self.containers.kind, self.namespaces, self.seccomp)
+        return layers(self.abi, self.switch_user, self.containers.kind, self.namespaces, self.seccomp,
+                      self.bounded_scratch)
 
     # --- running probes -----------------------------------------------------------------
 
@@ -204,7 +209,21 @@ class Sandbox:
                 if not reply.ok:
                     reply.message = f"the reference failed ({reply.status.label}): {reply.message}"
                     reply.status = Status.NOT_GRADED
+        else:
+            self._account_scratch(call.request.target, replies)
         return replies
+
+    def _account_scratch(self, target: Target, replies: list[Reply]) -> None:
+        """Where its scratch folder is not bounded by the kernel, a submission past the limit fails the
+        call, and its folder is emptied before anyone else writes a byte."""
+        prepared = self.prepared.get(target.path)
+        if prepared is None or prepared.bounded or scratch_folder.used(prepared.scratch) <= scratch_folder.LIMIT:
+            return
+        scratch_folder.empty(prepared.scratch)
+        for reply in replies:
+            reply.status = Status.FAILED
+            reply.message = (f"the code wrote more than {scratch_folder.LIMIT // 2**20} MB in its scratch folder "
+                             "(the limit of what a submission may write); it has been emptied")
 
     @staticmethod
     def pool_key(request: Request) -> PoolKey:
@@ -248,12 +267,17 @@ class Sandbox:
             os.chmod(base, 0o711)
             uid = identity.uid_of(index) if self.switch_user else None
             copy, scratch = os.path.join(base, "src"), os.path.join(base, "scratch")
-            _copy_tree(target.path, copy, COPY_LIMIT)
+            try:
+                _copy_tree(target.path, copy, COPY_LIMIT)
+            except OSError as error:  # the grader's own folder (a full disk): never the student's failure
+                raise WorkerFailure(Status.NOT_GRADED, f"the grader could not copy {target.label}: {error}")
             os.mkdir(scratch, 0o700)
+            bounded = self.bounded_scratch and scratch_folder.mount_bounded(scratch, uid)
             if uid is not None:
                 os.chown(scratch, uid, uid)
             _seal(copy, uid)
-            self.prepared[target.path] = _Prepared(index, copy, scratch, uid, self.containers.new(index, uid))
+            self.prepared[target.path] = _Prepared(index, copy, scratch, uid, self.containers.new(index, uid),
+                                                   bounded)
         return self.prepared[target.path]
 
     # --- lifetimes ----------------------------------------------------------------------
@@ -266,6 +290,7 @@ class Sandbox:
         self.pools.close(keep=lambda key: key[0] == "reference" and key[1] == next_preload)
         for prepared in self.prepared.values():
             prepared.container.kill()
+            scratch_folder.empty(prepared.scratch)  # nothing written for one exercise is left for the next
 
     def release(self, target: Target | None) -> None:
         """Free one submission's workers and kill whatever it started (it is done for now)."""
@@ -286,6 +311,8 @@ class Sandbox:
         prepared.container.remove()
         if prepared.container in self.containers.made:
             self.containers.made.remove(prepared.container)
+        if prepared.bounded:
+            scratch_folder.unmount(prepared.scratch)
         _remove_tree(os.path.dirname(prepared.copy))
 
     def close(self) -> None:
@@ -293,6 +320,9 @@ class Sandbox:
         self.pools.reap()  # once the ranks are gone, whatever they started is this process's to kill
         self.containers.close()
         kill_descendants()
+        for prepared in self.prepared.values():
+            if prepared.bounded:
+                scratch_folder.unmount(prepared.scratch)
         shutil.rmtree(self.rundir, ignore_errors=True)
 
 
@@ -306,8 +336,15 @@ def _looks_stuck(replies: Sequence[Reply]) -> bool:
 
 
 def layers(abi: int | None = None, switch_user: bool | None = None, container: str | None = None,
-           own_namespaces: bool | None = None, seccomp: bool | None = None) -> list[Layer]:
+           own_namespaces: bool | None = None, seccomp: bool | None = None,
+           bounded_scratch: bool | None = None) -> list[Layer]:
     """The sandbox's layers on this machine, each active or not, as the report names them."""
+    if bounded_scratch is None:
+        probe = tempfile.mkdtemp(prefix="grader-")
+        try:
+            bounded_scratch = not namespaces.disabled("scratch") and _mountable(probe)
+        finally:
+            os.rmdir(probe)
     abi = (0 if namespaces.disabled("landlock") else landlock.abi_version()) if abi is None else abi
     own_namespaces = namespaces.available() if own_namespaces is None else own_namespaces
     if switch_user is None:
@@ -332,6 +369,9 @@ def layers(abi: int | None = None, switch_user: bool | None = None, container: s
         Layer("container", container != "none", describe_container(container)),
         Layer("private copies", True, "the reference copied before any submission runs; each submission graded "
               "from a copy of its own with a scratch dir of its own"),
+        Layer("scratch", bounded_scratch, f"each submission's scratch folder a tmpfs of {SCRATCH_MB} MB of its own, "
+              "emptied when its exercise ends" if bounded_scratch else f"measured after each call (mounts refused "
+              f"here): past {SCRATCH_MB} MB the call fails and the folder is emptied; the disk itself is shared"),
         Layer("fork servers", AUTHENTICATED or ABSTRACT_ADDRESSES or switch_user,
               ("they admit the grading process alone (its pid, as the kernel says, and a token of each server's); "
                if AUTHENTICATED else "") + ("abstract sockets out of a sandboxed worker's scope" if ABSTRACT_ADDRESSES
@@ -368,6 +408,23 @@ def _copy_tree(source: str, destination: str, limit: int) -> None:
                 continue
             budget -= info.st_size
             shutil.copyfile(path, os.path.join(into, name), follow_symlinks=False)
+
+
+def _mountable(rundir: str) -> bool:
+    """Whether this grader may bound a scratch folder with a tmpfs of its own (tried once, on a folder
+    of its run; `scratch.mount_bounded`)."""
+    probe = os.path.join(rundir, "mount-probe")
+    os.mkdir(probe, 0o700)
+    try:
+        if not scratch_folder.mount_bounded(probe, None, 2**20):
+            return False
+        scratch_folder.unmount(probe)
+        return True
+    finally:
+        try:
+            os.rmdir(probe)
+        except OSError:
+            pass
 
 
 def _remove_tree(folder: str) -> None:

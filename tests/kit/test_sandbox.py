@@ -256,7 +256,8 @@ def test_code_that_reaches_for_the_machinery_is_flagged_for_review(attacked):
 
 def test_the_report_names_every_layer(attacked):
     layers = {layer["name"]: layer for layer in attacked[0]["control"]["sandbox"]}
-    assert set(layers) == {"landlock", "user", "namespaces", "seccomp", "container", "private copies", "fork servers"}
+    assert set(layers) == {"landlock", "user", "namespaces", "seccomp", "container", "private copies", "scratch",
+                           "fork servers"}
     assert all("detail" in layer for layer in layers.values())
 
 
@@ -494,6 +495,49 @@ def test_nothing_but_the_grader_gets_a_fork_server_to_fork(tmp_path, who):
             service.kill()
         if "shared" in locals():
             shutil.rmtree(shared, ignore_errors=True)
+
+
+# A submission that writes 4 MB files into its scratch folder (its current directory) until a write fails or
+# 600 MB are written, then says how far it got. Unbounded, it filled the disk it shares with the grader: the
+# next classmate's copy, or the reference's own run, failed, charged to them.
+FILLS_THE_DISK = hostile(r"""
+global _written
+if _written is None:
+    _written, chunk = 0, b"x" * (4 * 2**20)
+    try:
+        while _written < 600 * 2**20:
+            with open(f"fill-{_written}", "wb") as handle:
+                handle.write(chunk)
+            _written += len(chunk)
+        _written = f"{_written // 2**20} MB, and no write failed"
+    except OSError as error:
+        _written = f"{_written // 2**20} MB, then {errno.errorcode.get(error.errno, error.errno)}"
+raise RuntimeError(f"wrote {_written}")""", at_import="import errno\n_written = None\n")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("without", ["", "scratch"])
+def test_a_submission_that_fills_its_scratch_folder_harms_no_classmate(tmp_path, without):
+    """Bounded by a tmpfs of its own, the filler gets ENOSPC at the limit; where mounts are refused
+    (GRADER_WITHOUT_LAYERS=scratch) it is measured after the call, fails it, and its folder is emptied.
+    Either way the classmate graded after it passes every check."""
+    if without == "" and not sandbox.layers()[[layer.name for layer in sandbox.layers()].index("scratch")].active:
+        pytest.skip("this grader may not mount a tmpfs of its own here")
+    os.environ["GRADER_WITHOUT_LAYERS"] = without
+    try:
+        results = grade_submissions(tmp_path, EX, {"a_filler": FILLS_THE_DISK, "b_classmate": mutate(EX)},
+                                    profile="fast")
+    finally:
+        del os.environ["GRADER_WITHOUT_LAYERS"]
+    classmate = results["b_classmate"]
+    assert classmate["score"] == classmate["max_score"] > 0, classmate
+    message = {c["name"]: c["message"] for e in results["a_filler"]["exercises"] for c in e["checks"]}[INDICES]
+    limit = sandbox.scratch_folder.LIMIT // 2**20
+    if without:
+        assert f"more than {limit} MB in its scratch folder" in message, message
+    else:
+        written = int(message.split("wrote ", 1)[1].split(" MB", 1)[0])
+        assert written <= limit and "ENOSPC" in message, message
 
 
 HOPS = hostile('''

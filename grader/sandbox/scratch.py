@@ -1,0 +1,98 @@
+"""A submission's scratch folder: the one place it may write, bounded, and emptied when its exercise ends.
+
+Without a bound a submission could fill the disk its scratch folder shares with the grader: the next
+classmate's copy, or the reference's own run, then fails, and the fault lands on someone else. Where
+the grader may mount (root with the capability, as on a grading box of its own) each scratch folder is
+a tmpfs of `LIMIT` bytes: writing past it fails with ENOSPC in the submission, its own failure, and
+nothing else on the machine notices. Elsewhere (a container that refuses mounts, a grader that is not
+root) the folder is measured after every call, and a submission past `LIMIT` fails that check and its
+folder is emptied; the report then names the layer as accounting only.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import stat
+import sys
+
+LIMIT = 256 * 2**20  # bytes of one submission's scratch folder: its checkpoints, caches and rendezvous files
+MOST_ENTRIES = 100_000  # a folder with more files than this is past its limit, whatever their size
+_MS_NOSUID, _MS_NODEV = 2, 4
+_MNT_DETACH = 2
+
+
+def _libc() -> ctypes.CDLL | None:
+    if sys.platform != "linux":
+        return None
+    try:
+        return ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None
+
+
+def mount_bounded(path: str, uid: int | None, limit: int = LIMIT) -> bool:
+    """Make `path` (an empty folder) a tmpfs of `limit` bytes, its owner's alone; False where refused."""
+    libc = _libc()
+    if libc is None or not hasattr(libc, "mount"):
+        return False
+    owner = uid if uid is not None else os.getuid()
+    options = f"size={limit},nr_inodes={MOST_ENTRIES},mode=0700,uid={owner},gid={owner}".encode()
+    return libc.mount(b"tmpfs", os.fsencode(path), b"tmpfs", ctypes.c_ulong(_MS_NOSUID | _MS_NODEV), options) == 0
+
+
+def unmount(path: str) -> None:
+    """Let go of a bounded folder's tmpfs (its contents go with it), even while something still holds it."""
+    libc = _libc()
+    if libc is not None and hasattr(libc, "umount2"):
+        libc.umount2(os.fsencode(path), _MNT_DETACH)
+
+
+def mounted(path: str) -> bool:
+    """Whether `path` is a mount point (its own device), as a bounded scratch folder is."""
+    try:
+        return os.stat(path).st_dev != os.stat(os.path.dirname(path)).st_dev
+    except OSError:
+        return False
+
+
+def used(path: str, most: int = LIMIT) -> int:
+    """Bytes the folder holds on disk, counting stops once past `most` (or past MOST_ENTRIES entries,
+    which count as past `most`): a folder of a million tiny files cannot make the measure itself slow."""
+    total = entries = 0
+    for root, folders, files in os.walk(path, followlinks=False):
+        for name in folders + files:
+            entries += 1
+            try:
+                info = os.lstat(os.path.join(root, name))
+            except OSError:
+                continue
+            total += info.st_blocks * 512 if stat.S_ISREG(info.st_mode) else 0
+        if total > most or entries > MOST_ENTRIES:
+            return most + 1
+    return total
+
+
+def empty(path: str) -> None:
+    """Remove everything in the folder, and keep the folder (and its mount)."""
+    try:
+        names = os.listdir(path)
+    except OSError:
+        return
+    for name in names:
+        child = os.path.join(path, name)
+        for root, folders, _ in os.walk(child):  # a folder the submission made read-only is still removed
+            for folder in folders:
+                try:
+                    os.chmod(os.path.join(root, folder), 0o700)
+                except OSError:
+                    pass
+        try:
+            if os.path.isdir(child) and not os.path.islink(child):
+                os.chmod(child, 0o700)
+                shutil.rmtree(child, ignore_errors=True)
+            else:
+                os.unlink(child)
+        except OSError:
+            pass

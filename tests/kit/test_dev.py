@@ -82,16 +82,20 @@ def test_dev_check_names_each_fault_in_the_files_the_catalog_and_the_readme(tmp_
     catches = kit / layout.files("ex06_parameter_sync").catches  # no wrong implementation left for the in-place check
     catches.write_text(catches.read_text().replace('"test_broadcast_parameters_updates_tensors_in_place"',
                                                    '"test_broadcast_parameters_copies_src_state_to_every_rank"'))
+    checks = kit / "tests" / "test_ex04_sharding.py"  # Hypothesis's own example: the reports would not count it
+    checks.write_text(checks.read_text().replace("from hypothesis import given\n", "from hypothesis import example, given\n"))
     done = dev_check(kit, "--no-grade")
     assert done.returncode == 1, done.stdout + done.stderr
     assert "Traceback" not in done.stdout + done.stderr
     for problem in ("README.md gives ex04_sharding 10 points; the catalog 15: run python -m grader dev update",
+                    "tests/test_ex04_sharding.py:12: uses Hypothesis's own example: import example from grader.checks "
+                    "instead (the reports count only the kit's explicit examples)",
                     "solutions/ex08_extra.py: no catalog entry",
                     f"ex03_prepare_model: {layout.files('ex03_prepare_model').catches} is missing: write it",
                     "ex06_parameter_sync.broadcast_parameters: the stub's",
                     "test_broadcast_parameters_updates_tensors_in_place is named by no wrong implementation: add a "):
         assert problem in done.stdout, done.stdout
-    assert done.stdout.strip().endswith("dev check: 5 problems")
+    assert done.stdout.strip().endswith("dev check: 6 problems")
 
 
 def test_dev_check_refuses_a_stub_that_spells_out_its_reference(tmp_path):

@@ -52,6 +52,7 @@ BY_NAME = ("getattr", "setattr", "delattr", "hasattr")
 # written as an attribute or as getattr's literal.
 INTERNALS = {"__globals__", "__closure__", "__code__", "__builtins__", "__subclasses__", "f_back", "f_globals",
              "f_locals", "gi_frame", "tb_frame"}
+SYS_REACHING = {"modules", "__dict__"}  # sys's attributes that lead to every module
 STRINGS = {
     "/proc": "names /proc",
     "solutions": "names the reference solutions",
@@ -82,11 +83,45 @@ def source(file: str) -> list[ReviewFlag]:
     docstrings = {id(node.value) for node in ast.walk(tree)
                   if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)}
     flags = []
+    sys_names = _sys_names(tree)
+    read_from = _read_from(tree, sys_names)
     for node in ast.walk(tree):
-        reason = None if id(node) in docstrings else _reason(node)
+        reason = None if id(node) in docstrings else _reason(node) or _reaches_sys(node, sys_names, read_from)
         if reason:
             flags.append(ReviewFlag(name, getattr(node, "lineno", 0), reason))
     return sorted(set(flags), key=lambda flag: flag.line)
+
+
+def _sys_names(tree: ast.AST) -> set[str]:
+    """The names the sys module is bound to: `import sys [as s]`, and `from os import sys [as s]` (any module's)."""
+    names = {"sys"}
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            names |= {alias.asname or alias.name for alias in node.names if alias.name == "sys"}
+    return names
+
+
+def _read_from(tree: ast.AST, sys_names: set[str]) -> set[int]:
+    """The sys names used only to read one of its attributes (`sys.path`, `sys.stderr`), by node id."""
+    return {id(node.value) for node in ast.walk(tree) if isinstance(node, ast.Attribute) and
+            isinstance(node.value, ast.Name) and node.value.id in sys_names and node.attr not in SYS_REACHING}
+
+
+def _reaches_sys(node: ast.AST, sys_names: set[str], read_from: set[int]) -> str | None:
+    """sys.modules by another route than `sys.modules`: another module's `os.sys`, or the sys module handed on
+    as a value (`vars(sys)`, `getattr(sys, ...)`, `s = sys`), which leaves every later use out of sight."""
+    if isinstance(node, ast.Attribute) and node.attr == "sys":
+        return f"reaches the sys module through another module ({ast.unparse(node)})"
+    if isinstance(node, ast.Attribute) and node.attr in SYS_REACHING and isinstance(node.value, ast.Name) and \
+            node.value.id in sys_names:
+        return f"reaches modules by name at run time (sys.{node.attr})"
+    if isinstance(node, ast.Name) and node.id in sys_names and isinstance(node.ctx, ast.Load) and \
+            id(node) not in read_from:
+        return "handles the sys module as a value (vars, getattr, another name): reaches sys.modules unseen"
+    if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) and node.slice.value in ("modules",
+                                                                                                          "sys"):
+        return f"reaches modules by name at run time ([{node.slice.value!r}])"
+    return None
 
 
 def _reason(node: ast.AST) -> str | None:

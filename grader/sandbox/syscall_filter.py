@@ -5,9 +5,10 @@ Landlock on itself, so nothing it refuses is still needed. It stands where the n
 (a Docker container refuses `unshare`) and behind them where they can: typing into a terminal
 (`TIOCSTI`, `TIOCLINUX`), reading or writing another process's memory (`ptrace`,
 `process_vm_*`), System V IPC objects that outlive the grader, file handles that bypass paths
-(`open_by_handle_at`), the kernel's keyrings, new namespaces and mounts, and sockets of any
-family but unix, IP (Landlock and the namespaces decide where those may go) and netlink (which
-asks for the interfaces). Each refused call fails with EPERM, so the code under test sees an
+(`open_by_handle_at`), the kernel's keyrings, new namespaces and mounts, io_uring (whose ring
+makes system calls, sockets included, that no filter sees), and sockets of any family but unix,
+IP (Landlock and the namespaces decide where those may go) and netlink (which asks for the
+interfaces). Each refused call fails with EPERM, so the code under test sees an
 ordinary error.
 
 Built with libseccomp through `pyseccomp`; where either is missing the layer is reported missing.
@@ -33,6 +34,7 @@ REFUSED = (
     "fsmount", "fsconfig", "fspick", "mount_setattr",
     "bpf", "userfaultfd", "perf_event_open", "kexec_load", "init_module", "finit_module", "delete_module",
     "iopl", "ioperm", "swapon", "swapoff", "reboot", "acct", "quotactl", "syslog",
+    "io_uring_setup", "io_uring_enter", "io_uring_register",  # a ring makes calls (sockets of any family) unfiltered
 )
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import datetime
 import importlib.abc
 import importlib.machinery
-import importlib.util
 import os
 import signal
 import sys
@@ -24,6 +23,7 @@ import traceback
 import types
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from importlib.util import module_from_spec, spec_from_file_location
 from typing import TYPE_CHECKING, Any
 
 from grader.sandbox import confinement as confine
@@ -86,7 +86,24 @@ class TargetImportError(Exception):
 
 def main(conn: Connection, spec: WorkerSpec) -> None:
     """Entry point of a worker process (forked from a warm fork server)."""
-    # Bound now, before any submission runs: patching the modules' names later changes nothing here.
+    _sealed(_main)(conn, spec)
+
+
+def _sealed(function: Callable[..., Any]) -> Callable[..., Any]:
+    """`function` running on a private copy of this module's names, every function of it in turn, taken before
+    any submission runs: code that rebinds a name here through sys.modules (`_probe`, `_serve`, `validate`,
+    `encode`) changes nothing the worker runs."""
+    names = dict(globals())
+    for name, value in list(names.items()):
+        if isinstance(value, types.FunctionType) and value.__globals__ is globals():
+            names[name] = copy = types.FunctionType(value.__code__, names, value.__name__, value.__defaults__,
+                                                    value.__closure__)
+            copy.__kwdefaults__ = value.__kwdefaults__
+    found: Callable[..., Any] = names[function.__name__]
+    return found
+
+
+def _main(conn: Connection, spec: WorkerSpec) -> None:
     send, encode_reply = conn.send_bytes, encode
     memory.name_process(f"{'ref' if spec.trusted else 'sub'} {spec.preload}")
     trim = _malloc_trim() if memory.worker_budget() is not None else None  # read before confinement
@@ -100,6 +117,7 @@ def main(conn: Connection, spec: WorkerSpec) -> None:
     send(encode_reply(dict(reply, nonce=spec.nonce)))
     counts = _count_collectives() if spec.world_size > 1 else {}
     modules: dict[str, types.ModuleType] = {}  # a reference worker serves every exercise; a submission's only its own
+    probes: dict[str, types.ModuleType] = {}  # check files by path: here, out of the submission's reach
     while True:
         try:
             request = conn.recv()
@@ -111,12 +129,18 @@ def main(conn: Connection, spec: WorkerSpec) -> None:
         counts.clear()
         started = time.perf_counter()
         try:
-            path = request["module_file"]
-            if path not in modules:
-                modules[path] = _load_target(path, request["module_name"], spec)
-            reply = _serve(modules[path], request, spec)
-        except TargetImportError as error:
-            reply = {"status": "import_error", "message": str(error), "cause": error.cause}
+            probe = _probe(probes, request["probe_file"], request["probe_name"])  # before the submission's import
+        except Exception as error:  # noqa: BLE001 - the kit's fault; the reference then fails too
+            reply = {"status": "invalid",
+                     "message": f"the check's probe could not be loaded: {type(error).__name__}: {error}"}
+        else:
+            try:
+                path = request["module_file"]
+                if path not in modules:
+                    modules[path] = _load_target(path, request["module_name"], spec)
+                reply = _serve(modules[path], probe, request, spec)
+            except TargetImportError as error:
+                reply = {"status": "import_error", "message": str(error), "cause": error.cause}
         token = request.get("token")
         reply.update(seconds=time.perf_counter() - started, output=_output_tail(), nonce=token,
                      collectives=dict(counts))
@@ -258,8 +282,8 @@ def _group_alive() -> bool:
 
 def _load_target(path: str, name: str, spec: WorkerSpec) -> types.ModuleType:
     try:
-        module_spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(module_spec)  # type: ignore[arg-type]
+        module_spec = spec_from_file_location(name, path)
+        module = module_from_spec(module_spec)  # type: ignore[arg-type]
         sys.modules[name] = module
         module_spec.loader.exec_module(module)  # type: ignore[union-attr]
     except BaseException as error:  # noqa: BLE001 - SyntaxError, SystemExit, anything
@@ -267,26 +291,21 @@ def _load_target(path: str, name: str, spec: WorkerSpec) -> types.ModuleType:
     return module
 
 
-_probes: dict[str, types.ModuleType] = {}  # check files by path
-
-
-def _probe(path: str, name: str) -> Callable[..., Any]:
-    if path not in _probes:
-        module_spec = importlib.util.spec_from_file_location(f"_grader_checks_{len(_probes)}", path)
-        module = importlib.util.module_from_spec(module_spec)  # type: ignore[arg-type]
+def _probe(probes: dict[str, types.ModuleType], path: str, name: str) -> Callable[..., Any]:
+    """A check file's probe; the file is loaded once, under a name outside sys.modules."""
+    if path not in probes:
+        module_spec = spec_from_file_location(f"_grader_checks_{len(probes)}", path)
+        module = module_from_spec(module_spec)  # type: ignore[arg-type]
         module_spec.loader.exec_module(module)  # type: ignore[union-attr]
-        _probes[path] = module
-    return getattr(_probes[path], name)
+        probes[path] = module
+    found: Callable[..., Any] = getattr(probes[path], name)
+    return found
 
 
-def _serve(module: types.ModuleType, request: dict[str, Any], spec: WorkerSpec) -> dict[str, object]:
+def _serve(module: types.ModuleType, probe: Callable[..., Any], request: dict[str, Any],
+           spec: WorkerSpec) -> dict[str, object]:
     _reset_accelerate()
     context = Context(module, request["device"], spec.rank, spec.world_size, spec.shared)
-    try:
-        probe = _probe(request["probe_file"], request["probe_name"])
-    except Exception as error:  # noqa: BLE001 - the kit's fault; the reference then fails too
-        return {"status": "invalid",
-                "message": f"the check's probe could not be loaded: {type(error).__name__}: {error}"}
     try:
         value = probe(context, *request["args"])
         validate(value)

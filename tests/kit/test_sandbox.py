@@ -1097,3 +1097,67 @@ def test_in_the_gradescope_layout_the_seed_is_out_of_reach(tmp_path):
     assert seed not in outputs[0], outputs[0]
     if sandbox.namespaces.available():  # /proc shows its own worker alone
         assert "read 1 command lines" in outputs[0], outputs[0]
+
+
+# --- io_uring: sockets of any family, past the filter's socket rules --------------------------------
+
+IO_URING = hostile('''
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+params = ctypes.create_string_buffer(120)  # struct io_uring_params, zeroed
+fd = libc.syscall(425, 4, params)  # io_uring_setup: a ring's IORING_OP_SOCKET makes AF_VSOCK, which seccomp refuses
+raise PermissionError(f"io_uring_setup gave {fd}, errno {ctypes.get_errno()}")''')
+
+
+@needs_landlock
+@pytest.mark.skipif(not sandbox.syscall_filter.available(), reason="no libseccomp here")
+@pytest.mark.parametrize("without", ["", "seccomp"])
+def test_a_submission_cannot_set_up_io_uring(tmp_path, without):
+    """io_uring makes sockets (and every other call) past the seccomp rules on `socket`: refused in a
+    worker (EPERM, or ENOSYS). Without the filter the same code gets a ring, so the attack is real here."""
+    done, data, _, _ = _grade_marked(tmp_path, {EX: IO_URING}, "ex04", without=without, only=(INDICES,))
+    assert done.returncode == 0, done.stderr[-2000:]
+    message = {c["name"]: c["message"] for c in _rows(data)[EX]["checks"]}[INDICES]
+    refused = "gave -1, errno 1" in message or "gave -1, errno 38" in message
+    assert refused == (without == ""), message
+    assert "io_uring_setup gave" in message, message
+
+
+# --- rebinding the worker's probe: the check-file function the worker calls -------------------------
+
+STREAM = "test_shard_indices_leave_the_global_random_stream_alone"
+REBINDS_THE_PROBE = '''
+import os, sys, torch
+modules = {reach}
+worker = modules["gra" + "der.sandbox.worker"]
+_real_probe = worker._probe
+
+
+def _reference_stream(ctx, settings):
+    torch.manual_seed(20261202)
+    return torch.rand(4, dtype=torch.float64)
+
+
+def _forged_probe(*args):
+    found = _real_probe(*args)
+    return _reference_stream if getattr(found, "__name__", "") == "probe_random_stream" else found
+
+
+worker._probe = _forged_probe
+'''
+REACHES_SYS_MODULES = {"os_sys": "os.sys.modules", "vars_sys": 'vars(sys)["modules"]',
+                       "getattr_sys": 'getattr(sys, "modules")'}
+
+
+def test_rebinding_the_workers_probe_changes_nothing(tmp_path):
+    """A submission that finds the worker's module through an alias of sys.modules and rebinds its probe
+    (to one returning what the reference returns) still fails the check its own code fails, and is flagged."""
+    body = ("torch.manual_seed(7)  # moves the caller's random stream\n"
+            "return _reference_shard_indices(num_samples, rank, world_size, **kwargs)")
+    submissions = {name: hostile(body, prelude="", at_import=REBINDS_THE_PROBE.format(reach=reach))
+                   for name, reach in REACHES_SYS_MODULES.items()}
+    results = grade_submissions(tmp_path, EX, submissions, "--timeout", "20", profile="fast",
+                                only_checks={name: [STREAM] for name in submissions})
+    for name in REACHES_SYS_MODULES:
+        assert STREAM in failed_checks(results[name]), (name, results[name]["exercises"][0]["checks"])
+        assert any("sys" in flag for flag in results[name]["review"]), (name, results[name]["review"])

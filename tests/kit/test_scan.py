@@ -18,18 +18,32 @@ DYNAMIC = {
     "exec": "exec('import torch')\n",
     "eval": "value = eval('1 + 1')\n",
     "compile": "code = compile('x = 1', 'here', 'exec')\n",
+    # sys.modules by another route: the worker's probe was rebound so, its check forged (issue 31)
+    "os_sys_modules": "import os\nengine = os.sys.modules['torch.optim.adam']\n",
+    "vars_sys": "import sys\nengine = vars(sys)['modules']['torch.optim.adam']\n",
+    "getattr_sys": "import sys\nengine = getattr(sys, 'modules')['torch.optim.adam']\n",
+    "sys_dict": "import sys\nengine = sys.__dict__['modules']['torch.optim.adam']\n",
+    "sys_as": "import sys as s\nengine = s.modules['torch.optim.adam']\n",
+    "sys_from_os": "from os import sys as s\nengine = s.modules['torch.optim.adam']\n",
+    "sys_rebound": "import sys\ns = sys\nengine = s.modules['torch.optim.adam']\n",
+    "sys_in_a_list": "import sys\nengine = [sys][0].modules['torch.optim.adam']\n",
+    "globals_sys": "import sys\nengine = globals()['sys'].modules['torch.optim.adam']\n",
 }
 
 PLAIN = '''
 """eval, exec and sys.modules named in a docstring: fine."""
+import sys
+
 import torch
 
 
 def step(model, inputs):
+    print(sys.version_info, sys.path[:1], file=sys.stderr)
+    layers = list(model.modules())
     model.eval()
     enable = getattr(model, "activation_checkpointing_enable", None)
     compiled = torch.compile(model)
-    return enable, compiled(inputs)
+    return enable, compiled(inputs), layers
 '''
 
 

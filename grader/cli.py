@@ -270,7 +270,8 @@ def grade(args: argparse.Namespace, staged: Staged) -> int:
     gc.disable()  # while torch, pytest and the checks are imported (0.3 s); the plugin turns it back on
     options = resolve(Options(targets=tuple(targets), devices=tuple(chosen), timeout=args.timeout, seed=args.seed,
                               profile=args.profile or "", details=args.verbose,
-                              require_sandbox=args.require_sandbox, budget=args.budget, only_checks=only_checks),
+                              require_sandbox=args.require_sandbox, budget=args.budget, only_checks=only_checks,
+                              secret_seed=args.seed_file is not None),
                       KIT_ROOT)
     if plan:
         plan.check(options, exercises)

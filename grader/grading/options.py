@@ -34,6 +34,10 @@ class Options:
     recordings: Recordings | None = None  # to fill while making a release
     only_checks: dict[str, frozenset[str]] | None = None  # {target folder name: check names}: those checks only
     public_only: bool = False  # the public checks alone (a student release, and the recording of one)
+    # The seed is a secret (--seed-file): each check of a submission gets fresh workers and an empty scratch
+    # folder, so what it saw of one check's inputs drawn with that seed cannot travel out in another check's
+    # failure that is shown at once (an explicit example's: its message, its value, its printed output).
+    secret_seed: bool = False
 
     def selects(self, target: Target, check: str) -> bool:
         """Whether `check` is graded for `target` (every check, unless --only-checks names its folder)."""

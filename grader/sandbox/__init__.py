@@ -300,6 +300,13 @@ class Sandbox:
         if target.path in self.prepared:
             self.prepared[target.path].container.kill()
 
+    def renew(self, target: Target) -> None:
+        """Free one submission's workers, kill what it started and empty its scratch folder: the next
+        check starts from nothing the checks before left (see Options.secret_seed)."""
+        self.release(target)
+        if target.path in self.prepared:
+            scratch_folder.empty(self.prepared[target.path].scratch)
+
     def forget(self, target: Target) -> None:
         """Free a submission's workers, kill what it started and remove its copy and scratch dir:
         the same folder graded again (a grading service's next request) is copied afresh."""

@@ -540,6 +540,47 @@ def test_a_submission_that_fills_its_scratch_folder_harms_no_classmate(tmp_path,
         assert written <= limit and "ENOSPC" in message, message
 
 
+# Right answers, and a note of every input it is called with (in memory and in its scratch folder). The
+# check file is public, so it knows the explicit examples (their sizes): once it holds notes of drawn inputs,
+# it fails the random-stream check's explicit example (7 samples, 2 ranks, epoch 3) on purpose, its message
+# carrying them. An explicit example's failure is shown at once: the inputs drawn with the secret seed would
+# be handed to the student.
+GIVES_INPUTS_BACK = hostile(r"""
+key = "/".join([str(num_samples), str(world_size)] + [f"{name}={value}" for name, value in sorted(kwargs.items())])
+try:
+    with open("notes.txt") as handle:
+        noted = handle.read().split()
+except OSError:
+    noted = []
+explicit = {"2/5", "3/8", "12/4", "10/3", "7/2", "11/4", "0/3", "1/1"}
+drawn = sorted({note for note in noted + _NOTES if "/".join(note.split("/")[:2]) not in explicit})
+if (num_samples, world_size, kwargs.get("epoch")) == (7, 2, 3) and drawn:
+    raise RuntimeError(f"carried {len(drawn)} inputs drawn with the seed: {' '.join(drawn[:20])}")
+_NOTES.append(key)
+with open("notes.txt", "a") as handle:
+    handle.write(key + "\n")
+return _reference_shard_indices(num_samples, rank, world_size, **kwargs)""", at_import="_NOTES = []\n")
+
+
+def test_under_a_secret_seed_no_check_hands_back_another_checks_inputs(tmp_path):
+    """Under a secret seed (--seed-file) each check of a submission runs on fresh workers with an empty
+    scratch folder, so the notes a submission takes of one check's drawn inputs are gone before the next
+    check's explicit example, whose failure would be shown at once."""
+    folder = tmp_path / "submission"
+    folder.mkdir()
+    (folder / f"{EX}.py").write_text(GIVES_INPUTS_BACK)
+    seed_file = tmp_path / "seed"
+    seed_file.write_text(SEED)
+    seed_file.chmod(0o600)
+    report = tmp_path / "report.json"
+    done = grader("ex04", "--target", str(folder), "--json", str(report), "--seed-file", str(seed_file),
+                  "--profile", "fast", "--device", "cpu", "-q", timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    row = json.loads(report.read_text())["exercises"][0]
+    carried = [c["message"] for c in row["checks"] if "carried" in c["message"]]
+    assert not carried and row["score"] == row["max_score"], carried or row
+
+
 HOPS = hostile('''
 import subprocess, sys
 hopper = """

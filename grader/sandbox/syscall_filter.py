@@ -5,7 +5,8 @@ Landlock on itself, so nothing it refuses is still needed. It stands where the n
 (a Docker container refuses `unshare`) and behind them where they can: typing into a terminal
 (`TIOCSTI`, `TIOCLINUX`), reading or writing another process's memory (`ptrace`,
 `process_vm_*`), System V IPC objects that outlive the grader, file handles that bypass paths
-(`open_by_handle_at`), the kernel's keyrings, new namespaces and mounts, io_uring (whose ring
+(`open_by_handle_at`), the kernel's keyrings, new namespaces and mounts, another process's limits,
+priority or CPUs (`prlimit64`, `setpriority`, `sched_setaffinity` naming any pid but 0), io_uring (whose ring
 makes system calls, sockets included, that no filter sees), and sockets of any family but unix,
 IP (Landlock and the namespaces decide where those may go) and netlink (which asks for the
 interfaces). Each refused call fails with EPERM, so the code under test sees an
@@ -36,6 +37,12 @@ REFUSED = (
     "iopl", "ioperm", "swapon", "swapoff", "reboot", "acct", "quotactl", "syslog",
     "io_uring_setup", "io_uring_enter", "io_uring_register",  # a ring makes calls (sockets of any family) unfiltered
 )
+
+# Calls that change another process's limits, priority or CPUs, by the argument that names it. Workers that
+# keep the grader's user (a grader that is not root) could otherwise lower a fork server's address-space
+# limit, and every worker forked after it, the next student's and the reference's, would fail to start.
+OTHER_PROCESSES = (("prlimit64", 0), ("setpriority", 1), ("ioprio_set", 1), ("sched_setaffinity", 0),
+                   ("sched_setscheduler", 0), ("sched_setparam", 0), ("sched_setattr", 0))
 
 
 def available() -> bool:
@@ -68,4 +75,9 @@ def install() -> None:
         if family not in SOCKET_FAMILIES:
             rules.add_rule(refuse, "socket", seccomp.Arg(0, seccomp.EQ, family))
     rules.add_rule(refuse, "socket", seccomp.Arg(0, seccomp.GT, max(SOCKET_FAMILIES)))
+    for name, argument in OTHER_PROCESSES:  # 0 names the caller itself, which stays allowed
+        try:
+            rules.add_rule(refuse, name, seccomp.Arg(argument, seccomp.NE, 0))
+        except (RuntimeError, ValueError, OSError):
+            pass
     rules.load()

@@ -581,6 +581,35 @@ def test_under_a_secret_seed_no_check_hands_back_another_checks_inputs(tmp_path)
     assert not carried and row["score"] == row["max_score"], carried or row
 
 
+# A worker that keeps the grader's user (a grader that is not root) lowers its fork server's address space:
+# every worker forked after it, a classmate's and the reference's, would fail to start ("not graded").
+LIMITS_ITS_FORK_SERVER = hostile(r"""
+try:
+    resource.prlimit(os.getppid(), resource.RLIMIT_AS, (256 * 2**20, 256 * 2**20))
+    said = "allowed"
+except OSError as error:
+    said = f"refused ({errno.errorcode.get(error.errno)})"
+raise RuntimeError(f"prlimit on the fork server: {said}")""", at_import="import errno, resource\n")
+
+
+@pytest.mark.slow
+def test_a_worker_of_the_graders_own_user_cannot_limit_another_process(tmp_path):
+    """With the user layer off (workers keep the grader's user, as under a grader that is not root),
+    seccomp refuses prlimit64 on any process but the caller: the classmate graded next still passes."""
+    if not sandbox.syscall_filter.available():
+        pytest.skip("no seccomp filter here (libseccomp or pyseccomp missing)")
+    os.environ["GRADER_WITHOUT_LAYERS"] = "user"
+    try:
+        results = grade_submissions(tmp_path, EX, {"a_limiter": LIMITS_ITS_FORK_SERVER, "b_classmate": mutate(EX)},
+                                    profile="fast")
+    finally:
+        del os.environ["GRADER_WITHOUT_LAYERS"]
+    message = {c["name"]: c["message"] for e in results["a_limiter"]["exercises"] for c in e["checks"]}[INDICES]
+    assert "prlimit on the fork server: refused (EPERM)" in message, message
+    classmate = results["b_classmate"]
+    assert classmate["score"] == classmate["max_score"] > 0, classmate
+
+
 HOPS = hostile('''
 import subprocess, sys
 hopper = """

@@ -83,7 +83,8 @@ def test_dev_check_names_each_fault_in_the_files_the_catalog_and_the_readme(tmp_
     catches.write_text(catches.read_text().replace('"test_broadcast_parameters_updates_tensors_in_place"',
                                                    '"test_broadcast_parameters_copies_src_state_to_every_rank"'))
     checks = kit / "tests" / "test_ex04_sharding.py"  # Hypothesis's own example: the reports would not count it
-    checks.write_text(checks.read_text().replace("from hypothesis import given\n", "from hypothesis import example, given\n"))
+    checks.write_text(checks.read_text().replace("from hypothesis import given\n",
+                                                 "from hypothesis import example, given\n"))
     done = dev_check(kit, "--no-grade")
     assert done.returncode == 1, done.stdout + done.stderr
     assert "Traceback" not in done.stdout + done.stderr

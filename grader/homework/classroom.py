@@ -14,11 +14,20 @@ them all (`--classroom "$GITHUB_OUTPUT"` writes each check's result as a step ou
 runner id) and the reporter reads every runner from that step. In a student release only the
 public checks are graded, so only they are runners: a release's workflow is out of the public
 checks' points.
+
+The workflow runs in the student's own repository, which the student may change whole, this file
+included: it is a self-check, never the grade of record. That comes from the instructor's side: the
+repositories collected and graded with `python -m grader --submissions FOLDER`, where a submission's
+files are only data. What the workflow does refuse is the honest accident and the casual hook: before
+grading it checks every file of the kit (the grader, the check files, `conftest.py`, `pyproject.toml`)
+against the SHA-256 sums written into it, and refuses any other `conftest.py`, `pytest.ini`,
+`sitecustomize.py` or `.pth` file, anywhere in the repository, and any file added to the kit's folders.
 """
 
 from __future__ import annotations
 
 import base64
+import hashlib
 import importlib.util
 import json
 import os
@@ -88,13 +97,55 @@ def runners(exercises: Sequence[catalog.Exercise], public_only: bool) -> list[Ru
     return found
 
 
+KIT_FOLDERS = ("grader", "tests")
+KIT_FILES = ("conftest.py", "pyproject.toml")
+# Files Python or pytest load on their own from where they lie: none but the kit's may change how it grades.
+LOADED_ON_THEIR_OWN = r"(^|/)(conftest\.py|pytest\.ini|tox\.ini|setup\.cfg|sitecustomize\.py|usercustomize\.py)$|\.pth$"
+
+
+def kit_sums(root: str = KIT_ROOT) -> list[tuple[str, str]]:
+    """(SHA-256, path) of every file of the kit as it is now, paths relative to `root`, sorted."""
+    paths = [name for name in KIT_FILES if os.path.isfile(os.path.join(root, name))]
+    for folder in KIT_FOLDERS:
+        for base, folders, files in os.walk(os.path.join(root, folder)):
+            folders[:] = [f for f in folders if f != "__pycache__" and not f.startswith(".")]
+            paths += [os.path.relpath(os.path.join(base, name), root) for name in files if not name.endswith(".pyc")]
+    sums = []
+    for path in sorted(paths):
+        with open(os.path.join(root, path), "rb") as handle:
+            sums.append((hashlib.sha256(handle.read()).hexdigest(), path.replace(os.sep, "/")))
+    return sums
+
+
+def kit_check_script(sums: Sequence[tuple[str, str]]) -> str:
+    """The workflow step's shell script: the kit's files as the assignment gave them, and no file beside
+    them that Python or pytest would load on its own."""
+    listed = "\n".join(f"{digest}  {path}" for digest, path in sums)
+    kit = "|".join(KIT_FOLDERS)
+    return f"""# A self-check in the student's own repository, not the grade of record (the instructor grades
+# the collected repositories with python -m grader --submissions): the kit must be as the assignment gave it.
+sums=$(mktemp)
+cat > "$sums" <<'SUMS'
+{listed}
+SUMS
+if ! sha256sum --quiet --strict -c "$sums"; then
+  echo "::error::the kit's own files above were changed: restore them from the assignment"; exit 1
+fi
+extra=$(git ls-files | grep -E '^({kit})/|{LOADED_ON_THEIR_OWN}' | grep -vxF -f <(cut -c67- "$sums") || true)
+if [ -n "$extra" ]; then
+  echo "::error::files that would change how the kit grades, beside its own: $(echo $extra)"; exit 1
+fi
+"""
+
+
 def _quoted(value: str) -> str:
     """A YAML double-quoted scalar (JSON's string syntax is a subset of it)."""
     return json.dumps(value)
 
 
-def workflow(chosen: Sequence[Runner], selection: Sequence[str]) -> str:
-    """The workflow file's text: install the kit, grade once, report every check as a runner."""
+def workflow(chosen: Sequence[Runner], selection: Sequence[str], sums: Sequence[tuple[str, str]] = ()) -> str:
+    """The workflow file's text: check the kit is its own, install it, grade once, report every check as a
+    runner."""
     command = " ".join(["python -m grader", *selection, "--device cpu -q --classroom \"$GITHUB_OUTPUT\" || true"])
     lines = [
         "# Written by `python -m grader classroom`: GitHub Classroom grades each push with it. Each check is a",
@@ -114,6 +165,10 @@ def workflow(chosen: Sequence[Runner], selection: Sequence[str]) -> str:
         "    steps:",
         "    - name: Checkout code",
         "      uses: actions/checkout@v4",
+        "    - name: Check the kit is as the assignment gave it",
+        "      shell: bash",
+        "      run: |",
+        *("        " + line if line else "" for line in kit_check_script(sums).splitlines()),
         "    - name: Set up Python",
         "      uses: actions/setup-python@v5",
         "      with:",
@@ -193,7 +248,7 @@ def main(argv: Sequence[str]) -> int:
     public_only = Recordings.meta(KIT_ROOT) is not None
     chosen = runners(exercises, public_only)
     try:
-        report.write(args.out, workflow(chosen, list(args.exercises)))
+        report.write(args.out, workflow(chosen, list(args.exercises), kit_sums()))
     except OSError as error:
         parser.error(f"--out {args.out}: {error.strerror}")
     points = round(sum(runner.points for runner in chosen), 2)

@@ -80,6 +80,9 @@ def main(argv: Sequence[str]) -> int:
     return 0
 
 
+GITIGNORE = "__pycache__/\n*.pyc\n*.egg-info/\n.hypothesis/\n.pytest_cache/\n.grader-state.json*\n"
+
+
 def copy_kit(out: str) -> None:
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".*")
     shutil.copytree(os.path.join(KIT_ROOT, "grader"), os.path.join(out, "grader"), ignore=ignore)
@@ -94,6 +97,8 @@ def copy_kit(out: str) -> None:
         shutil.copyfile(os.path.join(KIT_ROOT, name), os.path.join(out, name))
     with open(os.path.join(out, "README.md"), "w") as handle:
         handle.write(STUDENT_README)
+    with open(os.path.join(out, ".gitignore"), "w") as handle:  # what running the kit leaves is never committed
+        handle.write(GITIGNORE)
 
 
 def public_only_line(left_out: Sequence[str]) -> str:

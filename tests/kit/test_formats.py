@@ -13,6 +13,7 @@ import json
 import os
 import re
 import shutil
+import subprocess
 from types import SimpleNamespace
 
 import pytest
@@ -93,7 +94,7 @@ def graded(tmp_path_factory):
     return SimpleNamespace(rows=rows, batch=batch, canvas=(tmp / "canvas.csv").read_text(), made=made,
                            release=json.loads((tmp / "bob.json").read_text()), in_release=in_release,
                            outputs=outputs.read_text(), workflow=workflow,
-                           workflow_text=(tmp / "release" / classroom.OUT).read_text())
+                           workflow_text=(tmp / "release" / classroom.OUT).read_text(), release_dir=tmp / "release")
 
 
 def checks(row):
@@ -312,6 +313,45 @@ def _workflow(text):
     except ImportError:  # PyYAML comes with transformers; without it, read the lines this kit writes
         return None
     return yaml.safe_load(text)
+
+
+@pytest.mark.slow
+@pytest.mark.slow
+def test_the_classroom_workflow_refuses_a_changed_kit_and_any_hook_beside_it(graded, tmp_path):
+    """The workflow's first step, run in a student repository made from the release: the kit untouched passes;
+    a hook added to the kit's conftest.py, a conftest.py among the exercises, a module added to the grader or
+    a .pth anywhere is refused, named, before anything is installed or graded."""
+    data = _workflow(graded.workflow_text)
+    if data is None:
+        pytest.skip("PyYAML is not installed")
+    steps = data["jobs"]["run-autograding-tests"]["steps"]
+    script = [s for s in steps if s.get("name") == "Check the kit is as the assignment gave it"][0]["run"]
+    assert steps.index([s for s in steps if s.get("id") == "grade"][0]) > steps.index(
+        [s for s in steps if s.get("run") == script][0])
+    repo = tmp_path / "student"
+    shutil.copytree(graded.release_dir, repo)
+
+    def check(change=None):
+        if change:
+            path, text = change
+            (repo / path).write_text(((repo / path).read_text() if (repo / path).exists() else "") + text)
+        subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+        subprocess.run(["git", "add", "-A"], cwd=repo, check=True)
+        done = subprocess.run(["bash", "-c", script], cwd=repo, capture_output=True, text=True, timeout=60)
+        subprocess.run(["rm", "-rf", str(repo)], check=True)
+        shutil.copytree(graded.release_dir, repo)
+        return done.returncode, done.stdout + done.stderr
+
+    assert check() == (0, "")
+    hook = "\nimport pytest\n\n@pytest.hookimpl(hookwrapper=True)\ndef pytest_runtest_makereport(item, call):\n" \
+           "    yield\n"
+    for change, named in [(("conftest.py", hook), "conftest.py: FAILED"),
+                          (("exercises/conftest.py", hook), "exercises/conftest.py"),
+                          (("grader/extra.py", "x = 1\n"), "grader/extra.py"),
+                          (("exercises/sitecustomize.py", "x = 1\n"), "exercises/sitecustomize.py"),
+                          (("exercises/evil.pth", "import os\n"), "exercises/evil.pth")]:
+        code, said = check(change)
+        assert code == 1 and named in said and "::error::" in said, (change[0], said)
 
 
 @pytest.mark.slow

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from grader.notebook.export import Exported, NotebookError, export, untouched
 
 MAX_DEPTH = 3  # folders below the submission's own that are searched
+MAX_NOTEBOOKS = 32  # read, shallowest first (each within export.READ_SECONDS): a chapter's and an exercise's each
 _SUFFIXES = re.compile(r"(\s*\(\d+\)|[\s_-]+copy(\s*\d+)?|[\s_-]+v\d+|[\s_-]+final)+$")
 
 
@@ -85,7 +86,10 @@ def _notebooks(folder: str, exercise_ids: Sequence[str]) -> tuple[dict[str, list
     found: dict[str, list[tuple[str, Exported]]] = {}
     broken = []
     notebooks = sorted((depth, path) for path, depth in _python_files(folder, suffix=".ipynb"))
-    for _, path in notebooks:
+    if len(notebooks) > MAX_NOTEBOOKS:
+        first, more = os.path.relpath(notebooks[MAX_NOTEBOOKS][1], folder), len(notebooks) - MAX_NOTEBOOKS - 1
+        broken.append(f"{first} and {more} more notebooks: not read (a submission's first {MAX_NOTEBOOKS} are)")
+    for _, path in notebooks[:MAX_NOTEBOOKS]:
         try:
             made = export(path, exercise_ids)
         except NotebookError as error:

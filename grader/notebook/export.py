@@ -5,6 +5,11 @@ functions (the stub's names) it defines, and each of those files holds the noteb
 (`cells.module_source`), the very module `check()` grades in a live kernel: a helper or a
 constant the learner wrote in any cell stays available to every function. An .ipynb is read as
 plain JSON, so grading one needs no Jupyter package (Gradescope's image).
+
+A handed-in notebook is read by a process of its own, bounded in memory and time: Python's parser
+builds up to a kilobyte of tree a byte of code, and JSON tens of bytes a byte, so a few megabytes
+of one long list would otherwise take the grading process past a gigabyte. A notebook over a bound
+is refused in one line, and grading goes on.
 """
 
 from __future__ import annotations
@@ -12,14 +17,30 @@ from __future__ import annotations
 import ast
 import json
 import os
+import subprocess
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 
-from grader import KIT_ROOT, catalog
+from grader import GRADER_DIR, KIT_ROOT, catalog
 from grader.notebook.cells import defined_names, module_source
 
-MAX_BYTES = 64 * 2**20  # read whole into the grading process: a submission must not exhaust its memory
+MAX_BYTES = 64 * 2**20  # a notebook file, its outputs (plots) included
+MAX_SOURCE = 2**20  # its definitions: the module graded, which the grading process holds and a worker imports
+MAX_STUB_BYTES = 64 * 2**10  # a .py file larger than this is not the stub as shipped (a few KB): never parsed here
+READ_MEMORY = 512 * 2**20  # the address space of the process that reads one notebook
+READ_SECONDS = 20
+# The reading process: nothing but the kit's own parsing, its memory capped before it starts.
+_READER = """import json, resource, sys
+try:
+    resource.setrlimit(resource.RLIMIT_AS, (int(sys.argv[1]), int(sys.argv[1])))
+except (ValueError, OSError):  # where the platform refuses it (macOS), the time limit stands alone
+    pass
+sys.path.insert(0, sys.argv[2])
+from grader.notebook.export import definitions
+print(json.dumps(definitions(sys.argv[3])))
+"""
 
 
 class NotebookError(Exception):
@@ -85,24 +106,58 @@ def export(path: str, exercise_ids: Sequence[str] | None = None) -> list[Exporte
     """The exercises a notebook stands for (among `exercise_ids`, the catalog's by default), each
     as the module the grader grades; NotebookError for a file that is not a notebook."""
     ids = list(exercise_ids) if exercise_ids is not None else [e.id for e in catalog.EXERCISES]
-    cells = code_cells(path)
-    try:  # the grading process parses what a submission wrote: code nested too deep must not end it
-        source = module_source(cells)
-        defined = defined_names(source)
-        covered = [i for i in ids if stub_names(i) & defined]
-        unstarted = _unstarted(source)
-        return [Exported(exercise, source, tuple(sorted(stub_names(exercise) - defined)),
-                         not stub_names(exercise) & defined <= unstarted) for exercise in covered]
-    except (RecursionError, MemoryError, SyntaxError, ValueError):
-        raise NotebookError("its code is nested too deep to read")
+    source, defined, unstarted = _read_apart(path)
+    covered = [i for i in ids if stub_names(i) & defined]
+    return [Exported(exercise, source, tuple(sorted(stub_names(exercise) - defined)),
+                     not stub_names(exercise) & defined <= unstarted) for exercise in covered]
+
+
+def _read_apart(path: str) -> tuple[str, set[str], set[str]]:
+    """`definitions(path)`, computed by a process of its own within READ_MEMORY and READ_SECONDS."""
+    too_large = f"too large to read within {READ_MEMORY // 2**20} MiB (clear its outputs; shorten its code)"
+    try:
+        done = subprocess.run([sys.executable, "-I", "-c", _READER, str(READ_MEMORY), os.path.dirname(GRADER_DIR),
+                               path], stdin=subprocess.DEVNULL, capture_output=True, timeout=READ_SECONDS)
+    except subprocess.TimeoutExpired:
+        raise NotebookError(f"took longer than {READ_SECONDS} s to read") from None
+    try:
+        found = json.loads(done.stdout) if done.returncode == 0 else None
+    except ValueError:
+        found = None
+    if not isinstance(found, dict):
+        if done.returncode < 0 or b"MemoryError" in done.stderr:  # out of memory where it could not even say so
+            raise NotebookError(too_large)
+        last = (done.stderr.decode(errors="replace").strip().splitlines() or ["no output"])[-1]
+        raise NotebookError(f"could not be read: {last[:200]}")
+    if "error" in found:
+        raise NotebookError(too_large if found["error"] == "memory" else str(found["error"])[:300])
+    return str(found["source"]), set(found["defined"]), set(found["unstarted"])
+
+
+def definitions(path: str) -> dict[str, object]:
+    """What grading needs of a notebook, as plain data: its definitions' source, the names they define and
+    those still a stub's; or its one-line error ("memory" where it ran out)."""
+    try:
+        source = module_source(code_cells(path))
+        if len(source) > MAX_SOURCE:
+            raise NotebookError(f"its definitions are larger than {MAX_SOURCE // 2**20} MiB")
+        return {"source": source, "defined": sorted(defined_names(source)), "unstarted": sorted(_unstarted(source))}
+    except NotebookError as error:
+        return {"error": str(error)}
+    except MemoryError:
+        return {"error": "memory"}
+    except (RecursionError, SyntaxError, ValueError):
+        return {"error": "its code is nested too deep to read"}
 
 
 def untouched(path: str, exercise_id: str) -> bool:
     """Whether the .py file at `path` is the exercise's stub as shipped: every function of the
     exercise it defines still only raises NotImplementedError (a file that does not parse: no)."""
     try:
+        if os.path.getsize(path) > MAX_STUB_BYTES:
+            return False
         with open(path, encoding="utf-8") as handle:
-            source = handle.read(MAX_BYTES)
+            source = handle.read(MAX_STUB_BYTES + 1)
         own = defined_names(source) & stub_names(exercise_id)
         return bool(own) and own <= _unstarted(source)
     except (OSError, UnicodeDecodeError, RecursionError, MemoryError, SyntaxError, ValueError):

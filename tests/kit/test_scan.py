@@ -1,9 +1,15 @@
 """The review scan flags names built at run time: a module, an attribute or code reached through a string
 the source does not spell out is invisible to every list of names the scan reads for."""
 
+import json
+import os
+import subprocess
+import sys
+
 import pytest
 
 from grader.sandbox import scan
+from tests.kit.harness import KIT_ROOT
 
 DYNAMIC = {
     "sys_modules": "import sys\nengine = sys.modules['torch.optim.adam']\n",
@@ -58,3 +64,21 @@ def test_plain_code_is_not_flagged(tmp_path):
     source = tmp_path / "ex18_adamw_step.py"
     source.write_text(PLAIN)
     assert scan.source(str(source)) == []
+
+
+def test_a_file_too_large_to_parse_cheaply_is_flagged_unparsed(tmp_path):
+    """The grading process runs the scan: 900 KB of one-letter statements would be a gigabyte of syntax tree there.
+    A file over the bound is flagged for review as such, and the process stays small."""
+    if not os.path.exists("/proc/self/status"):
+        pytest.skip("no /proc here to read a process's peak memory from")
+    source = tmp_path / "ex18_adamw_step.py"
+    source.write_text("a\n" * 450_000)
+    code = ("import json, sys\nfrom grader.sandbox import scan\nflags = scan.source(sys.argv[1])\n"
+            "peak = next(int(line.split()[1]) for line in open('/proc/self/status') if line.startswith('VmHWM'))\n"
+            "print(json.dumps([[flag.reason for flag in flags], peak >> 10]))")
+    done = subprocess.run([sys.executable, "-c", code, str(source)], cwd=KIT_ROOT, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    reasons, peak = json.loads(done.stdout)
+    assert peak < 150, peak
+    assert reasons == [f"larger than {scan.MAX_BYTES:,} bytes: not scanned"], reasons

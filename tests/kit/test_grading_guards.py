@@ -49,7 +49,7 @@ return [torch.zeros(1).expand(10**8), torch.zeros(10**4).as_strided((10**4, 10**
 import torch
 import grader.probing, grader.sandbox.wire, grader.sandbox.worker
 grader.probing.int_list = lambda value, what=None: value
-grader.sandbox.worker.validate = lambda value: None
+grader.sandbox.wire._Walk.walk = lambda self, obj, where: None  # the worker keeps its own validate: empty it
 grader.sandbox.wire._compact = lambda reply, torch, done: reply
 ''')
 

@@ -126,18 +126,23 @@ def _epochs(loader, what):
     return epochs
 
 
+# Bound when the worker loads this file, before it imports any submission: code that replaces
+# torch.random.get_rng_state (or torch.default_generator) changes nothing of what the check reads.
+_global_random_state = torch.default_generator.get_state
+
+
 def probe_loader(ctx, case):
-    """The batches of two epochs, and torch's global random state before and after (compared in the grader)."""
+    """The batches of two epochs, and torch's global random state before and after (read here, in the worker)."""
     from torch.utils.data import DataLoader
 
-    state = torch.random.get_rng_state()
+    state = _global_random_state()
     loader = ctx.module.make_dataloader(_loader_dataset(case), case["batch_size"], case["shuffle"], case["seed"])
     if not isinstance(loader, DataLoader):
         kind = type(loader)
         raise InvalidResult(f"make_dataloader returned a {kind.__module__}.{kind.__qualname__}, "
                             "expected a torch.utils.data.DataLoader")
     epochs = _epochs(loader, "the DataLoader")
-    return {"epochs": epochs, "rng_before": state, "rng_after": torch.random.get_rng_state()}
+    return {"epochs": epochs, "rng_before": state, "rng_after": _global_random_state()}
 
 
 def probe_loader_oracle(ctx, case):
@@ -236,6 +241,7 @@ def probe_baseline(ctx, case):
 # --- checks -----------------------------------------------------------------------------
 
 
+@pytest.mark.measured_in_worker("torch's global random state before and after the call")
 @pytest.mark.device_free
 @given(case=loader_case())
 @example(case=loader(10, 3, True, seed=4))

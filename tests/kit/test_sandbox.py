@@ -610,6 +610,27 @@ def test_a_worker_of_the_graders_own_user_cannot_limit_another_process(tmp_path)
     assert classmate["score"] == classmate["max_score"] > 0, classmate
 
 
+# ex10 with the global random stream reseeded (the batches are right: only the random-state part of the check
+# catches it), and torch.random.get_rng_state replaced so that before and after read the same.
+RESEEDS_AND_HIDES_IT = """
+import torch
+_saved = torch.random.get_rng_state()
+torch.random.get_rng_state = lambda: _saved.clone()
+torch.get_rng_state = torch.random.get_rng_state
+""" + mutate("ex10_prepare_dataloader", ("    return DataLoader(dataset, batch_size=batch_size,",
+                                        "    torch.manual_seed(seed)\n"
+                                        "    return DataLoader(dataset, batch_size=batch_size,"))
+
+
+def test_a_replaced_random_state_getter_hides_no_reseeding(tmp_path):
+    """The check reads torch's global random state through a getter bound before the submission is imported."""
+    seeded = "test_make_dataloader_gives_the_seeded_batches"
+    results = grade_submissions(tmp_path, "ex10_prepare_dataloader", {"hides": RESEEDS_AND_HIDES_IT}, profile="fast",
+                                only_checks={"hides": [seeded]})
+    check = {c["name"]: c for e in results["hides"]["exercises"] for c in e["checks"]}[seeded]
+    assert check["status"] == "failed" and "changed torch's global random state" in check["message"], check
+
+
 HOPS = hostile('''
 import subprocess, sys
 hopper = """

@@ -367,10 +367,7 @@ def layers(abi: int | None = None, switch_user: bool | None = None, container: s
         Layer("user", switch_user, f"a uid of its own per submission ({identity.FIRST_UID}+), no capability"
               if switch_user else "workers keep the grader's user (not root, or the interpreter is out of other "
               "users' reach), with no capability"),
-        Layer("namespaces", own_namespaces, "mount, IPC and network of its own: its own processes in /proc, no "
-              "terminal in /dev, loopback alone per process group" if own_namespaces
-              else "refused here (not root, or a container's seccomp profile): /proc, /dev and loopback are "
-              "the host's, Landlock and seccomp guard them"),
+        Layer("namespaces", own_namespaces, namespaces.describe(own_namespaces)),
         Layer("seccomp", seccomp, "no TIOCSTI, ptrace, process_vm_*, SysV IPC, file handles, keyrings, mounts or "
               "new namespaces" if seccomp else "libseccomp or pyseccomp missing: no system call filter"),
         Layer("container", container != "none", describe_container(container)),

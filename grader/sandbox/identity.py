@@ -4,7 +4,8 @@ When the grader runs as root (Gradescope does), the worker switches to a uid of 
 own, so the kernel's ordinary permission checks keep it from the grader's sockets, files and
 processes, and RLIMIT_NPROC caps how many processes that uid may run. Whatever its user, it then
 holds no capability: none effective, permitted, inheritable or ambient, and an empty bounding
-set, so not even a set-uid program could give one back (and `no_new_privs` forbids that too).
+set, so not even a set-uid program could give one back (and `no_new_privs` forbids that too); the
+same for a worker of a grader that is not root, which held every capability of its user namespace.
 The interpreter, where it lives in a folder other users may not enter (`/root/.pyenv`), is made
 reachable by the worker's namespaces (`namespaces`), not by a capability.
 """
@@ -49,9 +50,9 @@ def reachable_by_others(paths: Iterable[str]) -> bool:
 
 def drop_privileges(uid: int | None = None) -> None:
     """Become `uid` (and its own gid) for good, if given, and give up every capability."""
-    if os.geteuid() == 0:
-        for capability in range(_last_capability() + 1):  # needs CAP_SETPCAP: while still root
-            _libc.prctl(_PR_CAPBSET_DROP, capability, 0, 0, 0)
+    # Needs CAP_SETPCAP: root's, or a user namespace's own (refused, and harmless, where it has none)
+    for capability in range(_last_capability() + 1):
+        _libc.prctl(_PR_CAPBSET_DROP, capability, 0, 0, 0)
     _libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
     if uid is not None:
         os.setgroups([])

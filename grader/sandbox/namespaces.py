@@ -1,21 +1,28 @@
 """Namespaces of a worker's own: what it sees of the machine is only what it was given.
 
 An untrusted worker, still root, moves into new mount, IPC and network namespaces before the
-submission is imported (`enter`), then drops every privilege. In them:
+submission is imported (`enter`), then drops every privilege. A grader that is not root (a
+workstation, a CI runner, a Slurm node) gives its workers the same from a user namespace of their
+own, where the kernel lets unprivileged users make one: the worker's uid and gid mapped to
+themselves, the capabilities it holds there used to make the rest, then dropped. In them:
 
-- `/proc` is a fresh instance with `hidepid=invisible`: once the worker is a user of its own, the
+- `/proc` (root's workers) is a fresh instance with `hidepid=invisible`: once the worker is a user of its own, the
   grader, the fork servers, the reference's workers and other submissions are not there at all
-  (no command line, no environment, no `/proc/<pid>/...` to read);
+  (no command line, no environment, no `/proc/<pid>/...` to read). A user namespace's worker keeps
+  the host's: a fresh one needs a PID namespace owned by its user namespace, which only its
+  children enter, so the worker would have to become a relay of a child of its own;
 - `/dev` (CPU workers) is a small tmpfs with `null`, `zero`, `full`, `random`, `urandom` and the
-  `/dev/fd` links: no terminal, no disk, nothing of the host's; every worker gets a `/dev/shm` of
-  its own (DataLoader workers share tensors there);
-- folders the worker must read but no other user may enter (a root-only home holding the
+  `/dev/fd` links: no terminal, no disk, nothing of the host's (in a user namespace, where mknod is
+  refused, the host's own nodes are bound onto it); every worker gets a `/dev/shm` of its own
+  (DataLoader workers share tensors there), so nothing it leaves there outlives it;
+- folders the root worker must read but no other user may enter (a root-only home holding the
   interpreter, `/root/.pyenv`) are bound beneath a tmpfs it may traverse, so that it can read the
   interpreter without any capability;
 - System V IPC objects are its own and die with it;
 - the network has loopback alone; the ranks of one process group share one such network (rank 0
   makes it, the others join it), so no rank can reach another group's listeners, the reference's
-  or another grader's.
+  or another grader's. In a user namespace rank k first joins rank 0's user namespace (it holds
+  every capability there, being its owner's uid in the parent one), then its network.
 
 Where the kernel or a container refuses them (Docker's default seccomp profile refuses `unshare`),
 `available()` says so, the report names the layer as missing, and the seccomp filter
@@ -32,7 +39,7 @@ import time
 from collections.abc import Iterable
 from typing import NoReturn
 
-NEWNS, NEWIPC, NEWNET = 0x00020000, 0x08000000, 0x40000000
+NEWNS, NEWIPC, NEWUSER, NEWNET = 0x00020000, 0x08000000, 0x10000000, 0x40000000
 _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 2, 4, 8
 _MS_BIND, _MS_REC, _MS_PRIVATE = 4096, 16384, 1 << 18
 _SIOCGIFFLAGS, _SIOCSIFFLAGS, _IFF_UP = 0x8913, 0x8914, 1
@@ -45,6 +52,7 @@ DISABLE = "GRADER_WITHOUT_LAYERS"  # comma-separated layers to leave off, to pro
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _available: bool | None = None
+_refusal = ""  # why this machine refused them, as the probe saw it
 
 
 class NamespaceError(OSError):
@@ -58,63 +66,119 @@ def disabled(layer: str) -> bool:
 
 
 def available() -> bool:
-    """Whether this machine lets a root worker make namespaces of its own (tried once, in a child)."""
+    """Whether this machine lets a worker make namespaces of its own (tried once, in a child): as
+    root, or through a user namespace of its own."""
     global _available
     if _available is None:
-        _available = os.geteuid() == 0 and not disabled("namespaces") and _try_in_child()
+        _available = not disabled("namespaces") and _try_in_child()
     return _available
 
 
+def describe(active: bool) -> str:
+    """What a worker has of its own here, or what it lacks and why (the report's words)."""
+    available()  # tried, so that a refusal's reason is known
+    if active and os.geteuid() == 0:
+        return ("mount, IPC and network of its own: its own processes in /proc, no terminal in /dev, its own "
+                "/dev/shm, loopback alone per process group")
+    if active:
+        return ("user, mount, IPC and network of its own (unprivileged): no terminal in /dev, its own /dev/shm "
+                "and IPC, loopback alone per process group; /proc is the host's (a fresh one needs a PID "
+                "namespace), Landlock and seccomp guard it")
+    if disabled("namespaces") or _available:
+        why = f"left off ({DISABLE})"
+    elif os.geteuid() == 0:
+        why = f"refused here ({_refusal}; a container's seccomp profile, as Docker's, refuses unshare)"
+    else:
+        why = (f"refused here ({_refusal}): the grader is not root and this kernel gives it no user namespace "
+               "(kernel.unprivileged_userns_clone, user.max_user_namespaces or an AppArmor restriction)")
+    return why + ": /proc, /dev, /dev/shm, System V IPC and loopback are the host's, Landlock and seccomp guard them"
+
+
 def _try_in_child() -> bool:
+    """Enter them in a forked child, as a worker would; its error, if any, comes back on a pipe."""
+    global _refusal
+    read, write = os.pipe()
     pid = os.fork()
     if pid == 0:
         code = 1
         try:
-            _unshare(NEWNS | NEWIPC | NEWNET)
-            _mount(None, "/", None, _MS_REC | _MS_PRIVATE)
-            _mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, "hidepid=invisible")
+            os.close(read)
+            enter((), network="new")
             code = 0
-        except BaseException:  # noqa: BLE001 - any failure means: not here
-            pass
+        except BaseException as error:  # noqa: BLE001 - any failure means: not here
+            text = error.strerror if isinstance(error, NamespaceError) else f"{type(error).__name__}: {error}"
+            os.write(write, str(text).encode()[:500])
         os._exit(code)
+    os.close(write)
+    with os.fdopen(read, "rb") as handle:
+        _refusal = handle.read().decode(errors="replace")
     _, status = os.waitpid(pid, 0)
     return os.waitstatus_to_exitcode(status) == 0
 
 
 def enter(readable: Iterable[str], private_dev: bool = True, network: str | int | None = None) -> None:
-    """Move this (root) process into namespaces of its own; `network`: "new" for a network of its
-    own, a pid to join that process's network, None to keep the current one."""
-    flags = NEWNS | NEWIPC | (NEWNET if network == "new" else 0)
-    _unshare(flags)
-    if isinstance(network, int):
-        _join_network(network)
+    """Move this process into namespaces of its own (through a user namespace when it is not root);
+    `network`: "new" for a network of its own, a pid to join that process's network (and, unprivileged,
+    its user namespace), None to keep the current one."""
+    unprivileged = os.geteuid() != 0
+    joined = _rank_zero(network, unprivileged) if isinstance(network, int) else {}
+    try:
+        if unprivileged:
+            if "user" in joined:
+                _setns(joined["user"], NEWUSER)  # first: only there may it join rank 0's network
+            else:
+                _own_user()
+        _unshare(NEWNS | NEWIPC | (NEWNET if network == "new" else 0))
+        if "net" in joined:
+            _setns(joined["net"], NEWNET)
+    finally:
+        for fd in joined.values():
+            os.close(fd)
     if network is not None:  # rank 0 may not have brought it up yet: every rank does, it is idempotent
         _loopback_up()
     _mount(None, "/", None, _MS_REC | _MS_PRIVATE)
-    _make_reachable(readable)
+    if not unprivileged:  # a worker of the grader's own user reaches whatever the grader may
+        _make_reachable(readable)
     if private_dev:
-        _private_dev()
+        _private_dev(bind=unprivileged)
     _mount("tmpfs", "/dev/shm", "tmpfs", _MS_NOSUID | _MS_NODEV, f"mode=1777,size={SHM_BYTES}")
-    _mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, "hidepid=invisible")
+    if not unprivileged:  # a proc of its own needs a PID namespace of its own (see above)
+        _mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, "hidepid=invisible")
 
 
-def _join_network(pid: int, timeout: float = 30.0) -> None:
-    """Join rank 0's network once rank 0 has made it (it starts first, but may not be there yet)."""
+def _own_user() -> None:
+    """A user namespace of its own, this process's uid and gid mapped to themselves (no other)."""
+    uid, gid = os.geteuid(), os.getegid()
+    _unshare(NEWUSER)
+    for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
+        with open(f"/proc/self/{name}", "w") as handle:
+            handle.write(text)
+
+
+def _rank_zero(pid: int, unprivileged: bool, timeout: float = 30.0) -> dict[str, int]:
+    """Descriptors of rank 0's network (and user) namespaces, once rank 0 has made them (it starts
+    first, but may not be there yet; it makes its user namespace before its network)."""
     own = os.readlink("/proc/self/ns/net")
     deadline = time.monotonic() + timeout
-    while True:
-        path = f"/proc/{pid}/ns/net"
-        if os.readlink(path) != own:
-            break
+    while os.readlink(f"/proc/{pid}/ns/net") == own:
         if time.monotonic() > deadline:
             raise NamespaceError(0, "rank 0 did not make its network in time")
         time.sleep(0.005)
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    kinds = ("user", "net") if unprivileged else ("net",)
+    found: dict[str, int] = {}
     try:
-        if _libc.setns(fd, NEWNET) != 0:
-            _raise("setns")
-    finally:
-        os.close(fd)
+        for kind in kinds:
+            found[kind] = os.open(f"/proc/{pid}/ns/{kind}", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        for fd in found.values():
+            os.close(fd)
+        raise
+    return found
+
+
+def _setns(fd: int, kind: int) -> None:
+    if _libc.setns(fd, kind) != 0:
+        _raise("setns")
 
 
 def _loopback_up() -> None:
@@ -170,11 +234,27 @@ def _skeleton(path: str, is_folder: bool) -> None:
         open(path, "a").close()
 
 
-def _private_dev() -> None:
-    _mount("tmpfs", "/dev", "tmpfs", _MS_NOSUID | _MS_NOEXEC, "mode=0755,size=64k")
-    for name, (major, minor) in DEVICE_NUMBERS.items():
-        os.mknod(f"/dev/{name}", 0o666 | stat.S_IFCHR, os.makedev(major, minor))
-        os.chmod(f"/dev/{name}", 0o666)
+def _private_dev(bind: bool = False) -> None:
+    """A tmpfs /dev with the few devices a worker needs: made with mknod as root, or, where mknod is
+    refused (a user namespace), the host's own nodes bound onto it once checked to be those devices."""
+    nodes = {name: os.open(f"/dev/{name}", os.O_PATH | os.O_CLOEXEC) for name in DEVICE_NUMBERS} if bind else {}
+    try:
+        for name, fd in nodes.items():  # opened in this mount namespace, before /dev is covered
+            info = os.fstat(fd)
+            if not stat.S_ISCHR(info.st_mode) or (os.major(info.st_rdev), os.minor(info.st_rdev)) != \
+                    DEVICE_NUMBERS[name]:
+                raise NamespaceError(0, f"the host's /dev/{name} is not that device")
+        _mount("tmpfs", "/dev", "tmpfs", _MS_NOSUID | _MS_NOEXEC, "mode=0755,size=64k")
+        for name, (major, minor) in DEVICE_NUMBERS.items():
+            if bind:
+                open(f"/dev/{name}", "w").close()
+                _mount(f"/proc/self/fd/{nodes[name]}", f"/dev/{name}", None, _MS_BIND)
+            else:
+                os.mknod(f"/dev/{name}", 0o666 | stat.S_IFCHR, os.makedev(major, minor))
+                os.chmod(f"/dev/{name}", 0o666)
+    finally:
+        for fd in nodes.values():
+            os.close(fd)
     for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
                          ("stderr", "/proc/self/fd/2")):
         os.symlink(target, f"/dev/{name}")

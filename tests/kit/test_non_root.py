@@ -1,0 +1,240 @@
+"""A grader that is not root (a workstation, a CI runner, a Slurm node, a shared JupyterHub).
+
+Each test runs `python -m grader` as user nobody, from a python nobody can run (KIT_NON_ROOT_PYTHON:
+a venv of the kit's requirements outside root's home, see .ci/run), on a copy of the kit nobody can
+read. Where the kernel gives unprivileged users a user namespace, the workers get a network, a /dev
+and a /dev/shm of their own through one; `GRADER_WITHOUT_LAYERS=namespaces` shows what that stops.
+"""
+
+import glob
+import json
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import uuid
+
+import pytest
+
+from tests.kit.harness import KIT_ROOT, SEED, mutate, reference_source
+
+NOBODY = 65534
+PYTHON = os.environ.get("KIT_NON_ROOT_PYTHON", "")
+KIT_PARTS = ("grader", "tests", "solutions", "exercises", "conftest.py", "pyproject.toml", "README.md")
+EX = "ex04_sharding"
+INDICES = "test_shard_indices_match_distributed_sampler"
+
+
+def _unavailable():
+    """Why these tests cannot run here, or "" when they can."""
+    if os.geteuid() != 0:
+        return "needs root, to run the grader as user nobody"
+    if not PYTHON:
+        return "KIT_NON_ROOT_PYTHON is unset (a python that user nobody can run, with the kit's requirements)"
+    done = subprocess.run([PYTHON, "-c", "import torch, grader"], user=NOBODY, group=NOBODY, extra_groups=[],
+                          cwd="/", capture_output=True, text=True, env={"PATH": os.environ.get("PATH", "")})
+    if done.returncode != 0 and "No module named 'grader'" not in done.stderr:
+        return f"user nobody cannot run KIT_NON_ROOT_PYTHON={PYTHON} with torch: {done.stderr[-300:]}"
+    return ""
+
+
+@pytest.fixture(scope="module")
+def kit():
+    """A copy of the kit in a fresh folder nobody may read, removed afterwards."""
+    reason = _unavailable()
+    if reason:
+        if os.environ.get("CI") == "true":
+            pytest.fail(reason + ": CI builds that python (.ci/run)")
+        pytest.skip(reason)
+    folder = tempfile.mkdtemp(prefix="kit-non-root-")
+    os.chmod(folder, 0o755)
+    ignored = shutil.ignore_patterns("__pycache__", "*.pyc", ".*")
+    for part in KIT_PARTS:
+        source, copy = os.path.join(KIT_ROOT, part), os.path.join(folder, part)
+        if os.path.isdir(source):
+            shutil.copytree(source, copy, ignore=ignored)
+        else:
+            shutil.copyfile(source, copy)
+    _let_all_read(folder)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture
+def work():
+    """A folder of nobody's own: submissions, reports, its HOME."""
+    folder = tempfile.mkdtemp(prefix="kit-non-root-work-")
+    os.chown(folder, NOBODY, NOBODY)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def _let_all_read(folder):
+    for root, _, files in os.walk(folder):
+        os.chmod(root, 0o755)
+        for name in files:
+            os.chmod(os.path.join(root, name), 0o644)
+
+
+def _user_namespaces():
+    """Whether this kernel gives user nobody a user namespace (asked apart from the grader)."""
+    done = subprocess.run(["unshare", "-Urnm", "true"], user=NOBODY, group=NOBODY, extra_groups=[],
+                          capture_output=True, env={"PATH": os.environ.get("PATH", "")})
+    return done.returncode == 0
+
+
+def _needs_user_namespaces():
+    if not _user_namespaces():
+        reason = "this kernel gives user nobody no user namespace"
+        if os.environ.get("CI") == "true":
+            pytest.fail(reason)
+        pytest.skip(reason)
+
+
+def _grade(kit, work, submissions, *args, without=""):
+    """Grade {folder name: {module: source}} as user nobody in one call; returns {folder name: result}.
+    Asserts that the grader left no folder of its own in the temporary folder."""
+    root = os.path.join(work, "submissions")
+    for name, files in submissions.items():
+        os.makedirs(os.path.join(root, name))
+        for module, source in files.items():
+            with open(os.path.join(root, name, module + ".py"), "w") as handle:
+                handle.write(source)
+    _let_all_read(root)
+    report = os.path.join(work, "report.json")
+    temporary = tempfile.gettempdir()
+    before = _nobodys_folders(temporary)
+    env = {"PATH": os.environ.get("PATH", ""), "HOME": work, "HF_HUB_OFFLINE": "1", "GRADER_STATE": os.devnull,
+           "LANG": "C.UTF-8", "GRADER_WITHOUT_LAYERS": without}
+    done = subprocess.run([PYTHON, "-m", "grader", *args, "--submissions", root, "--json", report, "--seed", SEED,
+                           "--profile", "fast", "--device", "cpu", "-q"], cwd=kit, user=NOBODY, group=NOBODY,
+                          extra_groups=[], env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert _nobodys_folders(temporary) - before == set(), "the grader left folders of its own behind"
+    with open(report) as handle:
+        data = json.load(handle)
+    results = data["submissions"] if "submissions" in data else [data]
+    return {os.path.basename(result["target"]): result for result in results}
+
+
+def _nobodys_folders(folder):
+    return {path for path in glob.glob(os.path.join(folder, "grader-*")) if os.lstat(path).st_uid == NOBODY}
+
+
+def _message(result, exercise, check):
+    rows = {e["id"]: e for e in result["exercises"]}
+    return {c["name"]: c["message"] for c in rows[exercise]["checks"]}[check]
+
+
+# A rank of ex05 that, once the reference's all-reduce is done, gathers every rank's network and user
+# namespaces and fails with them in a group of 3 ranks or more (the smallest such group is shown).
+GROUP = mutate("ex05_gradient_averaging", ("def all_reduce_gradients(", "def _reference_all_reduce_gradients(")) + '''
+
+def all_reduce_gradients(model):
+    import torch.distributed as dist
+    _reference_all_reduce_gradients(model)
+    mine = torch.tensor([os.stat(f"/proc/self/ns/{kind}").st_ino for kind in ("net", "user")])
+    every = [torch.zeros_like(mine) for _ in range(dist.get_world_size())]
+    dist.all_gather(every, mine)
+    if len(every) >= 3:
+        raise RuntimeError(f"{len(every)} ranks in namespaces {sorted({tuple(t.tolist()) for t in every})}")
+'''
+GROUP_CHECK = "test_all_reduce_gradients_gives_every_rank_the_mean"
+
+
+@pytest.mark.slow
+def test_a_grader_that_is_not_root_gives_the_references_full_marks(kit, work):
+    """Single workers and process groups of 2 to 4 ranks start and grade under a grader that is not root;
+    the ranks of a group share one network (and user namespace) of their own, not the host's."""
+    exercises = ("ex04_sharding", "ex05_gradient_averaging", "ex06_parameter_sync", "ex15_local_sgd")
+    references = {"references": {name: reference_source(name) for name in exercises},
+                  "group": {"ex05_gradient_averaging": "import os, torch\n" + GROUP}}
+    results = _grade(kit, work, references, "ex04", "ex05", "ex06", "ex15")
+    result = results["references"]
+    assert result["score"] == result["max_score"] > 0, [(e["id"], e["status"]) for e in result["exercises"]]
+    layers = {layer["name"]: layer for layer in result["sandbox"]}
+    message = _message(results["group"], "ex05_gradient_averaging", GROUP_CHECK)
+    assert "3 ranks in namespaces" in message, message
+    if _user_namespaces():
+        host = (os.stat("/proc/self/ns/net").st_ino, os.stat("/proc/self/ns/user").st_ino)
+        shared = message.split("namespaces [")[1].split("]")[0]
+        assert shared.count("(") == 1, message  # one network and one user namespace for every rank
+        assert str(host[0]) not in shared and str(host[1]) not in shared, message
+        assert layers["namespaces"]["active"] and "(unprivileged)" in layers["namespaces"]["detail"], layers
+
+
+# The reference's ex04 with shard_indices replaced by `body`, whose last line raises with what it found.
+def _attack(body):
+    head = mutate(EX, ("def shard_indices(\n", "def _reference_shard_indices(\n"))
+    return head + "\n\ndef shard_indices(num_samples, rank, world_size, **kwargs):\n" + \
+        "\n".join("    " + line for line in body.strip().splitlines()) + "\n"
+
+
+SENDS_A_DATAGRAM = '''
+import socket
+with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sender:
+    sent = sender.sendto(b"{mark}", ("127.0.0.1", {port}))
+raise ConnectionError(f"sent {{sent}} bytes to the host's loopback")'''
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("without", ["", "namespaces"])
+def test_a_worker_of_a_grader_that_is_not_root_reaches_no_listener_on_the_host(kit, work, without):
+    """A single worker sends a UDP datagram to a listener on the host's 127.0.0.1: in a network of its own
+    (loopback alone) it never arrives; without that namespace it does, so the attack is real here."""
+    if without == "":
+        _needs_user_namespaces()
+    mark = uuid.uuid4().hex
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.setblocking(False)
+        body = SENDS_A_DATAGRAM.format(mark=mark, port=listener.getsockname()[1])
+        results = _grade(kit, work, {"sender": {EX: _attack(body)}}, "ex04", without=without)
+        received = []
+        while True:
+            try:
+                received.append(listener.recv(256))
+            except BlockingIOError:
+                break
+    message = _message(results["sender"], EX, INDICES)
+    assert "sent 32 bytes" in message, message
+    assert (mark.encode() in received) == (without == "namespaces"), (received, message)
+
+
+WRITES_TO_SHM = '''
+with open("/dev/shm/{name}", "wb") as handle:
+    handle.write(b"x" * (4 << 20))
+raise OSError("left 4 MB in /dev/shm")'''
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("without", ["", "namespaces"])
+def test_what_a_worker_leaves_in_dev_shm_dies_with_it(kit, work, without):
+    """A worker writes 4 MB to /dev/shm and leaves them: in a /dev/shm of its own they are gone with it;
+    without that namespace they outlive the grader in the host's /dev/shm."""
+    if without == "":
+        _needs_user_namespaces()
+    name = f"kit-non-root-{uuid.uuid4().hex}"
+    try:
+        results = _grade(kit, work, {"hoarder": {EX: _attack(WRITES_TO_SHM.format(name=name))}}, "ex04",
+                            without=without)
+        message = _message(results["hoarder"], EX, INDICES)
+        assert "left 4 MB in /dev/shm" in message, message
+        assert os.path.exists(f"/dev/shm/{name}") == (without == "namespaces")
+    finally:
+        if os.path.exists(f"/dev/shm/{name}"):
+            os.remove(f"/dev/shm/{name}")
+
+
+@pytest.mark.slow
+def test_a_grader_that_is_not_root_leaves_nothing_in_the_temporary_folder(kit, work):
+    """A submission's sealed copy, its scratch folder (with what it wrote there) and the grader's own run
+    folder are all removed when a grader that is not root ends (`_grade` asserts it)."""
+    writes = _attack('''
+with open("left-behind", "wb") as handle:
+    handle.write(b"x" * 1024)
+os.chmod(".", 0o500)  # its scratch folder made read-only, with a file in it
+raise OSError("wrote into its scratch folder")''')
+    results = _grade(kit, work, {"writer": {EX: "import os\n" + writes}}, "ex04")
+    assert "wrote into its scratch folder" in _message(results["writer"], EX, INDICES)

@@ -192,10 +192,11 @@ class Failure:
     hint: str = ""
     drawn: bool = False
     finding: str = ""
+    own_words: bool = False  # the finding is what the submission's code raised: its words, not the grader's
 
     def as_dict(self) -> dict[str, Any]:
         return {"example": self.example, "expected": self.expected, "received": self.received, "hint": self.hint,
-                "drawn": self.drawn, "finding": self.finding}
+                "drawn": self.drawn, "finding": self.finding, "own_words": self.own_words}
 
 
 @dataclass
@@ -321,16 +322,18 @@ class TargetResult:
 
 class CheckFailed(AssertionError):
     def __init__(self, message: str, status: Status | str = Status.FAILED, hint: str | None = None,
-                 details: str = "", expected: str = "", received: str = "") -> None:
+                 details: str = "", expected: str = "", received: str = "", own_words: bool = False) -> None:
         super().__init__(message)
         self.status = Status.parse(status)
         self.hint = hint
         self.details = details
         self.expected, self.received = expected, received  # what a comparison compared, described
+        self.own_words = own_words  # the message carries what the submission's code raised, in its words
 
 
 class Verdict(BaseException):
-    def __init__(self, status: Status | str, message: str, details: str = "") -> None:
+    def __init__(self, status: Status | str, message: str, details: str = "", own_words: bool = False) -> None:
         super().__init__(message)
         self.status = Status.parse(status)
         self.details = details
+        self.own_words = own_words  # the message carries what the submission's code raised, in its words

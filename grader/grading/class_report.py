@@ -23,6 +23,7 @@ from grader.records import CheckResult, ReviewFlag, Status, TargetResult
 
 BINS = 10  # a histogram's bars: tenths of the exercise's points
 SHOWN_CHECKS = 5  # the checks most failed, per exercise
+OWN_WORDS = "the submission's own words, as its code raised them:"
 WIDEST = 40  # the longest bar of a markdown histogram, in characters
 _PATH = re.compile(r"(?<![\w.])(?:~|[A-Za-z]:)?(?:[/\\][\w.@+~-]+)+[/\\]?")
 
@@ -60,6 +61,7 @@ class Diagnosis:
     students: int  # how many submissions it hit
     counterexample: str  # the smallest failing input found for it, anonymised ('' where none was drawn)
     finding: str  # what went wrong on that input, anonymised
+    own_words: bool = False  # the finding is what the submission's own code raised: its words, not the grader's
 
 
 @dataclass(frozen=True)
@@ -151,7 +153,8 @@ def _exercise(exercise: str, results: Sequence[TargetResult]) -> ExerciseSummary
                 continue
             failed.add(result.target)
             found.setdefault(cause_of(check), []).append((result.target, check))
-    diagnoses = sorted((_diagnosis(cause, hits) for cause, hits in found.items()),
+    names = tuple(result.target for result in results)
+    diagnoses = sorted((_diagnosis(cause, hits, names) for cause, hits in found.items()),
                        key=lambda d: (-d.students, not d.named, d.cause))
     most_failed = sorted((CheckTally(check, title, len(failed), len(graded))
                           for check, (title, failed, graded) in tallies.items() if failed),
@@ -173,27 +176,30 @@ def cause_of(check: CheckResult) -> str:
     return f"{check.status.label}, no cause named ({check.title or check.check})"
 
 
-def _diagnosis(cause: str, hits: Sequence[tuple[str, CheckResult]]) -> Diagnosis:
+def _diagnosis(cause: str, hits: Sequence[tuple[str, CheckResult]], names: Sequence[str] = ()) -> Diagnosis:
+    """`names`: every submission of the class, none of which a finding may name (a submission's own error
+    text can name a classmate's folder)."""
     examples = [("" if check.status in reports.REPEATING or not check.failure
-                 else anonymise(text.one_line(check.failure.example), target),
-                 anonymise(check.failure.finding if check.failure else "", target))
+                 else anonymise(text.one_line(check.failure.example), target, names),
+                 anonymise(check.failure.finding if check.failure else "", target, names),
+                 bool(check.failure and check.failure.own_words))
                 for target, check in hits]  # any input fails a stub
     drawn = [example for example in examples if example[0]] or examples
-    counterexample, finding = min(drawn, key=lambda example: (len(example[0]), len(example[1]), example))
+    counterexample, finding, own_words = min(drawn, key=lambda example: (len(example[0]), len(example[1]), example))
     checks = tuple(dict.fromkeys(check.check for _, check in hits))
     first = hits[0][1]
     named = bool(first.failure and first.failure.hint) or first.status in reports.REPEATING
     return Diagnosis(cause, named, checks, len({target for target, _ in hits}),
-                     counterexample, finding)
+                     counterexample, finding, own_words)
 
 
-def anonymise(line: str, submission: str) -> str:
+def anonymise(line: str, submission: str, others: Sequence[str] = ()) -> str:
     """One line with no path and no sign of whose it is: paths become <path>, the submission's name
-    (a folder name, often a student id) becomes <submission>."""
+    and those of `others` (folder names, often student ids) become <submission>."""
     line = _PATH.sub("<path>", text.one_line(line))
-    name = text.one_line(submission).strip()
-    if len(name) >= 3:
-        line = re.sub(r"(?<!\w)" + re.escape(name) + r"(?!\w)", "<submission>", line)
+    for name in sorted({text.one_line(n).strip() for n in (submission, *others)}, key=len, reverse=True):
+        if len(name) >= 3:
+            line = re.sub(r"(?<!\w)" + re.escape(name) + r"(?!\w)", "<submission>", line)
     return line
 
 
@@ -257,6 +263,7 @@ def _exercise_html(exercise: ExerciseSummary) -> str:
         f'<td class="cause">{_h(diagnosis.cause)}<br><small>in {_h(", ".join(diagnosis.checks))}'
         f'</small></td><td class="n students">{diagnosis.students}</td><td class="example">'
         + (f"<code>{_h(diagnosis.counterexample)}</code><br>" if diagnosis.counterexample else "")
+        + (f'<em>{OWN_WORDS}</em> ' if diagnosis.own_words else "")
         + f'<span class="finding">{_h(diagnosis.finding)}</span></td></tr>'
         for diagnosis in exercise.diagnoses], none="no failures"))
     parts.append("<h3>Checks most failed</h3>")
@@ -318,7 +325,8 @@ def as_markdown(report: ClassReport) -> str:
         if exercise.diagnoses:
             lines += ["| cause | students | smallest counterexample |", "|---|---:|---|"]
             for d in exercise.diagnoses:
-                example = (f"{_m(d.counterexample)}: " if d.counterexample else "") + _m(d.finding)
+                example = (f"{_m(d.counterexample)}: " if d.counterexample else "") \
+                    + (f"*{OWN_WORDS}* " if d.own_words else "") + _m(d.finding)
                 lines.append(f"| {_m(d.cause)} (in {_m(', '.join(d.checks))}) | {d.students} | {example} |")
         else:
             lines.append("no failures")

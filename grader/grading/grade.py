@@ -206,6 +206,7 @@ def _failure(replies: Sequence[Reply], args: tuple[Any, ...]) -> NoReturn:
     """
     status = most_telling([reply.status for reply in replies if not reply.ok])
     reply = next(reply for reply in replies if reply.status is status)
+    own_words = status in (Status.EXCEPTION, Status.NOT_STARTED, Status.IMPORT_ERROR)  # its exception's own text
     several = len(replies) > 1
     rank = f"rank {replies.index(reply)}: " if several else ""
     message = reply.message
@@ -218,12 +219,13 @@ def _failure(replies: Sequence[Reply], args: tuple[Any, ...]) -> NoReturn:
     if status.fatal:
         if status in (Status.CRASHED, Status.TIMED_OUT, Status.EXITED, Status.STUCK):
             message = f"{message} (input: {_short(args)})"
-        raise Verdict(Status.TIMED_OUT if status is Status.STUCK else status, rank + message + others, details)
+        raise Verdict(Status.TIMED_OUT if status is Status.STUCK else status, rank + message + others, details,
+                      own_words)
     label = "raised " if status is Status.EXCEPTION else ""
     status = Status.INVALID if status is Status.INVALID else Status.FAILED
     if uneven:  # the ranks that made more waited for the others until the group's timeout: a hang
-        raise Verdict(Status.TIMED_OUT, rank + label + message + others, details)
-    raise CheckFailed(rank + label + message + others, status=status, details=details)
+        raise Verdict(Status.TIMED_OUT, rank + label + message + others, details, own_words)
+    raise CheckFailed(rank + label + message + others, status=status, details=details, own_words=own_words)
 
 
 def _uneven_collectives(replies: Sequence[Reply]) -> list[str]:

@@ -251,7 +251,8 @@ def pytest_runtest_makereport(item: pytest.Item,
     report.grader_message = failure_message(error, details, printed, example)
     report.grader_failure = (shown(example), shown(getattr(error, "expected", "")),  # plain data
                              shown(getattr(error, "received", "")), shown(getattr(error, "hint", None) or ""),
-                             calls is not None and calls.failed_on_drawn(), finding(error))
+                             calls is not None and calls.failed_on_drawn(), finding(error),
+                             getattr(error, "own_words", False))  # the finding is what the submission's code raised
     if isinstance(error, (CheckFailed, Verdict)) and getattr(item.config.option, "verbose", 0) < 2:
         # pytest shows no status column: name the status (once) unless it is a plain failure
         label = status.label

@@ -25,8 +25,11 @@ MESSAGE = "<img src=x onerror=document.body.setAttribute('data-pwned','1')>"  # 
 SIGNED = MESSAGE + f" (by {FOLDER}, in /home/bob/homework)"  # signed with its folder's name and a path
 NO_BIAS = "bias-correct the moments"  # the beginning of each wrong implementation's diagnosis (its hint)
 EPS = "eps goes after the square root"
-# the scores: 35 (the reference), 17.5 (each wrong one, one check of two), 0 (the stub, the empty folder)
-BARS = [2, 0, 0, 0, 0, 2, 0, 0, 0, 1]
+# A submission whose own error text names a classmate's folder: the report shows it as the submission's own
+# words, with no classmate named.
+NAMES_A_CLASSMATE = "copied from eps_inside, ask eps_inside"
+# the scores: 35 (the reference), 17.5 (each wrong one, one check of two), 0 (the stub, the empty folder, carol)
+BARS = [3, 0, 0, 0, 0, 2, 0, 0, 0, 1]
 batch = pytest.mark.slow  # the tests that read the batch: graded once, ahead, in 10-20 s
 
 
@@ -49,6 +52,7 @@ def graded(tmp_path_factory):
         "eps_inside": mutate(EXERCISE, ("denom = (exp_avg_sq.sqrt() / math.sqrt(bias_correction2)).add_(eps)",
                                         "denom = (exp_avg_sq / bias_correction2 + eps).sqrt()")),
         FOLDER: f"import gc\n\n\ndef adamw_step(*args, **kwargs):\n    raise NotImplementedError({SIGNED!r})\n",
+        "carol": f"def adamw_step(*args, **kwargs):\n    raise RuntimeError({NAMES_A_CLASSMATE!r})\n",
     }
     for name, source in sources.items():
         (root / name).mkdir(parents=True)
@@ -159,6 +163,15 @@ def test_the_markdown_counterexamples_are_anonymised(markdown, graded):
 
 
 @batch
+def test_a_submissions_own_words_are_marked_so_and_name_no_classmate(markdown):
+    diagnoses = section(markdown, "### Diagnoses")
+    rows = [line for line in diagnoses.splitlines() if line.startswith("| ") and "---" not in line][1:]
+    marked = [line for line in rows if "*the submission's own words, as its code raised them:*" in line]
+    assert marked == [line for line in rows if "copied from" in line or "NotImplementedError" in line], diagnoses
+    assert len(marked) >= 2 and not any("eps_inside" in line or "eps\\_inside" in line for line in marked), marked
+
+
+@batch
 def test_the_markdown_histogram_counts_every_submission_scored(markdown):
     chart = section(markdown, f"## {EXERCISE.replace('_', chr(92) + '_')}: AdamW by hand")
     counts = [int(line.split(" | ")[1]) for line in chart.split("### Diagnoses")[0].splitlines()
@@ -172,7 +185,7 @@ def test_the_markdown_lists_the_checks_most_failed_flags_and_rows_not_graded(mar
     lines = [line for line in checks.splitlines() if line.startswith("| ") and "test_" in line.replace("\\", "")]
     assert [line.replace("\\", "").split("(test_")[1].split(")")[0] for line in lines] == \
         ["adamw_step_matches_torch_adamw", "adamw_step_leaves_grad_unchanged"], checks
-    assert lines[0].endswith("| 4 of 5 |") and lines[1].endswith("| 2 of 5 |"), checks  # the empty one: missing
+    assert lines[0].endswith("| 5 of 6 |") and lines[1].endswith("| 3 of 6 |"), checks  # the empty one: missing
     review = section(markdown, "## Flagged for review")
     assert "| &lt;b&gt;bob | ex18\\_adamw\\_step.py:1 | walks the interpreter's objects (gc) |" in review, review
     assert "| empty | nothing to grade: the folder is empty |" in section(markdown, "## Not graded")
@@ -236,7 +249,7 @@ def test_merge_and_a_regrade_write_the_same_class_report(graded, markdown):
     done = grader(EXERCISE, "--submissions", str(graded / "class"), "--regrade", str(graded / "merged.json"),
                   "--class-report", str(again), "--device", "cpu", "-q", timeout=300)
     assert done.returncode == 0, done.stderr
-    assert "grading 0 of 5 submissions" in done.stdout, done.stdout
+    assert "grading 0 of 6 submissions" in done.stdout, done.stdout
     assert (graded / "regraded.md").read_text() == markdown
     done = grader(EXERCISE, "--submissions", str(graded / "class"), "--regrade", str(graded / "merged.csv"),
                   "--class-report", str(graded / "no.html"), timeout=120)

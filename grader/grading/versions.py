@@ -16,6 +16,7 @@ import sys
 from grader import KIT_ROOT
 
 CONSTRAINTS = "constraints.txt"
+LOCK = "requirements.lock"  # the set the kit's own CI installs and proves (.ci/lock writes it)
 # Named in every report: the kit's direct dependencies (pyproject.toml) and the libraries under them
 # whose releases change what a check observes.
 REPORTED = ("torch", "transformers", "accelerate", "datasets", "tokenizers", "safetensors", "huggingface-hub",
@@ -90,6 +91,31 @@ def constraints_text(root: str = KIT_ROOT) -> str:
              f"# python=={python} ({platform.system()}); torch from the CPU index",
              *(f"{name}=={version}" for name, version in pinned(root).items())]
     return "\n".join(lines) + "\n"
+
+
+def read_lock(root: str = KIT_ROOT) -> dict[str, str]:
+    """The kit's lock's pins, name -> version without its local tag; {} where the kit has no lock."""
+    try:
+        with open(os.path.join(root, LOCK)) as handle:
+            lines = handle.read().splitlines()
+    except OSError:
+        return {}
+    pins = {}
+    for line in lines:
+        match = re.match(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s\\;]+)", line)
+        if match:
+            pins[normalize(match.group(1))] = public(match.group(2))
+    return pins
+
+
+def lock_differences(root: str = KIT_ROOT) -> list[str]:
+    """Where this environment's versions of what the kit runs on differ from the kit's lock: a zip built
+    here pins these, not the proven ones, and its instructor should know."""
+    locked = read_lock(root)
+    if not locked:
+        return []
+    return [f"{name} {version} (the lock has {locked[name]})" for name, version in pinned(root).items()
+            if name in locked and locked[name] != version]
 
 
 def read_constraints(path: str) -> dict[str, str]:

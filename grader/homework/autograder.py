@@ -121,6 +121,10 @@ def main(argv: Sequence[str]) -> int:
     build(args.out, RUN.format(seed_file=SEED_FILE, timeout=args.timeout, budget=args.budget,
                                visibility=args.visibility, hidden_visibility=args.hidden_visibility,
                                output_format=args.format, extra=extra), seed)
+    differ = versions.lock_differences()
+    if differ:
+        print(f"note: the zip pins this environment's versions, which differ from the kit's {versions.LOCK} (the set "
+              f"its CI proves) in: {'; '.join(differ)}")
     graded = f"chapter {chapter.number} ({chapter.topic})" if chapter else "every chapter"
     print(f"wrote {args.out}: upload it as the autograder (Ubuntu base image); grades {graded}; grading seed {seed}")
     return 0

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from grader.grading import versions as kit_versions
 from tests.kit import ahead, gradescope
 from tests.kit.harness import KIT_ROOT, SEED, grader, reference_source
 from tests.kit.stubs import stub_source
@@ -195,3 +196,16 @@ def test_grading_on_other_versions_than_the_zip_pinned_says_so(bundle, tmp_path)
     assert f"versions differ from the zip's constraints.txt: {wrong}" in details[0]
     assert f"versions differ from the zip's constraints.txt: {wrong}" in done.stdout  # the instructor's log
     assert "versions differ" not in results["output"]  # what students see stays about their code
+
+
+def test_an_environment_that_differs_from_the_lock_is_named_before_a_zip_pins_it(tmp_path):
+    """The zip pins the instructor's environment; where that differs from requirements.lock (the set the kit's CI
+    proves), building it names each difference."""
+    shutil.copyfile(os.path.join(KIT_ROOT, "pyproject.toml"), tmp_path / "pyproject.toml")
+    torch = kit_versions.public(installed_torch())
+    (tmp_path / kit_versions.LOCK).write_text(f"torch=={torch}+cpu \\\n    --hash=sha256:00\n"
+                                          "hypothesis==0.0.1 \\\n    --hash=sha256:00\n    # via x\n")
+    assert kit_versions.read_lock(str(tmp_path)) == {"torch": torch, "hypothesis": "0.0.1"}
+    assert kit_versions.lock_differences(str(tmp_path)) == [
+        f"hypothesis {importlib.metadata.version('hypothesis')} (the lock has 0.0.1)"]
+    assert kit_versions.lock_differences(str(tmp_path / "no-lock-here")) == []

@@ -2,8 +2,9 @@
 
 The grader decides (`Confinement`); the worker applies it to itself in a fixed order while it
 still holds the grader's privileges: enter the submission's container, set its limits, move into
-namespaces of its own, become the submission's user with no capability left, hand the file
-system to Landlock, and last refuse the system calls it never needs (seccomp). After `apply`
+namespaces of its own (through a user namespace of its own when the grader is not root), become the
+submission's user with no capability left, hand the file system to Landlock, and last refuse the
+system calls it never needs (seccomp). After `apply`
 nothing the submission does can undo it. Where Landlock is missing, an audit hook refuses Python-level reads of the
 reference and writes outside the scratch dir: the last line, not a wall.
 """

@@ -2,8 +2,9 @@
 
 Each test runs `python -m grader` as user nobody, from a python nobody can run (KIT_NON_ROOT_PYTHON:
 a venv of the kit's requirements outside root's home, see .ci/run), on a copy of the kit nobody can
-read. Where the kernel gives unprivileged users a user namespace, the workers get a network, a /dev
-and a /dev/shm of their own through one; `GRADER_WITHOUT_LAYERS=namespaces` shows what that stops.
+read; a test suite that is not root runs it as its own user, from KIT_NON_ROOT_PYTHON or its own
+python. Where the kernel gives unprivileged users a user namespace, the workers get a network, a
+/dev and a /dev/shm of their own through one; `GRADER_WITHOUT_LAYERS=namespaces` shows what that stops.
 """
 
 import glob
@@ -12,6 +13,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import uuid
 
@@ -19,8 +21,10 @@ import pytest
 
 from tests.kit.harness import KIT_ROOT, SEED, mutate, reference_source
 
-NOBODY = 65534
-PYTHON = os.environ.get("KIT_NON_ROOT_PYTHON", "")
+AS_ROOT = os.geteuid() == 0
+GRADER_UID = 65534 if AS_ROOT else os.getuid()  # the grader's user
+PYTHON = os.environ.get("KIT_NON_ROOT_PYTHON") or ("" if AS_ROOT else sys.executable)
+GRADERS_USER = dict(user=GRADER_UID, group=GRADER_UID, extra_groups=[]) if AS_ROOT else {}
 KIT_PARTS = ("grader", "tests", "solutions", "exercises", "conftest.py", "pyproject.toml", "README.md")
 EX = "ex04_sharding"
 INDICES = "test_shard_indices_match_distributed_sampler"
@@ -28,12 +32,10 @@ INDICES = "test_shard_indices_match_distributed_sampler"
 
 def _unavailable():
     """Why these tests cannot run here, or "" when they can."""
-    if os.geteuid() != 0:
-        return "needs root, to run the grader as user nobody"
     if not PYTHON:
         return "KIT_NON_ROOT_PYTHON is unset (a python that user nobody can run, with the kit's requirements)"
-    done = subprocess.run([PYTHON, "-c", "import torch, grader"], user=NOBODY, group=NOBODY, extra_groups=[],
-                          cwd="/", capture_output=True, text=True, env={"PATH": os.environ.get("PATH", "")})
+    done = subprocess.run([PYTHON, "-c", "import torch, grader"], cwd="/", capture_output=True, text=True,
+                          env={"PATH": os.environ.get("PATH", "")}, **GRADERS_USER)
     if done.returncode != 0 and "No module named 'grader'" not in done.stderr:
         return f"user nobody cannot run KIT_NON_ROOT_PYTHON={PYTHON} with torch: {done.stderr[-300:]}"
     return ""
@@ -65,7 +67,8 @@ def kit():
 def work():
     """A folder of nobody's own: submissions, reports, its HOME."""
     folder = tempfile.mkdtemp(prefix="kit-non-root-work-")
-    os.chown(folder, NOBODY, NOBODY)
+    if AS_ROOT:
+        os.chown(folder, GRADER_UID, GRADER_UID)
     yield folder
     shutil.rmtree(folder, ignore_errors=True)
 
@@ -79,8 +82,8 @@ def _let_all_read(folder):
 
 def _user_namespaces():
     """Whether this kernel gives user nobody a user namespace (asked apart from the grader)."""
-    done = subprocess.run(["unshare", "-Urnm", "true"], user=NOBODY, group=NOBODY, extra_groups=[],
-                          capture_output=True, env={"PATH": os.environ.get("PATH", "")})
+    done = subprocess.run(["unshare", "-Urnm", "true"], capture_output=True, env={"PATH": os.environ.get("PATH", "")},
+                          **GRADERS_USER)
     return done.returncode == 0
 
 
@@ -104,22 +107,22 @@ def _grade(kit, work, submissions, *args, without=""):
     _let_all_read(root)
     report = os.path.join(work, "report.json")
     temporary = tempfile.gettempdir()
-    before = _nobodys_folders(temporary)
+    before = _graders_folders(temporary)
     env = {"PATH": os.environ.get("PATH", ""), "HOME": work, "HF_HUB_OFFLINE": "1", "GRADER_STATE": os.devnull,
            "LANG": "C.UTF-8", "GRADER_WITHOUT_LAYERS": without}
     done = subprocess.run([PYTHON, "-m", "grader", *args, "--submissions", root, "--json", report, "--seed", SEED,
-                           "--profile", "fast", "--device", "cpu", "-q"], cwd=kit, user=NOBODY, group=NOBODY,
-                          extra_groups=[], env=env, capture_output=True, text=True, timeout=900)
+                           "--profile", "fast", "--device", "cpu", "-q"], cwd=kit, env=env, capture_output=True,
+                          text=True, timeout=900, **GRADERS_USER)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert _nobodys_folders(temporary) - before == set(), "the grader left folders of its own behind"
+    assert _graders_folders(temporary) - before == set(), "the grader left folders of its own behind"
     with open(report) as handle:
         data = json.load(handle)
     results = data["submissions"] if "submissions" in data else [data]
     return {os.path.basename(result["target"]): result for result in results}
 
 
-def _nobodys_folders(folder):
-    return {path for path in glob.glob(os.path.join(folder, "grader-*")) if os.lstat(path).st_uid == NOBODY}
+def _graders_folders(folder):
+    return {path for path in glob.glob(os.path.join(folder, "grader-*")) if os.lstat(path).st_uid == GRADER_UID}
 
 
 def _message(result, exercise, check):

@@ -9,11 +9,15 @@ format (`wire`) and the layers the kernel enforces on untrusted workers:
 - Landlock (`landlock`): read only what a worker needs, write only its scratch dir; signals
   and abstract unix sockets scoped to its own domain, so it cannot reach the grader, a fork
   server or a reference worker (nor ptrace them, nor read their `/proc/<pid>/mem`).
-- namespaces of its own (`namespaces`): its own processes alone in `/proc`, a `/dev` without
-  terminals, its own System V IPC, a network with loopback alone (one per process group);
+- namespaces of its own (`namespaces`): its own processes alone in `/proc` (under a root grader;
+  a grader that is not root makes a user namespace first and keeps the host's `/proc`), a `/dev`
+  without terminals, its own System V IPC, a network with loopback alone (one per process group);
 - an unprivileged user per submission when the grader is root, and no capability (`identity`);
 - a seccomp filter (`syscall_filter`): no typing into a terminal, no ptrace, no SysV IPC, no
-  file handles, keyrings, mounts or new namespaces, whatever the namespaces could not hide;
+  file handles, keyrings, mounts, new namespaces or io_uring, no limits, priority or CPUs of
+  another process, whatever the namespaces could not hide;
+- a scratch folder per submission bounded by a tmpfs of its own (`scratch`), or measured after
+  each call where the grader may not mount;
 - a container per submission that counts, caps and kills all its processes (`containers`);
 - private copies: the reference is copied before any untrusted code runs, and each submission
   is graded from a copy of its own, beside a scratch dir of its own; the reference works in a

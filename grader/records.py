@@ -55,6 +55,12 @@ class Status(enum.Enum):
         return next(status for status in cls if status.label == label)
 
     @classmethod
+    def from_report(cls, data: dict[str, Any]) -> Status:
+        """The status a report's entry records: by its `status_id` (the enum's name, exact), or from the label
+        alone in a report written before there was one (labels are shared: "failed" is two statuses)."""
+        return cls.parse(data["status_id"]) if "status_id" in data else cls.from_label(data["status"])
+
+    @classmethod
     def parse(cls, name: object) -> Status:
         """A Status from its name ('not_started') or itself; InvalidStatus for anything else."""
         if isinstance(name, cls):
@@ -160,14 +166,15 @@ class CheckResult:
 
     def as_dict(self) -> dict[str, Any]:
         return {"name": self.check, "title": self.title or self.check, "device": self.device,
-                "status": self.status.label, "message": self.message, "seconds": self.seconds,
+                "status": self.status.label, "status_id": self.status.name.lower(), "message": self.message,
+                "seconds": self.seconds,
                 "evidence": self.evidence, "visibility": self.visibility.value,
                 "failure": self.failure.as_dict() if self.failure else None}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], target: str, exercise: str) -> CheckResult:
         failure = data.get("failure")
-        return cls(target, exercise, data["name"], data["device"], Status.from_label(data["status"]),
+        return cls(target, exercise, data["name"], data["device"], Status.from_report(data),
                    data["message"], data["seconds"], data["evidence"], data.get("title", ""),
                    Visibility(data.get("visibility", "public")), Failure(**failure) if failure else None)
 
@@ -227,7 +234,8 @@ class ExerciseResult:
 
     def as_dict(self) -> dict[str, Any]:
         return {"id": self.id, "title": self.title, "chapter": self.chapter, "score": self.score,
-                "max_score": self.max_score, "status": self.status.label, "graded": self.graded,
+                "max_score": self.max_score, "status": self.status.label, "status_id": self.status.name.lower(),
+                "graded": self.graded,
                 "passed": self.passed, "total": self.total, "devices": self.devices,
                 "checks": [check.as_dict() for check in self.checks]}
 
@@ -235,7 +243,7 @@ class ExerciseResult:
     def from_dict(cls, data: dict[str, Any], target: str) -> ExerciseResult:
         checks = [CheckResult.from_dict(check, target, data["id"]) for check in data["checks"]]
         return cls(data["id"], data["title"], data["chapter"], data["score"], data["max_score"],
-                   Status.from_label(data["status"]), checks)
+                   Status.from_report(data), checks)
 
 
 @dataclass(frozen=True)

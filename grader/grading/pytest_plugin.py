@@ -24,7 +24,7 @@ from grader.grading.grade import Grade
 from grader.grading.options import Options, resolve
 from grader.grading.session import Session, exercise_of, resolve_target
 from grader.grading.text import one_line, shown
-from grader.records import HINT, SMALLEST, CheckFailed, Status, Verdict, Visibility
+from grader.records import HINT, SMALLEST, CheckFailed, Failure, Status, Verdict, Visibility
 from grader.sandbox import missing as missing_layers
 from grader.sandbox.forkservers import depth
 
@@ -249,10 +249,11 @@ def pytest_runtest_makereport(item: pytest.Item,
     calls = item.stash.get(CALLS, None)
     example = calls.example() if calls is not None else ""
     report.grader_message = failure_message(error, details, printed, example)
-    report.grader_failure = (shown(example), shown(getattr(error, "expected", "")),  # plain data
-                             shown(getattr(error, "received", "")), shown(getattr(error, "hint", None) or ""),
-                             calls is not None and calls.failed_on_drawn(), finding(error),
-                             getattr(error, "own_words", False))  # the finding is what the submission's code raised
+    report.grader_failure = Failure(  # as plain data: pytest-xdist sends reports between processes
+        example=shown(example), expected=shown(getattr(error, "expected", "")),
+        received=shown(getattr(error, "received", "")), hint=shown(getattr(error, "hint", None) or ""),
+        drawn=calls is not None and calls.failed_on_drawn(), finding=finding(error),
+        own_words=getattr(error, "own_words", False)).as_dict()  # the finding is what the submission's code raised
     if isinstance(error, (CheckFailed, Verdict)) and getattr(item.config.option, "verbose", 0) < 2:
         # pytest shows no status column: name the status (once) unless it is a plain failure
         label = status.label

@@ -63,7 +63,8 @@ class Collector:
                              getattr(report, "grader_evidence", "compared in the grader"),
                              getattr(report, "grader_title", ""),
                              Visibility(getattr(report, "grader_visibility", "public")),
-                             Failure(*failure) if failure and any(failure) and status is not Status.PASSED else None)
+                             Failure(**failure) if failure and any(failure.values()) and status is not Status.PASSED
+                             else None)
         self.records.append(record)
         if self.progress:
             self.progress(record)

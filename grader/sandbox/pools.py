@@ -204,13 +204,19 @@ class Ranks:
     def _read(self, connection: Connection, rank: int, starting: bool) -> Reply:
         try:
             data = connection.recv_bytes(MAX_REPLY_BYTES)
-        except OSError as error:
-            if "bad message length" in str(error):
-                self.kill()
-                return Reply(Status.INVALID, message=f"the result is larger than {MAX_REPLY_BYTES // 2**20} MB")
-            return self._crash_reply(rank)
         except EOFError:
             return self._crash_reply(rank)
+        except OSError:
+            # A message over the limit, or one cut short. Which, multiprocessing says only in words; what
+            # decides is a fact: a worker still alive a second later wrote it (too large, or not a message
+            # its loop wrote), one that is gone died while writing.
+            process = self.processes[rank]
+            process.join(1)
+            if process.exitcode is not None:
+                return self._crash_reply(rank)
+            self.kill()
+            return Reply(Status.INVALID, message=f"the result is larger than {MAX_REPLY_BYTES // 2**20} MB (or not "
+                                                 "a message the worker's own loop wrote)")
         try:
             fields = decode(data)
         except InvalidResult as error:

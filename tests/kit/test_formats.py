@@ -433,3 +433,12 @@ def test_a_folder_missing_from_the_roster_is_refused_before_grading(tmp_path):
     done = grader("ex04", "--submissions", str(tmp_path / "class"), "--canvas", str(tmp_path / "grades.csv"),
                   "--roster", str(tmp_path / "roster.csv"))
     assert done.returncode == 2 and "needs a 'folder' column" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_checks_record_survives_the_json_round_trip_whole():
+    """Every status (labels are shared: "failed" is the learner's exception and a wrong value) and every part of
+    a failure come back from a report's JSON as they were recorded, for merge, regrade and the class report."""
+    for status in Status:
+        check = CheckResult("t", "ex04_sharding", "test_x", "cpu", status, "m", 1.5, title="x",
+                            failure=Failure("a=1", "1", "2", "hint", True, "found", own_words=True))
+        assert CheckResult.from_dict(json.loads(json.dumps(check.as_dict())), "t", "ex04_sharding") == check

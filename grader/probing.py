@@ -39,14 +39,51 @@ def plain_dict(value: object, what: str = "the result") -> dict:
     return dict(dict.items(value))
 
 
-def meta_error(error: BaseException) -> str | None:
-    """The message when learner code, run on 'meta' tensors (shapes without data), copied data off the
-    device or mixed in a tensor made elsewhere; None for any other error (the stub's NotImplementedError,
-    or a value read such as .item() that meta tensors cannot check)."""
-    text = str(error)
-    if isinstance(error, (NotImplementedError, RuntimeError, TypeError)) and "meta" in text and "item()" not in text:
-        return f"{type(error).__name__}: {text}"
-    return None
+# Reading a tensor's values: meta tensors have none to give, so a call of these that fails on them says
+# nothing about where the learner's data went (the check cannot judge it; a GPU tensor would answer).
+VALUE_READS = frozenset({torch.Tensor.item, torch.Tensor.__bool__, torch.Tensor.__int__, torch.Tensor.__float__,
+                         torch.Tensor.__index__})
+
+
+class MetaWatch(torch.overrides.TorchFunctionMode):
+    """Learner code run on 'meta' tensors (shapes without data), watched call by call: the torch call that
+    failed, and the devices of its tensors, are facts that tell a mistake (data copied off the device, a
+    tensor made elsewhere mixed in) from a value read that meta tensors cannot answer, whatever torch's
+    message says. Use: `with watch: ...`, then `watch.mistake(error)` for the error that came out."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failed: tuple[Any, frozenset[str]] | None = None  # the first torch call that raised, its devices
+
+    def __torch_function__(self, func: Any, types: Any, args: Sequence[Any] = (), kwargs: Any = None) -> Any:
+        try:
+            return func(*args, **(kwargs or {}))
+        except Exception:
+            if self.failed is None:
+                self.failed = (func, frozenset(_devices((args, kwargs or {}))))
+            raise
+
+    def mistake(self, error: BaseException) -> str | None:
+        """The message when `error` came from a torch call on meta tensors that moved data off the device or
+        mixed devices; None for any other error (the stub's NotImplementedError, the learner's own raise, a
+        value read)."""
+        if self.failed is None:
+            return None
+        func, devices = self.failed
+        if "meta" not in devices or func in VALUE_READS:
+            return None
+        return f"{type(error).__name__}: {error}"
+
+
+def _devices(value: Any) -> set[str]:
+    """The device types of the tensors in nested lists, tuples and dicts."""
+    if isinstance(value, torch.Tensor):
+        return {value.device.type}
+    if isinstance(value, (list, tuple)):
+        return {device for item in value for device in _devices(item)}
+    if isinstance(value, dict):
+        return _devices(list(value.values()))
+    return set()
 
 
 def seeded(seed: int, shape: Sequence[int], dtype: torch.dtype, device: str | torch.device) -> torch.Tensor:

@@ -171,12 +171,14 @@ def probe_shard_batch_meta(ctx, case):
     code treats 'meta' apart."""
     fake_cuda = _fake_cuda_device(ctx, case)
     batch = torch.empty(case["rows"], case["columns"], dtype=getattr(torch, case["dtype"]), device="meta")
+    watch = probing.MetaWatch()
     try:
-        piece = ctx.module.shard_batch(batch, case["rank"], case["world_size"])
+        with watch:
+            piece = ctx.module.shard_batch(batch, case["rank"], case["world_size"])
     except Exception as error:
-        if probing.meta_error(error) is None:
+        if watch.mistake(error) is None:
             raise
-        return {"error": probing.meta_error(error)}
+        return {"error": watch.mistake(error)}
     if type(piece) is not torch.Tensor:
         return {"error": f"returned a {type(piece).__name__}"}
     return {"device": piece.device.type, "shape": list(piece.shape), "dtype": str(piece.dtype),

@@ -155,12 +155,15 @@ def probe_average_meta(ctx, case):
     """average_gradients of 'meta' replicas (shapes, no data): a result made on the CPU shows without a GPU."""
     grads = [{name: torch.empty(shape, dtype=getattr(torch, case["dtype"]), device="meta")
               for name, shape in case["shapes"].items()} for _ in range(case["replicas"])]
+    watch = probing.MetaWatch()
     try:
-        result = probing.plain_dict(ctx.module.average_gradients(grads), "the result of average_gradients")
+        with watch:
+            result = ctx.module.average_gradients(grads)
+        result = probing.plain_dict(result, "the result of average_gradients")
     except Exception as error:
-        if probing.meta_error(error) is None:
+        if watch.mistake(error) is None:
             raise
-        return {"error": probing.meta_error(error)}
+        return {"error": watch.mistake(error)}
     return {"devices": {str(name): value.device.type if isinstance(value, torch.Tensor) else type(value).__name__
                         for name, value in result.items()}}
 

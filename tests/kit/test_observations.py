@@ -91,3 +91,30 @@ def test_a_reply_over_the_size_limit_is_refused_unread(monkeypatch):
     monkeypatch.setattr(wire, "MAX_REPLY_BYTES", 1000)
     with pytest.raises(InvalidResult, match="larger than"):
         decode(encode("x" * 5000))
+
+
+def test_a_meta_run_tells_a_mistake_from_a_value_read_by_the_failing_call_not_by_torchs_words():
+    """probing.MetaWatch: data copied off the meta device or a CPU tensor mixed in is the learner's mistake; a
+    value read (.item(), bool()) is what meta tensors cannot answer; the learner's own raise is neither."""
+    from grader import probing
+
+    batch = torch.empty(3, 2, device="meta")
+
+    def mistake(run):
+        watch = probing.MetaWatch()
+        try:
+            with watch:
+                run()
+        except Exception as error:  # noqa: BLE001 - each run raises
+            return watch.mistake(error)
+        raise AssertionError("the run did not raise")
+
+    for copied in (batch.cpu, batch.tolist, batch.numpy, lambda: batch + torch.zeros(3, 2)):
+        assert mistake(copied) is not None
+    for read in (lambda: batch[0, 0].item(), lambda: bool(batch[0, 0])):
+        assert mistake(read) is None
+
+    def own():
+        raise NotImplementedError("meta, as the learner's own words")
+
+    assert mistake(own) is None

@@ -30,8 +30,20 @@ from hypothesis import strategies as st
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+# Hypothesis's pytest plugin, by the module name its entry point registers: the one plugin a grading run loads
+PYTEST_PLUGIN = "_hypothesis_pytestplugin"
 EXAMPLES = "grader_explicit_examples"  # the kit's list of a check's explicit examples (keyword arguments)
 WATCHED = "grader_watched"  # on a watching wrapper: the body it wraps (so a second watch never stacks)
+
+
+def force_seed(seed: int | None) -> None:
+    """Every @given run of this process draws from `seed`: what Hypothesis's own `--hypothesis-seed` option
+    does (its pytest plugin sets this global). Set here, not on the command line, because the grading's seed
+    may be a secret and a check run in-process has none; tests/kit/test_hypothesis_adapter.py proves it takes
+    effect on the installed Hypothesis."""
+    from hypothesis import core
+
+    core.global_force_seed = seed  # type: ignore[assignment]
 
 
 def example(**arguments: Any) -> Callable[[F], F]:

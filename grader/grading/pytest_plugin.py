@@ -69,9 +69,7 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     given = [plugin for plugin in config.pluginmanager.get_plugins() if isinstance(plugin, OptionsCarrier)]
     options = given[0].options if given else resolve(_options_from_command_line(config), KIT_ROOT)
-    from hypothesis import core
-
-    core.global_force_seed = options.seed  # type: ignore[assignment]  # every run has a seed, printed, so any failure can be replayed
+    hypothesis_adapter.force_seed(options.seed)  # every run has a seed, printed, so any failure can be replayed
     settings.load_profile(options.profile)
     if options.require_sandbox and missing_layers():
         raise pytest.UsageError("--require-sandbox: missing " + "; ".join(

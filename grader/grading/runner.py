@@ -16,6 +16,7 @@ import pytest
 
 from grader import KIT_ROOT
 from grader.catalog import Exercise
+from grader.grading import hypothesis_adapter
 from grader.grading.options import Options
 from grader.grading.pytest_plugin import SESSION, OptionsCarrier
 from grader.grading.session import Session
@@ -81,7 +82,7 @@ def run(options: Options, exercises: Sequence[Exercise],
     collector = Collector(progress)
     args = [check_file(e) for e in exercises] + [
         "--rootdir", KIT_ROOT, "-c", os.path.join(KIT_ROOT, "pyproject.toml"),
-        "-p", "_hypothesis_pytestplugin", "-p", "no:cacheprovider", "-p", "no:terminal",
+        "-p", hypothesis_adapter.PYTEST_PLUGIN, "-p", "no:cacheprovider", "-p", "no:terminal",
         "-p", "no:unraisableexception", "--assert=plain", "--import-mode=importlib",
     ]  # the seed and the profile travel in `options` (see pytest_plugin.pytest_configure)
     with _quiet_stdout(options.details), _only_hypothesis_plugin():

@@ -2,6 +2,7 @@
 which input a check failed on and whether it was an explicit example or drawn, without reading Hypothesis's
 notes, whose wording changes between releases."""
 
+import hypothesis
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -116,3 +117,30 @@ def test_dev_check_refuses_a_check_file_that_uses_hypothesis_own_example(source,
     for problem in found:
         assert problem.endswith(": uses Hypothesis's own example: import example from grader.checks instead (the "
                                 "reports count only the kit's explicit examples)")
+
+
+def test_a_forced_seed_draws_the_same_inputs_and_another_seed_others():
+    """force_seed: the grading's seed decides every draw (so a failure can be replayed), on this Hypothesis."""
+    def draws_under(seed):
+        seen = []
+
+        @settings(max_examples=5, database=None, deadline=None, phases=[hypothesis.Phase.generate])
+        @given(st.integers(0, 10**9))
+        def check(value):
+            seen.append(value)
+
+        hypothesis_adapter.force_seed(seed)
+        try:
+            check()
+        finally:
+            hypothesis_adapter.force_seed(None)
+        return seen
+
+    assert draws_under(20261202) == draws_under(20261202)
+    assert draws_under(20261202) != draws_under(7)
+
+
+def test_the_pytest_plugin_named_is_hypothesis_own():
+    import importlib
+
+    assert hasattr(importlib.import_module(hypothesis_adapter.PYTEST_PLUGIN), "pytest_configure")

@@ -11,6 +11,10 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
+
+from tests.kit.harness import memory_box, memory_boxes
+
 
 def lay_out(root, bundle):
     """Unpack `bundle` into root/source and copy its run_autograder to root/, as Gradescope's image build does
@@ -27,16 +31,23 @@ def lay_out(root, bundle):
     return submission
 
 
-def run(root, python=sys.executable, timeout=900, env=None):
+def run(root, python=sys.executable, timeout=900, env=None, memory_mb=None):
     """Run root/run_autograder as Gradescope does (from root, by its own path), grading with `python` (standing
-    in for the venv setup.sh builds; None: that venv, root/venv); returns the CompletedProcess."""
+    in for the venv setup.sh builds; None: that venv, root/venv), in a box of `memory_mb` where given and a
+    memory cgroup can be made (under CI it must be); returns the CompletedProcess."""
     environment = dict(os.environ, HF_HUB_OFFLINE="1", GRADER_STATE=os.devnull, AUTOGRADER_ROOT=str(root))
     environment.pop("GRADER_PYTHON", None)
     if python is not None:
         environment["GRADER_PYTHON"] = str(python)
     environment.update(env or {})
-    return subprocess.run([os.path.join(root, "run_autograder")], cwd=root, capture_output=True, text=True,
-                          timeout=timeout, env=environment)
+    if memory_mb is not None and not memory_boxes() and os.environ.get("CI") == "true":
+        pytest.fail("no memory cgroup can be made here (root and a v1 memory hierarchy): CI grades in Gradescope's box")
+    if memory_mb is None or not memory_boxes():
+        return subprocess.run([os.path.join(root, "run_autograder")], cwd=root, capture_output=True, text=True,
+                              timeout=timeout, env=environment)
+    with memory_box(memory_mb) as enter:
+        return subprocess.run([os.path.join(root, "run_autograder")], cwd=root, capture_output=True, text=True,
+                              timeout=timeout, env=environment, preexec_fn=enter)
 
 
 def results(root):

@@ -1,11 +1,13 @@
 """Helpers for the kit's own tests: write submissions, grade them in one grader call, read the JSON."""
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import textwrap
 import threading
+import time
 
 import pytest
 
@@ -39,6 +41,34 @@ def mutate(exercise, *replacements):
         assert old in source, f"{old!r} is not in solutions/{exercise}.py"
         source = source.replace(old, new)
     return source
+
+
+MEMORY_CGROUP = "/sys/fs/cgroup/memory"
+
+
+def memory_boxes():
+    """Whether a test may put a process in a memory cgroup (v1) of its own: root, and the hierarchy mounted."""
+    return os.geteuid() == 0 and os.path.isdir(MEMORY_CGROUP)
+
+
+@contextlib.contextmanager
+def memory_box(limit_mb):
+    """A memory cgroup (v1) of `limit_mb`, as Gradescope's box is: yields the preexec_fn that puts a child in it."""
+    group = os.path.join(MEMORY_CGROUP, f"kit-test-{os.getpid()}-{limit_mb}-{threading.get_ident()}")
+    os.mkdir(group)
+    try:
+        for name in ("memory.limit_in_bytes", "memory.memsw.limit_in_bytes"):
+            with open(os.path.join(group, name), "w") as handle:
+                handle.write(str(limit_mb * 2**20))
+
+        def enter():
+            with open(os.path.join(group, "cgroup.procs"), "w") as handle:
+                handle.write(str(os.getpid()))
+
+        yield enter
+    finally:
+        time.sleep(0.5)
+        os.rmdir(group)
 
 
 def grader(*args, timeout=1800, env=None, cwd=KIT_ROOT, unset=(), fresh=False):

@@ -8,14 +8,13 @@ import shutil
 import subprocess
 import sys
 import threading
-import time
 import zipfile
 
 import pytest
 
 from grader import catalog
 from tests.kit import ahead, gradescope
-from tests.kit.harness import KIT_ROOT, SEED, grader, mutate, reference_source
+from tests.kit.harness import KIT_ROOT, SEED, grader, memory_box, memory_boxes, mutate, reference_source
 from tests.kit.stubs import stub_source
 
 pytestmark = pytest.mark.slow  # releases, bundles and batches built and graded end to end: minutes
@@ -145,7 +144,7 @@ def test_the_gradescope_bundle_grades_end_to_end(tmp_path, autograder_root):
         handle.write(reference_source("ex04_sharding"))
     with open(os.path.join(upload, "ex03_prepare_model.py"), "w") as handle:
         handle.write(stub_source("ex03_prepare_model"))
-    done = gradescope.run(autograder_root)
+    done = gradescope.run(autograder_root, memory_mb=768)  # Gradescope's default box
     assert done.returncode == 0
     results = gradescope.results(autograder_root)
     assert results["score"] == 15
@@ -245,30 +244,14 @@ def test_pip_install_not_editable_grades_from_the_kit_folder(tmp_path):
     shutil.rmtree(os.path.join(KIT_ROOT, "build"), ignore_errors=True)
 
 
-MEMORY_CGROUP = "/sys/fs/cgroup/memory"
-
-
 def _grade_in_a_box(limit_mb, *args):
     """`python -m grader ARGS` in a memory cgroup (v1) of `limit_mb`, as Gradescope's box is."""
-    group = os.path.join(MEMORY_CGROUP, f"kit-test-{os.getpid()}-{limit_mb}")
-    os.mkdir(group)
-    try:
-        for name in ("memory.limit_in_bytes", "memory.memsw.limit_in_bytes"):
-            with open(os.path.join(group, name), "w") as handle:
-                handle.write(str(limit_mb * 2**20))
-
-        def enter():
-            with open(os.path.join(group, "cgroup.procs"), "w") as handle:
-                handle.write(str(os.getpid()))
-
+    with memory_box(limit_mb) as enter:
         return subprocess.run([sys.executable, "-m", "grader", *args], cwd=KIT_ROOT, capture_output=True, text=True,
                               timeout=600, env=ENV, preexec_fn=enter)
-    finally:
-        time.sleep(0.5)
-        os.rmdir(group)
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or not os.path.isdir(MEMORY_CGROUP), reason="needs root and a v1 memory cgroup")
+@pytest.mark.skipif(not memory_boxes(), reason="needs root and a v1 memory cgroup")
 def test_memory_a_submission_hogs_in_a_small_box_is_its_own_failure(tmp_path):
     """3 GB asked for in a 1.2 GB box: the kernel kills the submission's worker, whose memory cgroup
     was far over its share of the box: its own failure ("crashed"), never "not graded" (which would
@@ -290,7 +273,7 @@ def test_memory_a_submission_hogs_in_a_small_box_is_its_own_failure(tmp_path):
     assert data["not_graded"] == [] and "failed" not in {c["status"] for c in checks}
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or not os.path.isdir(MEMORY_CGROUP), reason="needs root and a v1 memory cgroup")
+@pytest.mark.skipif(not memory_boxes(), reason="needs root and a v1 memory cgroup")
 def test_a_small_box_grades_across_fork_servers(tmp_path):
     """In Gradescope's 768 MB box the torch server is a fork of the grader, each server lighter than the
     exercise being graded is stopped, and ex03's groups of transformers ranks run one at a time (the

@@ -1179,7 +1179,7 @@ def test_in_the_gradescope_layout_the_seed_is_out_of_reach(tmp_path):
     done = grader("autograder", str(bundle), "--seed", seed, "--chapter", "1", timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     (gradescope.lay_out(root, bundle) / f"{EX}.py").write_text(HUNTS_THE_SEED)
-    done = gradescope.run(root)
+    done = gradescope.run(root, memory_mb=768)  # Gradescope's default box
     assert done.returncode == 0, done.stderr[-2000:]
     results = gradescope.results(root)
     outputs = [t["output"] for t in results["tests"] if t["name"].startswith("ex04") and "read " in t["output"]]

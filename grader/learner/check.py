@@ -13,7 +13,6 @@ import ast
 import atexit
 import html
 import os
-import re
 import shutil
 import sys
 import tempfile
@@ -220,10 +219,8 @@ def rows(result: TargetResult) -> list[CheckRow]:
     for exercise in result.exercises:
         share = exercise.max_score / len(exercise.checks) if exercise.checks else 0.0
         for check in exercise.checks:
-            message, hint, example = _parts(check.message) if check.failure is None else _failure_parts(check)
-            expected, received = _expected_and_received(message)
-            if check.failure is not None and (check.failure.expected or check.failure.received):
-                expected, received = check.failure.expected, check.failure.received
+            message, hint, example = _failure_parts(check)
+            expected, received = (check.failure.expected, check.failure.received) if check.failure else ("", "")
             earned = share if check.status is Status.PASSED and exercise.graded else 0.0
             found.append(CheckRow(exercise.id, check.check, check.device, check.status, round(earned, 2),
                                   round(share, 2), message, example, expected, received, hint))
@@ -232,40 +229,14 @@ def rows(result: TargetResult) -> list[CheckRow]:
 
 def _failure_parts(check: CheckResult) -> tuple[str, str, str]:
     """(message, hint, smallest failing input) as the grader recorded them apart (records.Failure): the
-    message without the lines pytest_plugin.failure_message added for the two."""
-    assert check.failure is not None
+    message without the lines pytest_plugin.failure_message added for the two; a result without a Failure
+    (a check that could not start) is its message alone. Nothing is read back from the message's text."""
+    if check.failure is None:
+        return check.message.strip(), "", ""
     message, hint, example = check.message, check.failure.hint, check.failure.example
     for line in ([HINT + hint] if hint else []) + ([SMALLEST + example] if example else []):
         message = message.replace("\n" + line, "", 1)
     return message.strip(), hint, example
-
-
-def _parts(text: str) -> tuple[str, str, str]:
-    """(message, hint, smallest failing input) read from a check's message (pytest_plugin.failure_message),
-    for a result that does not carry them apart."""
-    message, hint, example = [], "", ""
-    for line in text.splitlines():
-        if line.startswith(HINT) and not hint:
-            hint = line[len(HINT):]
-        elif line.startswith(SMALLEST) and not example:
-            example = line[len(SMALLEST):]
-        else:
-            message.append(line)
-    return "\n".join(message).strip(), hint, example
-
-
-EXPECTED_FIRST = re.compile(r"expected (.+?), got (.+?)\)?$", re.MULTILINE)
-RECEIVED_FIRST = re.compile(r"got (.+?), expected (.+?)\)?$", re.MULTILINE)
-
-
-def _expected_and_received(message: str) -> tuple[str, str]:
-    """(expected, received) where the message says both, for a check that failed without naming them apart
-    (`checks.fail(message)` alone: the kit's own checks' wording)."""
-    first = EXPECTED_FIRST.search(message)
-    second = RECEIVED_FIRST.search(message)
-    if first and (not second or first.start() <= second.start()):
-        return first.group(1), first.group(2)
-    return (second.group(2), second.group(1)) if second else ("", "")
 
 
 def _code(source: str | None, path: str | None) -> str:

@@ -15,7 +15,7 @@ import pytest
 
 from grader.grading.service import GradeRequest, Service
 from grader.learner import check as notebook
-from grader.records import CheckResult, ExerciseResult, Status, TargetResult
+from grader.records import CheckResult, ExerciseResult, Failure, Status, TargetResult
 from tests.kit.harness import KIT_ROOT, mutate, needs, reference_source
 
 EXERCISE = "ex04_sharding"
@@ -195,7 +195,8 @@ def statuses_of(report):
 def test_the_report_escapes_what_a_submission_wrote_and_names_expected_and_received():
     message = ("shard_batch(...): got rows <script>alert(1)</script>, expected rows [4, 5, 6]\n"
                "hint: use torch.tensor_split\nsmallest failing input: case={'rows': 10}")
-    checks = [CheckResult("notebook", EXERCISE, BATCH_CHECK, "cpu", Status.FAILED, message),
+    failure = Failure("case={'rows': 10}", "rows [4, 5, 6]", "rows <script>alert(1)</script>", "use torch.tensor_split")
+    checks = [CheckResult("notebook", EXERCISE, BATCH_CHECK, "cpu", Status.FAILED, message, failure=failure),
               CheckResult("notebook", EXERCISE, INDICES_CHECK, "cpu", Status.PASSED)]
     result = TargetResult("notebook", [ExerciseResult(EXERCISE, "Sharding", 1, 7.5, 15, Status.FAILED, checks)], 1.0)
     report = notebook.CheckReport(result, notebook.rows(result))

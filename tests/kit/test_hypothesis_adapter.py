@@ -12,7 +12,7 @@ from grader.dev import hypothesis_examples
 from grader.grading import hypothesis_adapter, visibility
 from grader.grading.pytest_plugin import PROFILE
 
-KIT = settings(max_examples=30, derandomize=True, **PROFILE)  # the kit's profile: no database, one bug
+KIT = settings(**dict(PROFILE, max_examples=30, derandomize=True))  # the kit's profile: no database, one bug
 
 
 def run(check, record, **fixtures):
@@ -144,3 +144,42 @@ def test_the_pytest_plugin_named_is_hypothesis_own():
     import importlib
 
     assert hasattr(importlib.import_module(hypothesis_adapter.PYTEST_PLUGIN), "pytest_configure")
+
+
+DRAWS = """
+import json
+from hypothesis import given, settings, strategies as st
+import grader.grading.pytest_plugin  # noqa: F401 - registers the kit's profiles
+from grader.grading import hypothesis_adapter
+
+settings.load_profile("fast")  # as pytest_plugin does, before any check file is imported
+seen = []
+
+@given(st.integers(0, 10**9))
+def check(value):
+    seen.append(value)
+
+hypothesis_adapter.force_seed(20261202)
+check()
+print(json.dumps(seen))
+"""
+
+
+def test_the_grading_seed_decides_the_draws_where_ci_is_set_too():
+    """Hypothesis derandomizes wherever CI is set (its own "ci" profile), which would ignore the grading's seed
+    (the same inputs for every student, a release's recorded inputs missed): the kit's profiles turn it off."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.kit.harness import KIT_ROOT
+
+    def draws(ci):
+        env = {k: v for k, v in os.environ.items() if k not in ("CI", "GITHUB_ACTIONS")}
+        env.update({"CI": "true"} if ci else {})
+        done = subprocess.run([sys.executable, "-c", DRAWS], cwd=KIT_ROOT, capture_output=True, text=True, env=env,
+                              timeout=120)
+        assert done.returncode == 0, done.stderr[-2000:]
+        return done.stdout
+
+    assert draws(ci=True) == draws(ci=False)

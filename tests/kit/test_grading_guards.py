@@ -202,7 +202,7 @@ def test_the_bundle_has_a_budget_and_keeps_its_seed_off_every_command_line(tmp_p
     wrapper = tmp_path / "recorder"
     wrapper.write_text(RECORDER.format(record=record, python=sys.executable, exercise=EX))
     wrapper.chmod(0o755)
-    gradescope.run(root, python=wrapper, timeout=600)
+    gradescope.run(root, python=wrapper, timeout=600, memory_mb=768)  # a wrong, forging submission in the box
     assert SEED not in (tmp_path / "python.argv").read_text() + (tmp_path / "python.env").read_text()
     assert os.stat(root / "source" / "kit" / ".grading-seed").st_mode & 0o777 == 0o600
     results = gradescope.results(root)

@@ -46,6 +46,23 @@ def force_seed(seed: int | None) -> None:
     core.global_force_seed = seed  # type: ignore[assignment]
 
 
+def draw_from_the_seed_alone() -> None:
+    """Make every draw depend on the seed alone. Hypothesis (6.131 and later) now and then draws a constant it
+    collected from the source of the "local" modules loaded in the process, and which are loaded differs:
+    between making a release and grading in it, between a batch and one exercise, between the grader's
+    commands. The same seed then drew other inputs, and a release asked its recordings for inputs they never
+    saw ("not graded"). No setting turns the collection off, so this gives it nothing to collect; the global
+    constants (0, -1, sys.maxsize...) stay. A Hypothesis without it needs nothing; one that renamed it is
+    named by tests/kit/test_hypothesis_adapter.py."""
+    try:
+        from hypothesis.internal.conjecture import providers
+        from hypothesis.internal.constants_ast import Constants
+    except ImportError:
+        return
+    if hasattr(providers, "_get_local_constants"):
+        providers._get_local_constants = Constants  # an empty set of constants, each call
+
+
 def example(**arguments: Any) -> Callable[[F], F]:
     """Hypothesis's `@example(**arguments)`, recorded on the check so the kit can count its explicit examples."""
     def decorate(check: F) -> F:

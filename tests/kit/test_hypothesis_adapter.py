@@ -183,3 +183,48 @@ def test_the_grading_seed_decides_the_draws_where_ci_is_set_too():
         return done.stdout
 
     assert draws(ci=True) == draws(ci=False)
+
+
+LOCAL_MODULE = "CONSTANTS = [" + ", ".join(str(7_000_000 + 7919 * i) for i in range(200)) + "]\n"
+DRAWS_AS_MODULES_LOAD = """
+import json, sys
+from hypothesis import given, settings, strategies as st
+import grader.grading.pytest_plugin  # noqa: F401 - the kit's profiles, and its generation
+from grader.grading import hypothesis_adapter
+
+settings.load_profile("fast")
+
+
+def draws():
+    seen = []
+
+    @settings(max_examples=400)
+    @given(st.integers(0, 10**9))
+    def check(value):
+        seen.append(value)
+
+    hypothesis_adapter.force_seed(20261202)
+    check()
+    return seen
+
+
+before = draws()
+sys.path.insert(0, sys.argv[1])
+import kit_local_module  # noqa: F401 - a local module full of constants, loaded between two runs
+print(json.dumps(before == draws()))
+"""
+
+
+def test_the_same_seed_draws_the_same_inputs_whatever_local_modules_are_loaded(tmp_path):
+    """Hypothesis also draws constants from the local modules a process has loaded; the kit's generation gives
+    it none, so a release's recording and its replay (other modules loaded) draw the same inputs."""
+    import subprocess
+    import sys
+
+    from tests.kit.harness import KIT_ROOT
+
+    (tmp_path / "kit_local_module.py").write_text(LOCAL_MODULE)
+    done = subprocess.run([sys.executable, "-c", DRAWS_AS_MODULES_LOAD, str(tmp_path)], cwd=KIT_ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "true"

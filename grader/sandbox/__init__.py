@@ -137,7 +137,7 @@ class Sandbox:
         self.memory_limit = memory_limit
         self.rundir = tempfile.mkdtemp(prefix="grader-")
         os.chmod(self.rundir, 0o711)  # submissions' users may pass through to their own folders
-        self.bounded_scratch = not namespaces.disabled("scratch") and _mountable(self.rundir)
+        self.bounded_scratch = _may_bound_scratch()
         self.logs = self._folder("logs", 0o700)
         self.shared = self._folder("shared", 0o755)  # what the reference builds for every target to read
         self.reference_scratch = self._folder("reference-scratch", 0o700)  # the reference's own work
@@ -226,7 +226,7 @@ class Sandbox:
         scratch_folder.empty(prepared.scratch)
         for reply in replies:
             reply.status = Status.FAILED
-            reply.message = (f"the code wrote more than {scratch_folder.LIMIT // 2**20} MB in its scratch folder "
+            reply.message = (f"the code wrote more than {SCRATCH_MB} MB in its scratch folder "
                              "(the limit of what a submission may write); it has been emptied")
 
     @staticmethod
@@ -324,7 +324,7 @@ class Sandbox:
             self.containers.made.remove(prepared.container)
         if prepared.bounded:
             scratch_folder.unmount(prepared.scratch)
-        _remove_tree(os.path.dirname(prepared.copy))
+        scratch_folder.remove_tree(os.path.dirname(prepared.copy))  # the copy is sealed read-only
 
     def close(self) -> None:
         self.pools.close()
@@ -334,7 +334,7 @@ class Sandbox:
         for prepared in self.prepared.values():
             if prepared.bounded:
                 scratch_folder.unmount(prepared.scratch)
-        _remove_tree(self.rundir)  # sealed copies too: a grader that is not root may not remove them otherwise
+        scratch_folder.remove_tree(self.rundir)  # sealed copies too (a grader not root)
 
 
 def _looks_stuck(replies: Sequence[Reply]) -> bool:
@@ -350,12 +350,7 @@ def layers(abi: int | None = None, switch_user: bool | None = None, container: s
            own_namespaces: bool | None = None, seccomp: bool | None = None,
            bounded_scratch: bool | None = None) -> list[Layer]:
     """The sandbox's layers on this machine, each active or not, as the report names them."""
-    if bounded_scratch is None:
-        probe = tempfile.mkdtemp(prefix="grader-")
-        try:
-            bounded_scratch = not namespaces.disabled("scratch") and _mountable(probe)
-        finally:
-            os.rmdir(probe)
+    bounded_scratch = _may_bound_scratch() if bounded_scratch is None else bounded_scratch
     abi = (0 if namespaces.disabled("landlock") else landlock.abi_version()) if abi is None else abi
     own_namespaces = namespaces.available() if own_namespaces is None else own_namespaces
     if switch_user is None:
@@ -418,11 +413,12 @@ def _copy_tree(source: str, destination: str, limit: int) -> None:
             shutil.copyfile(path, os.path.join(into, name), follow_symlinks=False)
 
 
-def _mountable(rundir: str) -> bool:
-    """Whether this grader may bound a scratch folder with a tmpfs of its own (tried once, on a folder
-    of its run; `scratch.mount_bounded`)."""
-    probe = os.path.join(rundir, "mount-probe")
-    os.mkdir(probe, 0o700)
+def _may_bound_scratch() -> bool:
+    """Whether this grader may bound a scratch folder with a tmpfs of its own (tried on a folder of its own;
+    `scratch.mount_bounded`), unless the scratch layer was left off."""
+    if namespaces.disabled("scratch"):
+        return False
+    probe = tempfile.mkdtemp(prefix="grader-mount-")
     try:
         if not scratch_folder.mount_bounded(probe, None, 2**20):
             return False
@@ -433,16 +429,6 @@ def _mountable(rundir: str) -> bool:
             os.rmdir(probe)
         except OSError:
             pass
-
-
-def _remove_tree(folder: str) -> None:
-    """Remove a target's folders, its sealed (read-only) copy included."""
-    for root, _, _ in os.walk(folder):
-        try:
-            os.chmod(root, 0o700)
-        except OSError:
-            pass
-    shutil.rmtree(folder, ignore_errors=True)
 
 
 def _seal(folder: str, uid: int | None) -> None:

@@ -49,14 +49,6 @@ def unmount(path: str) -> None:
         libc.umount2(os.fsencode(path), _MNT_DETACH)
 
 
-def mounted(path: str) -> bool:
-    """Whether `path` is a mount point (its own device), as a bounded scratch folder is."""
-    try:
-        return os.stat(path).st_dev != os.stat(os.path.dirname(path)).st_dev
-    except OSError:
-        return False
-
-
 def used(path: str, most: int = LIMIT) -> int:
     """Bytes the folder holds on disk, counting stops once past `most` (or past MOST_ENTRIES entries,
     which count as past `most`): a folder of a million tiny files cannot make the measure itself slow."""
@@ -82,17 +74,20 @@ def empty(path: str) -> None:
         return
     for name in names:
         child = os.path.join(path, name)
-        for root, folders, _ in os.walk(child):  # a folder the submission made read-only is still removed
-            for folder in folders:
-                try:
-                    os.chmod(os.path.join(root, folder), 0o700)
-                except OSError:
-                    pass
-        try:
-            if os.path.isdir(child) and not os.path.islink(child):
-                os.chmod(child, 0o700)
-                shutil.rmtree(child, ignore_errors=True)
-            else:
+        if os.path.isdir(child) and not os.path.islink(child):
+            remove_tree(child)
+        else:
+            try:
                 os.unlink(child)
+            except OSError:
+                pass
+
+
+def remove_tree(folder: str) -> None:
+    """Remove a folder whole, read-only ones inside it included (a sealed copy, or what a submission made so)."""
+    for root, _, _ in os.walk(folder):
+        try:
+            os.chmod(root, 0o700)
         except OSError:
             pass
+    shutil.rmtree(folder, ignore_errors=True)

@@ -31,15 +31,19 @@ MAX_SOURCE = 2**20  # its definitions: the module graded, which the grading proc
 MAX_STUB_BYTES = 64 * 2**10  # a .py file larger than this is not the stub as shipped (a few KB): never parsed here
 READ_MEMORY = 512 * 2**20  # the address space of the process that reads one notebook
 READ_SECONDS = 20
+OUT_OF_MEMORY = 3  # the reading process's exit status when its memory ran out outside `definitions`
 # The reading process: nothing but the kit's own parsing, its memory capped before it starts.
-_READER = """import json, resource, sys
+_READER = f"""import json, resource, sys
 try:
     resource.setrlimit(resource.RLIMIT_AS, (int(sys.argv[1]), int(sys.argv[1])))
 except (ValueError, OSError):  # where the platform refuses it (macOS), the time limit stands alone
     pass
 sys.path.insert(0, sys.argv[2])
-from grader.notebook.export import definitions
-print(json.dumps(definitions(sys.argv[3])))
+try:
+    from grader.notebook.export import definitions
+    print(json.dumps(definitions(sys.argv[3])))
+except MemoryError:
+    sys.exit({OUT_OF_MEMORY})
 """
 
 
@@ -125,7 +129,7 @@ def _read_apart(path: str) -> tuple[str, set[str], set[str]]:
     except ValueError:
         found = None
     if not isinstance(found, dict):
-        if done.returncode < 0 or b"MemoryError" in done.stderr:  # out of memory where it could not even say so
+        if done.returncode < 0 or done.returncode == OUT_OF_MEMORY:  # out of memory where it could not say so
             raise NotebookError(too_large)
         last = (done.stderr.decode(errors="replace").strip().splitlines() or ["no output"])[-1]
         raise NotebookError(f"could not be read: {last[:200]}")

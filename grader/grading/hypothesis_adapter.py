@@ -1,4 +1,7 @@
-"""All the kit takes from Hypothesis beyond `@given` and the strategies, on its documented API only.
+"""All the kit takes from Hypothesis beyond `@given` and the strategies, in one place: its documented API
+where there is one (`inner_test`, `DataObject.draw`, `example`), and two guarded internals where there is
+none (the forced seed, the constants drawn from local modules), each proven on the installed version by
+tests/kit/test_hypothesis_adapter.py.
 
 A report needs two facts about a failed check: the input it failed on, and whether that input was one
 of the check's explicit examples (written in its file, seen by every learner) or drawn with the seed.

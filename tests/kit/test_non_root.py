@@ -46,9 +46,11 @@ def kit():
     """A copy of the kit in a fresh folder nobody may read, removed afterwards."""
     reason = _unavailable()
     if reason:
-        if os.environ.get("CI") == "true":
-            pytest.fail(reason + ": CI builds that python (.ci/run)")
-        pytest.skip(reason)
+        # A python given that does not serve is a broken set-up (.ci/run builds one, and fails if it cannot); none
+        # given, as in a learner's fresh venv run as root, leaves these tests out, saying why.
+        if os.environ.get("KIT_NON_ROOT_PYTHON"):
+            pytest.fail(reason)
+        pytest.skip(reason + " (.ci/run builds one)")
     folder = tempfile.mkdtemp(prefix="kit-non-root-")
     os.chmod(folder, 0o755)
     ignored = shutil.ignore_patterns("__pycache__", "*.pyc", ".*")

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 from grader import KIT_ROOT, catalog
 from grader.grading.recordings import FOLDER, Recordings
-from grader.notebook.build import NOTEBOOK_EXTRA, write_notebooks
+from grader.notebook.build import NOTEBOOK_EXTRA, setup_source, write_notebooks
 from grader.usage import command_parser
 
 STUDENT_README = """# Efficient AI model training with PyTorch: exercises
@@ -39,6 +39,8 @@ exercise's lesson, its functions to write, and a check cell (`check("ex04")`) th
 your kernel has run. `pip install -e '.[notebook]'` once, then open a notebook from this folder
 (`jupyter lab`, VS Code). To hand in a notebook, upload the .ipynb as it is, or turn it into the
 exercise files: `python -m grader export notebooks/chapter1_data_preparation.ipynb --out exercises --force`.
+In Colab: upload this folder as a zip (Files, on the left), open a notebook, and run its first cell:
+it unzips and installs the kit (elsewhere, with the kit installed, that cell does nothing).
 
 A failing check says what went wrong: the input, what the reference produced and what your code
 produced, and a hint. This copy ships no reference solutions: the reference's results on the
@@ -57,6 +59,8 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--profile", choices=["fast", "thorough"], default="fast",
                         help="how many drawn inputs to record per check (default fast)")
     parser.add_argument("--seed", type=int, default=None, help="the release's seed (default: random)")
+    parser.add_argument("--kit-url", metavar="URL", help="where a learner without the kit (Colab) clones it from; "
+                                                         "the notebooks' first cell names it")
     args = parser.parse_args(argv)
     out = os.path.abspath(args.out)
     if os.path.exists(out):
@@ -66,7 +70,11 @@ def main(argv: Sequence[str]) -> int:
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
     if importlib.util.find_spec("nbformat") is None:
         parser.error(f"the release's notebooks need nbformat: {NOTEBOOK_EXTRA}")
-    copy_kit(out)
+    try:
+        setup_source(args.kit_url)
+    except ValueError as error:
+        parser.error(str(error))
+    copy_kit(out, args.kit_url)
     try:
         recordings = record(seed, f"{args.profile}-release")
         recordings.save(out, [e.id for e in catalog.EXERCISES])
@@ -83,7 +91,7 @@ def main(argv: Sequence[str]) -> int:
 GITIGNORE = "__pycache__/\n*.pyc\n*.egg-info/\n.hypothesis/\n.pytest_cache/\n.grader-state.json*\n"
 
 
-def copy_kit(out: str) -> None:
+def copy_kit(out: str, kit_url: str | None = None) -> None:
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".*")
     shutil.copytree(os.path.join(KIT_ROOT, "grader"), os.path.join(out, "grader"), ignore=ignore)
     shutil.rmtree(os.path.join(out, FOLDER), ignore_errors=True)
@@ -92,7 +100,7 @@ def copy_kit(out: str) -> None:
     for name in sorted(os.listdir(os.path.join(KIT_ROOT, "tests"))):
         if name.startswith("test_ex") and name.endswith(".py"):
             shutil.copyfile(os.path.join(KIT_ROOT, "tests", name), os.path.join(out, "tests", name))
-    write_notebooks(os.path.join(out, "notebooks"), [c for c in catalog.CHAPTERS if c.exercises])
+    write_notebooks(os.path.join(out, "notebooks"), [c for c in catalog.CHAPTERS if c.exercises], kit_url=kit_url)
     for name in ("pyproject.toml", "conftest.py"):
         shutil.copyfile(os.path.join(KIT_ROOT, name), os.path.join(out, name))
     with open(os.path.join(out, "README.md"), "w") as handle:

@@ -108,9 +108,53 @@ def _inline(line: str) -> str:
     return re.sub(r"``(.+?)``", r"`\1`", line)
 
 
-def chapter_cells(chapter: catalog.Chapter, code_from: str | None = None) -> list[Cell]:
-    """The cells of `chapter`'s notebook: the lessons from the stubs, the code from `code_from`
-    (a folder of exNN_*.py files; the stubs by default, the references in the kit's own tests)."""
+KIT_URL_PLACEHOLDER = "<the course's repository URL>"  # `notebooks --kit-url` and `release --kit-url` name it
+
+# The first code cell: where the kit is not installed (Colab opens a notebook alone), it installs the kit from a
+# folder of the course (the release, unzipped or cloned) beside the notebook or in Colab's /content. It is a `try`
+# statement, not a definition: the notebook's module (cells.module_source) never holds it, so it is never graded
+# or exported. Colab's kernel has IPython and torch already, and the notebook extra's JupyterLab would fight
+# Colab's own Jupyter: the kit alone is installed.
+SETUP = '''# Setup: where the kit is not installed (Colab, or this notebook opened on its own), install it from the
+# course's folder beside this notebook or in /content (the release's zip uploaded there, or a clone).
+# Where the kit is installed, this cell does nothing.
+try:
+    import grader
+except ImportError:
+    import glob, os, subprocess, sys, zipfile
+    home = "/content"  # Colab's files
+    for archive in sorted(glob.glob(home + "/*.zip")):  # a release uploaded, not yet unzipped
+        with zipfile.ZipFile(archive) as release:
+            if not os.path.exists(archive[:-4]) and any(n.endswith("grader/__init__.py") for n in release.namelist()):
+                release.extractall(archive[:-4])
+    kits = [os.path.abspath(folder) for folder in [".", "..", *sorted(glob.glob(home + "/*")),
+                                                   *sorted(glob.glob(home + "/*/*"))]
+            if os.path.isfile(os.path.join(folder, "grader", "__init__.py"))
+            and os.path.isfile(os.path.join(folder, "pyproject.toml"))]
+    if kits:
+        subprocess.check_call([sys.executable, "-m", "pip", "install", "-q", "-e", kits[0]])
+        sys.path.insert(0, kits[0])  # this kernel imports it now; a new kernel finds it installed
+        print("installed the kit from " + kits[0])
+    else:
+        print("The kit is not installed here: upload the course's release zip (Files, on the left) or run "
+              "!git clone {url} in a cell, then run this cell again.")'''
+
+
+KIT_URL = re.compile(r"[\w.:/@~+%=?&#-]+")  # what a --kit-url may hold: it is written into the cell's code
+
+
+def setup_source(kit_url: str | None = None) -> str:
+    """The first code cell's source: a no-op where the kit is installed; elsewhere it installs the kit from a
+    folder of the course it finds, or says in one line how to get one (`kit_url`: where to clone it from)."""
+    if kit_url is not None and not KIT_URL.fullmatch(kit_url):
+        raise ValueError(f"--kit-url {kit_url!r}: not a URL (letters, digits and _.:/@~+%=?&#- only)")
+    return SETUP.replace("{url}", kit_url or KIT_URL_PLACEHOLDER)
+
+
+def chapter_cells(chapter: catalog.Chapter, code_from: str | None = None, kit_url: str | None = None) -> list[Cell]:
+    """The cells of `chapter`'s notebook: the title, the setup cell (`setup_source`), then the lessons from
+    the stubs, the code from `code_from` (a folder of exNN_*.py files; the stubs by default, the references
+    in the kit's own tests)."""
     stubs = os.path.join(KIT_ROOT, "exercises")
     code_folder = code_from or stubs
     intro = (f"# Chapter {chapter.number}: {chapter.topic}\n\n{chapter.about.capitalize()}. "
@@ -119,7 +163,8 @@ def chapter_cells(chapter: catalog.Chapter, code_from: str | None = None) -> lis
              "`raise NotImplementedError`), run them, then run the exercise's check cell: it grades "
              "what this kernel has run. Rerun a code cell after you change it; the last definition "
              "counts. Hints: `python -m grader hint ex04` in a terminal.")
-    cells = [Cell("markdown", f"{chapter.name}-title", intro)]
+    cells = [Cell("markdown", f"{chapter.name}-title", intro),
+             Cell("code", f"{chapter.name}-setup", setup_source(kit_url))]
     for exercise in chapter.exercises:
         prefix = exercise.id[:4]
         with open(os.path.join(stubs, exercise.id + ".py")) as handle:
@@ -149,7 +194,7 @@ def check_source(exercise: catalog.Exercise) -> str:
     return f'from grader import check\n\ncheck("{exercise.id[:4]}")'
 
 
-def chapter_notebook(chapter: catalog.Chapter, code_from: str | None = None) -> Any:
+def chapter_notebook(chapter: catalog.Chapter, code_from: str | None = None, kit_url: str | None = None) -> Any:
     """`chapter`'s notebook as an nbformat NotebookNode (version 4.5: cells carry ids)."""
     try:
         import nbformat
@@ -157,7 +202,7 @@ def chapter_notebook(chapter: catalog.Chapter, code_from: str | None = None) -> 
     except ImportError:
         raise MissingNbformat(f"notebooks need nbformat: {NOTEBOOK_EXTRA}")
     cells = []
-    for cell in chapter_cells(chapter, code_from):
+    for cell in chapter_cells(chapter, code_from, kit_url):
         made = v4.new_markdown_cell(cell.source) if cell.kind == "markdown" else v4.new_code_cell(cell.source)
         made["id"] = cell.id
         cells.append(made)
@@ -170,15 +215,15 @@ def chapter_notebook(chapter: catalog.Chapter, code_from: str | None = None) -> 
     return notebook
 
 
-def notebook_text(chapter: catalog.Chapter, code_from: str | None = None) -> str:
+def notebook_text(chapter: catalog.Chapter, code_from: str | None = None, kit_url: str | None = None) -> str:
     """The .ipynb file's text: nbformat's own layout, ending in a newline."""
     import nbformat
 
-    return str(nbformat.writes(chapter_notebook(chapter, code_from))) + "\n"
+    return str(nbformat.writes(chapter_notebook(chapter, code_from, kit_url))) + "\n"
 
 
 def write_notebooks(out: str, chapters: Sequence[catalog.Chapter], force: bool = False,
-                    code_from: str | None = None) -> list[str]:
+                    code_from: str | None = None, kit_url: str | None = None) -> list[str]:
     """Write one notebook per chapter into `out`; returns their paths. An existing notebook is a
     learner's work: it is replaced only with `force`."""
     paths = [os.path.join(out, notebook_name(chapter)) for chapter in chapters]
@@ -186,7 +231,7 @@ def write_notebooks(out: str, chapters: Sequence[catalog.Chapter], force: bool =
         for path in paths:
             if os.path.exists(path):
                 raise FileExistsError(f"{path} exists (your work?); --force replaces it")
-    texts = [notebook_text(chapter, code_from) for chapter in chapters]
+    texts = [notebook_text(chapter, code_from, kit_url) for chapter in chapters]
     os.makedirs(out, exist_ok=True)
     for path, text in zip(paths, texts):
         with open(path, "w") as handle:
@@ -199,6 +244,8 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--out", default="notebooks", metavar="DIR", help="where to write them (default notebooks/)")
     parser.add_argument("--chapter", type=int, action="append", metavar="N", help="chapter N only; repeatable")
     parser.add_argument("--force", action="store_true", help="replace notebooks that exist already")
+    parser.add_argument("--kit-url", metavar="URL", help="where a learner without the kit (Colab) clones it from; "
+                                                         "the first cell names it")
     args = parser.parse_args(argv)
     chapters = []
     for number in args.chapter or [c.number for c in catalog.CHAPTERS]:
@@ -211,7 +258,11 @@ def main(argv: Sequence[str]) -> int:
     if os.path.exists(args.out) and not os.path.isdir(args.out):
         parser.error(f"--out {args.out}: not a folder")
     try:
-        paths = write_notebooks(args.out, chapters, args.force)
+        setup_source(args.kit_url)
+    except ValueError as error:
+        parser.error(str(error))
+    try:
+        paths = write_notebooks(args.out, chapters, args.force, kit_url=args.kit_url)
     except (MissingNbformat, FileExistsError) as error:
         parser.error(str(error))
     except OSError as error:

@@ -9,12 +9,16 @@ each check cell shows, as a learner would.
 import json
 import os
 import shutil
+import subprocess
+import sys
+import zipfile
 
 import pytest
 
 from grader import catalog
 from grader.homework.release import copy_kit
-from grader.notebook.build import chapter_notebook, notebook_name
+from grader.notebook.build import KIT_URL_PLACEHOLDER, chapter_notebook, notebook_name, setup_source
+from grader.notebook.cells import module_source
 from tests.kit import ahead
 from tests.kit.catches import ex19_quantize_blockwise as ex19_catches
 from tests.kit.harness import KIT_ROOT, SEED, grader, needs
@@ -81,6 +85,110 @@ def test_one_valid_notebook_per_chapter_with_a_check_cell_per_exercise(built):
         assert all(c.get("execution_count") is None and not c.get("outputs") for c in notebook.cells
                    if c.cell_type == "code")
     assert "wrote " in done.stdout
+
+
+def test_the_first_code_cell_is_the_setup_cell_and_a_url_is_named_only_as_a_url(built, tmp_path):
+    out, _ = built
+    for chapter in (c for c in catalog.CHAPTERS if c.exercises):
+        notebook = nbformat.read(str(out / notebook_name(chapter)), as_version=4)
+        first = next(c for c in notebook.cells if c.cell_type == "code")
+        assert first.id == f"{chapter.name}-setup" and first.source == setup_source() and notebook.cells[1] is first
+        assert KIT_URL_PLACEHOLDER in first.source
+    url = "https://git.example.org/course/kit.git"
+    named = grader("notebooks", "--out", str(tmp_path), "--chapter", "4", "--kit-url", url)
+    assert named.returncode == 0, named.stderr
+    cell = nbformat.read(str(tmp_path / notebook_name(CHAPTER)), as_version=4).cells[1]
+    assert f"!git clone {url} in a cell" in cell.source and KIT_URL_PLACEHOLDER not in cell.source
+    for bad in ('x" + __import__("os").system("id") + "', "a b"):
+        refused = grader("notebooks", "--out", str(tmp_path / "bad"), "--kit-url", bad)
+        assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+        assert "not a URL" in refused.stderr and not (tmp_path / "bad").exists()
+
+
+def test_the_setup_cell_is_never_the_learners_definitions():
+    """A `try` statement: check() and export drop it (test_export_writes_the_files... shows an export without it)."""
+    assert module_source([setup_source()]) == "" and module_source([setup_source("https://x.org/k.git")]) == ""
+
+
+def run_setup(monkeypatch, cwd, home, importable=False, source=None):
+    """Run the setup cell's source here as a kernel would: `grader` importable or not (None in sys.modules),
+    in `cwd`, with `home` for Colab's /content; pip's install intercepted. Returns (pip calls, what it printed)."""
+    source = source or setup_source()
+    assert source.count('home = "/content"') == 1
+    calls = []
+    monkeypatch.setattr(subprocess, "check_call", lambda command, **_: calls.append(command) or 0)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    if not importable:
+        monkeypatch.setitem(sys.modules, "grader", None)
+    monkeypatch.chdir(cwd)
+    printed = []
+    exec(compile(source.replace('home = "/content"', f"home = {str(home)!r}"), "<setup>", "exec"),
+         {"print": lambda *args: printed.append(" ".join(map(str, args)))})
+    return calls, printed
+
+
+def fake_kit(folder):
+    (folder / "grader").mkdir(parents=True)
+    (folder / "grader" / "__init__.py").write_text("")
+    (folder / "pyproject.toml").write_text("[project]\nname = 'kit'\n")
+    (folder / "notebooks").mkdir()
+    return folder
+
+
+def install(kit):
+    return [sys.executable, "-m", "pip", "install", "-q", "-e", str(kit)]
+
+
+def test_the_setup_cell_does_nothing_where_the_kit_is_installed(monkeypatch, tmp_path):
+    fake_kit(tmp_path / "content" / "course")
+    assert run_setup(monkeypatch, tmp_path, tmp_path / "content", importable=True) == ([], [])
+
+
+def test_the_setup_cell_installs_the_kit_beside_the_notebook_or_in_content(monkeypatch, tmp_path):
+    beside = fake_kit(tmp_path / "course")  # the release's notebooks/ opened in Jupyter, the kit not installed
+    (tmp_path / "content").mkdir()
+    calls, printed = run_setup(monkeypatch, beside / "notebooks", tmp_path / "content")
+    assert calls == [install(beside)] and printed == [f"installed the kit from {beside}"]
+    assert sys.path[0] == str(beside)
+    monkeypatch.undo()
+    cloned = fake_kit(tmp_path / "content" / "kit")  # !git clone in Colab: /content/kit
+    (tmp_path / "elsewhere").mkdir()
+    calls, printed = run_setup(monkeypatch, tmp_path / "elsewhere", tmp_path / "content")
+    assert calls == [install(cloned)] and printed == [f"installed the kit from {cloned}"]
+
+
+def test_the_setup_cell_unzips_an_uploaded_release_and_installs_it(monkeypatch, tmp_path):
+    content = tmp_path / "content"
+    content.mkdir()
+    with zipfile.ZipFile(content / "course.zip", "w") as archive:  # a release zipped with its folder
+        for name in ("course/grader/__init__.py", "course/pyproject.toml", "course/notebooks/chapter4.ipynb"):
+            archive.writestr(name, "")
+    with zipfile.ZipFile(content / "photos.zip", "w") as archive:  # not a release: left as it is
+        archive.writestr("a.txt", "")
+    calls, printed = run_setup(monkeypatch, content, content)
+    kit = content / "course" / "course"
+    assert calls == [install(kit)] and printed == [f"installed the kit from {kit}"]
+    assert not (content / "photos").exists()
+
+
+def test_the_setup_cell_without_a_kit_says_how_to_get_one_in_one_line(monkeypatch, tmp_path):
+    (tmp_path / "content").mkdir()
+    for source, url in ((None, KIT_URL_PLACEHOLDER), (setup_source("https://x.org/k.git"), "https://x.org/k.git")):
+        calls, printed = run_setup(monkeypatch, tmp_path, tmp_path / "content", source=source)
+        assert calls == [] and len(printed) == 1 and "\n" not in printed[0], printed
+        assert "release zip" in printed[0] and f"!git clone {url} in a cell" in printed[0]
+        monkeypatch.undo()
+
+
+def test_the_setup_cell_is_a_no_op_in_a_real_kernel_with_the_kit(tmp_path):
+    needs("nbclient", "the setup cell is not run in a kernel")
+    needs("ipykernel", "the setup cell is not run in a kernel")
+    notebook = chapter_notebook(CHAPTER)
+    notebook.cells = [notebook.cells[1]]
+    path = tmp_path / "setup.ipynb"
+    nbformat.write(notebook, str(path))
+    ran = run_in_kernel(path)
+    assert ran.cells[0].outputs == [], shown(ran.cells[0])
 
 
 def test_notebooks_are_the_same_bytes_each_time_and_never_overwrite_work(built, tmp_path):
@@ -312,6 +420,7 @@ def test_the_stubs_notebook_checks_not_started(stubs_run):
 @pytest.mark.slow
 def test_the_reference_filled_in_scores_full_in_the_kernel(reference_run):
     notebook = reference_run
+    assert shown(next(c for c in notebook.cells if c.id == f"{CHAPTER.name}-setup")) == ""  # the kit is here
     shows = check_cells(notebook)
     for exercise in CHAPTER.exercises:
         assert full_marks(shows[exercise.id[:4]], exercise), (exercise.id, shows[exercise.id[:4]])

@@ -28,6 +28,11 @@ KIT_ROOT = _kit_root()
 def __getattr__(name: str) -> object:
     """`from grader import check, check_all` (in a notebook) without importing anything until then."""
     if name in ("check", "check_all"):
+        from grader import preflight
+
+        problem = preflight.unsupported_system()
+        if problem:
+            raise preflight.UnsupportedSystem(problem)
         from grader.learner import check as notebook
 
         return getattr(notebook, name)

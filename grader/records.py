@@ -121,16 +121,29 @@ class Reply:
         return self.status is Status.OK
 
 
+class Absence(enum.Enum):
+    """Why a layer of the sandbox is not active on this machine: what a person can do about it differs."""
+
+    LEFT_OFF = "left off"  # by whoever runs the grader (GRADER_WITHOUT_LAYERS)
+    OTHER_SYSTEM = "not on this system"  # a layer of Linux's, on macOS
+    NOT_IN_KERNEL = "not in this kernel"  # too old, or built or booted without it
+    REFUSED = "refused here"  # the kernel has it, and refused it: a container's seccomp profile, a sysctl
+    NOT_ROOT = "needs root"
+    NOT_INSTALLED = "not installed"  # a library it needs (libseccomp)
+
+
 @dataclass(frozen=True)
 class Layer:
-    """One layer of the sandbox, as the report names it."""
+    """One layer of the sandbox, as the report names it; `why` it is missing, where it is."""
 
     name: str
     active: bool
     detail: str
+    why: Absence | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "active": self.active, "detail": self.detail}
+        return {"name": self.name, "active": self.active, "detail": self.detail,
+                "why": self.why.value if self.why else None}
 
 
 @dataclass(frozen=True)
@@ -275,6 +288,7 @@ class TargetResult:
     notes: list[str] = field(default_factory=list)  # which file was graded for which exercise
     problem: str = ""  # why nothing of the submission could be graded
     left_out: list[str] = field(default_factory=list)  # "ex04 test_...": hidden checks a student release does not run
+    kept_off: list[str] = field(default_factory=list)  # "ex05 test_...: not on mps (why)": a device cannot run it
 
     @property
     def score(self) -> float:
@@ -309,16 +323,18 @@ class TargetResult:
                 "execution_time": self.execution_time, "seed": self.seed, "profile": self.profile,
                 "not_graded": self.not_graded, "sandbox": [layer.as_dict() for layer in self.sandbox],
                 "review": [str(flag) for flag in self.review], "notes": list(self.notes), "problem": self.problem,
-                "left_out": list(self.left_out), "exercises": [e.as_dict() for e in self.exercises]}
+                "left_out": list(self.left_out), "kept_off": list(self.kept_off),
+                "exercises": [e.as_dict() for e in self.exercises]}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TargetResult:
         """A result read back from a report (a batch's parts graded by other processes)."""
         exercises = [ExerciseResult.from_dict(row, data["target"]) for row in data["exercises"]]
-        layers = [Layer(**layer) for layer in data["sandbox"]]
+        layers = [Layer(layer["name"], layer["active"], layer["detail"],
+                        Absence(layer["why"]) if layer.get("why") else None) for layer in data["sandbox"]]
         review = [ReviewFlag.parse(text) for text in data["review"]]
         return cls(data["target"], exercises, data["execution_time"], data["seed"], data["profile"], layers, review,
-                   data["notes"], data["problem"], list(data.get("left_out", [])))
+                   data["notes"], data["problem"], list(data.get("left_out", [])), list(data.get("kept_off", [])))
 
 
 # --- how a check ends, other than by passing ------------------------------------------------

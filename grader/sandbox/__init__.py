@@ -39,9 +39,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
-from grader.records import Layer, Reply, Status
+from grader.records import Absence, Layer, Reply, Status
 from grader.sandbox import confinement as confine
-from grader.sandbox import identity, landlock, memory, namespaces, syscall_filter
+from grader.sandbox import forkservers, host, identity, landlock, memory, namespaces, syscall_filter
 from grader.sandbox import scratch as scratch_folder
 from grader.sandbox.containers import Container, Containers, available_kind
 from grader.sandbox.containers import describe as describe_container
@@ -255,8 +255,9 @@ class Sandbox:
             own=(prepared.copy, prepared.scratch),
             container=prepared.container, uid=prepared.uid, landlock=self.abi >= 1,
             deny_tcp=request.world_size == 1, output_limit=OUTPUT_LIMIT,
-            memory_limit=None if request.device == "cuda" else self.memory_limit,
-            namespaces=self.namespaces, network="new" if self.namespaces else None, cuda=request.device == "cuda",
+            memory_limit=None if request.device != "cpu" else self.memory_limit,  # a GPU maps more than it holds
+            namespaces=self.namespaces, own_proc=namespaces.own_proc(), network="new" if self.namespaces else None,
+            cuda=request.device == "cuda",
             seccomp=self.seccomp)
         return WorkerSpec(scratch=prepared.scratch, stores=prepared.scratch, confinement=confinement,
                           copy=prepared.copy, origin=request.target.path, **common)
@@ -349,37 +350,90 @@ def _looks_stuck(replies: Sequence[Reply]) -> bool:
 def layers(abi: int | None = None, switch_user: bool | None = None, container: str | None = None,
            own_namespaces: bool | None = None, seccomp: bool | None = None,
            bounded_scratch: bool | None = None) -> list[Layer]:
-    """The sandbox's layers on this machine, each active or not, as the report names them."""
+    """The sandbox's layers on this machine, each active or not, and why not (`Absence`), as the report
+    names them."""
     bounded_scratch = _may_bound_scratch() if bounded_scratch is None else bounded_scratch
-    abi = (0 if namespaces.disabled("landlock") else landlock.abi_version()) if abi is None else abi
+    landlock_abi, landlock_why, landlock_words = landlock.probe()
+    if namespaces.disabled("landlock"):
+        landlock_abi, landlock_why, landlock_words = 0, Absence.LEFT_OFF, namespaces.DISABLE
+    abi = landlock_abi if abi is None else abi
     own_namespaces = namespaces.available() if own_namespaces is None else own_namespaces
     if switch_user is None:
         switch_user = identity.available() and not namespaces.disabled("user") \
             and (own_namespaces or identity.reachable_by_others(_interpreter_paths()))
     container = available_kind(switch_user) if container is None else container
-    seccomp = syscall_filter.available() and not namespaces.disabled("seccomp") if seccomp is None else seccomp
-    landlock_detail = (f"ABI {abi}: reads and writes allow-listed"
-                       + (", signals and abstract sockets scoped" if abi >= 6 else "; signals not scoped (ABI 6+)")
-                       if abi else "missing in this kernel: an audit hook guards Python-level file access")
+    seccomp_why = Absence.LEFT_OFF if namespaces.disabled("seccomp") else syscall_filter.absence()
+    seccomp = seccomp_why is None if seccomp is None else seccomp
+    hook = "an audit hook guards Python-level file access"
+    if abi:
+        landlock_detail = f"ABI {abi}: reads and writes allow-listed" + (
+            ", signals and abstract sockets scoped" if abi >= 6 else "; signals not scoped (ABI 6+)")
+    else:
+        landlock_detail = f"{(landlock_why or Absence.LEFT_OFF).value}: {landlock_words}; {hook}"
+    spawned = forkservers.spawns()
     return [
-        Layer("landlock", abi >= 6, landlock_detail),
-        Layer("user", switch_user, f"a uid of its own per submission ({identity.FIRST_UID}+), no capability"
-              if switch_user else "workers keep the grader's user (not root, or the interpreter is out of other "
-              "users' reach), with no capability"),
-        Layer("namespaces", own_namespaces, namespaces.describe(own_namespaces)),
+        Layer("landlock", abi >= 6, landlock_detail, None if abi >= 6 else landlock_why),
+        Layer("user", switch_user, *_user_layer(switch_user, own_namespaces)),
+        Layer("namespaces", own_namespaces, namespaces.describe(own_namespaces),
+              None if own_namespaces else namespaces.absence()),
         Layer("seccomp", seccomp, "no TIOCSTI, ptrace, process_vm_*, SysV IPC, file handles, keyrings, mounts or "
-              "new namespaces" if seccomp else "libseccomp or pyseccomp missing: no system call filter"),
-        Layer("container", container != "none", describe_container(container)),
+              "new namespaces" if seccomp else _seccomp_missing(seccomp_why), None if seccomp else seccomp_why),
+        Layer("container", container != "none", describe_container(container),
+              None if container != "none" else _container_absence()),
+        Layer("limits", host.LINUX, f"output {OUTPUT_LIMIT // 2**20} MB, no core dumps, address space "
+              f"{MEMORY_LIMIT // 2**30} GiB a CPU worker" + ("" if host.LINUX else f" (not enforced by {host.NAME})"),
+              None if host.LINUX else Absence.OTHER_SYSTEM),
         Layer("private copies", True, "the reference copied before any submission runs; each submission graded "
               "from a copy of its own with a scratch dir of its own"),
         Layer("scratch", bounded_scratch, f"each submission's scratch folder a tmpfs of {SCRATCH_MB} MB of its own, "
-              "emptied when its exercise ends" if bounded_scratch else f"measured after each call (mounts refused "
-              f"here): past {SCRATCH_MB} MB the call fails and the folder is emptied; the disk itself is shared"),
-        Layer("fork servers", AUTHENTICATED or ABSTRACT_ADDRESSES or switch_user,
+              "emptied when its exercise ends" if bounded_scratch else f"{_scratch_absence().value}: a mount of its "
+              f"own; measured after each call instead: past {SCRATCH_MB} MB the call fails and the folder is emptied; "
+              "the disk itself is shared", None if bounded_scratch else _scratch_absence()),
+        Layer("fork servers", spawned or AUTHENTICATED or ABSTRACT_ADDRESSES or switch_user,
+              "none: every worker is a fresh interpreter of its own, spawned by the grader" if spawned else
               ("they admit the grading process alone (its pid, as the kernel says, and a token of each server's); "
                if AUTHENTICATED else "") + ("abstract sockets out of a sandboxed worker's scope" if ABSTRACT_ADDRESSES
                                             else "sockets only the grader's user may open")),
     ]
+
+
+def _user_layer(switch_user: bool, own_namespaces: bool) -> tuple[str, Absence | None]:
+    if switch_user:
+        return f"a uid of its own per submission ({identity.FIRST_UID}+), no capability", None
+    if not host.LINUX:
+        return f"workers keep the grader's user (users of their own are Linux's; this is {host.NAME})", \
+            Absence.OTHER_SYSTEM
+    if namespaces.disabled("user"):
+        return f"left off ({namespaces.DISABLE}): workers keep the grader's user, with no capability", Absence.LEFT_OFF
+    if os.geteuid() != 0:
+        return "workers keep the grader's user, with no capability (another uid needs root)", Absence.NOT_ROOT
+    return ("workers keep the grader's user, with no capability: the interpreter is out of other users' reach "
+            f"and namespaces, which would bring it within reach, are {(namespaces.absence() or Absence.REFUSED).value}",
+            Absence.REFUSED)
+
+
+def _seccomp_missing(why: Absence | None) -> str:
+    if why is Absence.LEFT_OFF:
+        return f"left off ({namespaces.DISABLE}): no system call filter"
+    if why is Absence.OTHER_SYSTEM:
+        return f"a filter of Linux's; this is {host.NAME}: no system call filter"
+    return "not installed (libseccomp or pyseccomp): no system call filter"
+
+
+def _container_absence() -> Absence:
+    if namespaces.disabled("container"):
+        return Absence.LEFT_OFF
+    if not host.LINUX:
+        return Absence.OTHER_SYSTEM
+    return Absence.NOT_ROOT if os.geteuid() != 0 else Absence.REFUSED
+
+
+def _scratch_absence() -> Absence:
+    if namespaces.disabled("scratch"):
+        return Absence.LEFT_OFF
+    if not host.LINUX:
+        return Absence.OTHER_SYSTEM
+    return Absence.NOT_ROOT if os.geteuid() != 0 else Absence.REFUSED
 
 
 def missing(required: tuple[str, ...] = REQUIRED) -> list[Layer]:

@@ -18,7 +18,7 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from grader.sandbox import identity, landlock, namespaces, syscall_filter
+from grader.sandbox import host, identity, landlock, namespaces, syscall_filter
 
 if TYPE_CHECKING:
     from grader.sandbox.containers import Container
@@ -58,6 +58,7 @@ class Confinement:
     output_limit: int
     memory_limit: int | None
     namespaces: bool = False  # mount, IPC and network namespaces of its own (see `namespaces`)
+    own_proc: bool = True  # in them, a /proc of its own (root's workers, where that mount is allowed)
     network: str | int | None = None  # "new", or the pid of rank 0 whose network to join
     cuda: bool = False  # the GPU's device nodes (and the host's /dev, which CUDA needs beside them)
     seccomp: bool = False
@@ -68,11 +69,12 @@ def apply(confinement: Confinement) -> None:
     confinement.container.enter()
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     resource.setrlimit(resource.RLIMIT_FSIZE, (confinement.output_limit, confinement.output_limit))
-    if confinement.memory_limit:
+    if confinement.memory_limit and host.LINUX:  # macOS accepts RLIMIT_AS and does not enforce it
         resource.setrlimit(resource.RLIMIT_AS, (confinement.memory_limit, confinement.memory_limit))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     if confinement.namespaces:
-        namespaces.enter(confinement.read, private_dev=not confinement.cuda, network=confinement.network)
+        namespaces.enter(confinement.read, private_dev=not confinement.cuda, network=confinement.network,
+                         own_proc=confinement.own_proc)
     identity.drop_privileges(confinement.uid)
     if confinement.landlock:
         landlock.restrict(read=confinement.read + SYSTEM_READ + ETC_READ, write=(confinement.scratch, "/dev/shm"),

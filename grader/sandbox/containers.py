@@ -23,7 +23,7 @@ import time
 import uuid
 from collections.abc import Sequence
 
-from grader.sandbox import memory
+from grader.sandbox import host, memory
 
 PROCESS_LIMIT = 256  # tasks (threads count) of one submission at once
 CGROUP_PIDS = "/sys/fs/cgroup/pids"
@@ -170,6 +170,10 @@ class UidContainer(Container):
 
 def available_kind(can_switch_user: bool) -> str:
     """The strongest kind of container this machine allows."""
+    from grader.sandbox.namespaces import disabled
+
+    if disabled("container") or not host.LINUX:
+        return "none"
     procs = os.path.join(CGROUP_PIDS, "cgroup.procs")
     if os.geteuid() == 0 and os.access(CGROUP_PIDS, os.W_OK) and os.path.exists(procs):
         return "cgroup"
@@ -225,7 +229,7 @@ def describe(kind: str) -> str:
     memory_too = ", a memory cgroup of its own" if kind == "cgroup" and _own_memory_cgroup() else ""
     return {"cgroup": f"a pids cgroup per submission (at most {PROCESS_LIMIT} tasks){memory_too}, killed as one",
                 "uid": f"a uid per submission (RLIMIT_NPROC {PROCESS_LIMIT}), all its processes killed",
-                "none": "no cgroup and no spare uid (not root): descendants reaped as the subreaper"}[kind]
+                "none": "no cgroup, no uid of its own: the grader kills its descendants (as subreaper on Linux)"}[kind]
 
 
 def _own_memory_cgroup() -> str | None:

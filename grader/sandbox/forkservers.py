@@ -32,7 +32,7 @@ from multiprocessing import context as mp_context
 from typing import Any
 
 from grader import catalog
-from grader.sandbox import landlock, memory
+from grader.sandbox import host, landlock, memory
 
 # What a kind's fork server runs once its imports (the catalog's `[[preload]]`) are done.
 SETTLE = {"torch": "grader.sandbox.preload", "optim": "grader.sandbox.preload_optim",
@@ -43,7 +43,7 @@ def preload_modules(kind: str) -> list[str]:
     """What a kind's fork server imports, in order: each kind's of its chain (see catalog.preload_chain) and
     then that kind's settling module. A chained server has its base's already and imports only its own."""
     return [name for preload in catalog.preload_chain(kind) for name in (*preload.imports, SETTLE[preload.kind])]
-ABSTRACT_ADDRESSES = sys.platform == "linux" and landlock.abi_version() >= 6
+ABSTRACT_ADDRESSES = host.LINUX and landlock.abi_version() >= 6
 
 
 def _address() -> str:
@@ -58,7 +58,7 @@ forkserver.connection = types.SimpleNamespace(  # type: ignore[attr-defined]
     arbitrary_address=lambda family: _address())
 
 TOKEN_BYTES = 32
-AUTHENTICATED = sys.platform == "linux" and sys.version_info < (3, 14)  # 3.14's authenticate their clients
+AUTHENTICATED = host.LINUX and sys.version_info < (3, 14)  # 3.14's authenticate their clients
 _tokens: dict[str, bytearray] = {}  # in the grader: each server's address -> the token it expects
 _admits: tuple[int, bytearray] | None = None  # in a server: the grader's pid and this server's token
 
@@ -184,6 +184,43 @@ class Server:
                 pass
 
 
+class SpawningServer(Server):
+    """Where there are no fork servers (macOS, or left off): every worker a fresh interpreter of its own
+    that imports its kind's preload itself, slower to start and sharing nothing with the grader."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self.base = None
+        self.retired = False
+
+    def start(self) -> None:
+        pass
+
+    def Process(self, **kwargs: Any) -> multiprocessing.process.BaseProcess:  # type: ignore[override]
+        target, args = kwargs.pop("target"), kwargs.pop("args", ())
+        return multiprocessing.get_context("spawn").Process(
+            target=_run_spawned, args=(preload_modules(self.kind), target, args), **kwargs)
+
+    def kill(self) -> None:
+        pass
+
+
+def spawns() -> bool:
+    """Whether workers are spawned rather than forked from fork servers: away from Linux (macOS's
+    frameworks do not survive a fork), or where the fork servers were left off."""
+    from grader.sandbox.namespaces import disabled
+
+    return not host.LINUX or disabled("forkservers")
+
+
+def _run_spawned(modules: Sequence[str], target: Any, args: Sequence[Any]) -> None:
+    import importlib
+
+    for name in modules:
+        importlib.import_module(name)
+    target(*args)
+
+
 class ServerStuck(Exception):
     pass
 
@@ -207,7 +244,7 @@ class GraderFork:
         their clients), with no other thread, and with its own standard streams (under pytest's capture
         or another redirection, objects made at import, such as a library's logging handler, would
         write to descriptors the fork closes)."""
-        return (sys.version_info < (3, 14) and sys.platform == "linux" and threading.active_count() == 1
+        return (sys.version_info < (3, 14) and host.LINUX and threading.active_count() == 1
                 and sys.stdout is sys.__stdout__ and sys.stderr is sys.__stderr__)
 
     def Process(self, **kwargs: Any) -> multiprocessing.process.BaseProcess:
@@ -368,7 +405,7 @@ def depth(kind: str) -> int:
 
 def server(kind: str) -> Server:
     if kind not in _servers:
-        _servers[kind] = Server(kind)
+        _servers[kind] = SpawningServer(kind) if spawns() else Server(kind)
     return _servers[kind]
 
 
@@ -422,12 +459,7 @@ def adopt_orphans() -> None:
     A submission's process that outlives its worker (even in a new session) is re-parented
     here instead of to init, and `kill_descendants` ends it before any report is written.
     """
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(36, 1)  # PR_SET_CHILD_SUBREAPER
-    except (OSError, AttributeError):
-        pass
+    host.try_prctl(36, 1)  # PR_SET_CHILD_SUBREAPER (Linux's; elsewhere orphans go to launchd)
 
 
 def kill_descendants() -> None:

@@ -8,8 +8,12 @@ The PyPI `landlock` package predates ABI 6 (no scoping), hence these ~80 lines.
 """
 
 import ctypes
+import errno
 import os
 from collections.abc import Iterable
+
+from grader.records import Absence
+from grader.sandbox import host
 
 _CREATE_RULESET, _ADD_RULE, _RESTRICT_SELF = 444, 445, 446  # the same on every architecture
 _VERSION_FLAG = 1  # LANDLOCK_CREATE_RULESET_VERSION
@@ -43,24 +47,44 @@ class _PathBeneath(ctypes.Structure):
     _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
 
 
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.syscall.restype = ctypes.c_long
-
-
 def _call(number: int, *args: object) -> int:
-    result = _libc.syscall(number, *args)
-    if result < 0:
-        error = ctypes.get_errno()
-        raise LandlockError(error, os.strerror(error))
-    return result
+    try:
+        return host.syscall(number, *args)
+    except host.Unsupported:
+        raise
+    except OSError as error:
+        raise LandlockError(error.errno, error.strerror) from None
 
 
 def abi_version() -> int:
     """The kernel's Landlock ABI (0 where Landlock is missing or disabled)."""
+    return probe()[0]
+
+
+def probe() -> tuple[int, Absence | None, str]:
+    """(ABI, why there is none, in words): asked of the kernel, then of its list of security modules
+    (`/sys/kernel/security/lsm`), which tells a kernel without Landlock from one that refused the call."""
     try:
-        return _call(_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(_VERSION_FLAG))
-    except (LandlockError, AttributeError):
-        return 0
+        return _call(_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(_VERSION_FLAG)), None, ""
+    except host.Unsupported:
+        return 0, Absence.OTHER_SYSTEM, f"Landlock is Linux's (5.13+); this is {host.NAME}"
+    except LandlockError as error:
+        code = error.errno or 0
+    modules = _security_modules()
+    if code == errno.EOPNOTSUPP or (modules is not None and "landlock" not in modules):
+        return 0, Absence.NOT_IN_KERNEL, "this kernel was built or booted without it (lsm=)"
+    if code == errno.ENOSYS and modules is None:
+        return 0, Absence.NOT_IN_KERNEL, f"this kernel ({os.uname().release}) does not have it (5.13+)"
+    return 0, Absence.REFUSED, (f"the kernel refused its call ({errno.errorcode.get(code, code)}), as a container's "
+                                "seccomp profile that predates Landlock does")
+
+
+def _security_modules() -> list[str] | None:
+    try:
+        with open("/sys/kernel/security/lsm") as handle:
+            return handle.read().strip().split(",")
+    except OSError:
+        return None
 
 
 def _handled_fs(abi: int) -> int:
@@ -94,8 +118,10 @@ def restrict(read: Iterable[str] = (), write: Iterable[str] = (), devices: Itera
         grants += [(path, READ | WRITE_FILE | TRUNCATE) for path in write_files]
         for path, rights in grants:
             _allow(ruleset, path, rights & handled)
-        if _libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
-            raise LandlockError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
+        try:
+            host.prctl(_PR_SET_NO_NEW_PRIVS, 1)
+        except OSError as error:
+            raise LandlockError(error.errno, f"prctl(PR_SET_NO_NEW_PRIVS) failed: {error.strerror}") from None
         _call(_RESTRICT_SELF, ctypes.c_int(ruleset), ctypes.c_uint32(0))
     finally:
         os.close(ruleset)

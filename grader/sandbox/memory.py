@@ -64,7 +64,10 @@ def memory_limit() -> int | None:
         with open("/proc/meminfo") as handle:
             limits.append(int(next(line for line in handle if line.startswith("MemTotal:")).split()[1]) * 1024)
     except (OSError, StopIteration, ValueError):
-        pass
+        try:  # no /proc/meminfo (macOS): the machine's memory as its C library tells it
+            limits.append(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+        except (OSError, ValueError):
+            pass
     try:
         with open("/proc/self/cgroup") as handle:
             entries = [line.strip().split(":", 2) for line in handle]
@@ -109,12 +112,9 @@ def oom_kills() -> int | None:
 def name_process(name: str) -> None:
     """Name this process (in ps, and /proc/<pid>/comm: 15 characters) so a measurement can tell the
     grader's processes apart: fork servers "fs <kind>", workers "ref <kind>" and "sub <kind>"."""
-    try:
-        import ctypes
+    from grader.sandbox import host
 
-        ctypes.CDLL(None).prctl(15, name.encode()[:15], 0, 0, 0)  # PR_SET_NAME
-    except (OSError, AttributeError):
-        pass
+    host.try_prctl(15, name.encode()[:15])  # PR_SET_NAME
 
 
 def prefer_killing_me() -> None:

@@ -30,6 +30,7 @@ Where the kernel or a container refuses them (Docker's default seccomp profile r
 """
 
 import ctypes
+import errno
 import fcntl
 import os
 import socket
@@ -38,6 +39,9 @@ import struct
 import time
 from collections.abc import Iterable
 from typing import NoReturn
+
+from grader.records import Absence
+from grader.sandbox import host
 
 NEWNS, NEWIPC, NEWUSER, NEWNET = 0x00020000, 0x08000000, 0x10000000, 0x40000000
 _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 2, 4, 8
@@ -50,13 +54,16 @@ DEVICES = tuple(DEVICE_NUMBERS)
 SHM_BYTES = 512 * 2**20  # its own /dev/shm (DataLoader workers share tensors there)
 DISABLE = "GRADER_WITHOUT_LAYERS"  # comma-separated layers to leave off, to prove what each one stops
 
-_libc = ctypes.CDLL(None, use_errno=True)
 _available: bool | None = None
-_refusal = ""  # why this machine refused them, as the probe saw it
+_refusal: "NamespaceError | None" = None  # why this machine refused them, as the probe saw it
+_own_proc = True  # a root worker mounts a /proc of its own (False where that mount alone is refused)
+_proc_refusal = ""  # why, there
 
 
 class NamespaceError(OSError):
-    pass
+    def __init__(self, code: int, text: str, step: str = "") -> None:
+        super().__init__(code, text)
+        self.step = step  # the call refused: "unshare", "mount /proc", ...
 
 
 def disabled(layer: str) -> bool:
@@ -68,55 +75,108 @@ def disabled(layer: str) -> bool:
 def available() -> bool:
     """Whether this machine lets a worker make namespaces of its own (tried once, in a child): as
     root, or through a user namespace of its own."""
-    global _available
+    global _available, _refusal, _own_proc, _proc_refusal
     if _available is None:
-        _available = not disabled("namespaces") and _try_in_child()
+        _available = False
+        if host.LINUX and not disabled("namespaces"):
+            _refusal = _try_in_child(own_proc=True)
+            if _refusal is not None and _refusal.step == "mount /proc":  # gVisor (Colab) refuses that mount alone
+                _own_proc, _proc_refusal = False, str(_refusal.strerror)
+                _refusal = _try_in_child(own_proc=False)
+            _available = _refusal is None
     return _available
+
+
+def own_proc() -> bool:
+    """Whether a root worker's namespaces include a /proc of its own (see `available`)."""
+    return available() and _own_proc and os.geteuid() == 0
+
+
+def absence() -> Absence | None:
+    """Why workers have no namespaces of their own here (None where they have them)."""
+    if available():
+        return None
+    if disabled("namespaces"):
+        return Absence.LEFT_OFF
+    if not host.LINUX:
+        return Absence.OTHER_SYSTEM
+    if _refusal is not None and _refusal.errno in (errno.ENOSYS, errno.EINVAL):
+        return Absence.NOT_IN_KERNEL
+    return Absence.REFUSED
 
 
 def describe(active: bool) -> str:
     """What a worker has of its own here, or what it lacks and why (the report's words)."""
     available()  # tried, so that a refusal's reason is known
-    if active and os.geteuid() == 0:
+    if active and own_proc():
         return ("mount, IPC and network of its own: its own processes in /proc, no terminal in /dev, its own "
                 "/dev/shm, loopback alone per process group")
+    if active and os.geteuid() == 0:
+        return ("mount, IPC and network of its own: no terminal in /dev, its own /dev/shm, loopback alone per "
+                f"process group; /proc is the host's (mounting one was refused here: {_proc_refusal})")
     if active:
         return ("user, mount, IPC and network of its own (unprivileged): no terminal in /dev, its own /dev/shm "
                 "and IPC, loopback alone per process group; /proc is the host's (a fresh one needs a PID "
-                "namespace), Landlock and seccomp guard it")
-    if disabled("namespaces") or _available:
-        why = f"left off ({DISABLE})"
+                "namespace)")
+    why = absence()
+    if why is Absence.LEFT_OFF:
+        text = f"left off ({DISABLE})"
+    elif why is Absence.OTHER_SYSTEM:
+        text = f"Linux's; this is {host.NAME}"
     elif os.geteuid() == 0:
-        why = f"refused here ({_refusal}; a container's seccomp profile, as Docker's, refuses unshare)"
+        text = (f"{why.value if why else 'refused here'}: {_refused()}, as a container's seccomp profile (Docker's) "
+                "does")
     else:
-        why = (f"refused here ({_refusal}): the grader is not root and this kernel gives it no user namespace "
-               "(kernel.unprivileged_userns_clone, user.max_user_namespaces or an AppArmor restriction)")
-    return why + ": /proc, /dev, /dev/shm, System V IPC and loopback are the host's, Landlock and seccomp guard them"
+        text = f"{why.value if why else 'refused here'} to a grader not root: {_refused()}; {_unprivileged_setting()}"
+    return text + "; /proc, /dev, /dev/shm, System V IPC and loopback are the host's"
 
 
-def _try_in_child() -> bool:
+def _refused() -> str:
+    return str(_refusal.strerror) if _refusal is not None else "not tried"
+
+
+def _unprivileged_setting() -> str:
+    """Which of the kernel's settings keeps a user that is not root from a user namespace, where one says so."""
+    for name, refusing in (("kernel.unprivileged_userns_clone", "0"), ("user.max_user_namespaces", "0"),
+                           ("kernel.apparmor_restrict_unprivileged_userns", "1")):
+        try:
+            with open("/proc/sys/" + name.replace(".", "/")) as handle:
+                if handle.read().strip() == refusing:
+                    return f"{name} is {refusing}"
+        except OSError:
+            continue
+    return "a user namespace was tried and refused (a container's seccomp profile, or a kernel setting)"
+
+
+def _try_in_child(own_proc: bool) -> NamespaceError | None:
     """Enter them in a forked child, as a worker would; its error, if any, comes back on a pipe."""
-    global _refusal
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:
         code = 1
         try:
             os.close(read)
-            enter((), network="new")
+            enter((), network="new", own_proc=own_proc)
             code = 0
         except BaseException as error:  # noqa: BLE001 - any failure means: not here
-            text = error.strerror if isinstance(error, NamespaceError) else f"{type(error).__name__}: {error}"
-            os.write(write, str(text).encode()[:500])
+            if isinstance(error, NamespaceError):
+                told = f"{error.errno}\0{error.step}\0{error.strerror}"
+            else:
+                told = f"0\0\0{type(error).__name__}: {error}"
+            os.write(write, told.encode()[:500])
         os._exit(code)
     os.close(write)
     with os.fdopen(read, "rb") as handle:
-        _refusal = handle.read().decode(errors="replace")
+        told = handle.read().decode(errors="replace")
     _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status) == 0
+    if os.waitstatus_to_exitcode(status) == 0:
+        return None
+    number, step, text = (told.split("\0", 2) + ["", "", ""])[:3]
+    return NamespaceError(int(number) if number.isdigit() else 0, text or "the probe died", step)
 
 
-def enter(readable: Iterable[str], private_dev: bool = True, network: str | int | None = None) -> None:
+def enter(readable: Iterable[str], private_dev: bool = True, network: str | int | None = None,
+          own_proc: bool = True) -> None:
     """Move this process into namespaces of its own (through a user namespace when it is not root);
     `network`: "new" for a network of its own, a pid to join that process's network (and, unprivileged,
     its user namespace), None to keep the current one."""
@@ -142,7 +202,7 @@ def enter(readable: Iterable[str], private_dev: bool = True, network: str | int 
     if private_dev:
         _private_dev(bind=unprivileged)
     _mount("tmpfs", "/dev/shm", "tmpfs", _MS_NOSUID | _MS_NODEV, f"mode=1777,size={SHM_BYTES}")
-    if not unprivileged:  # a proc of its own needs a PID namespace of its own (see above)
+    if not unprivileged and own_proc:  # a proc of its own needs a PID namespace of its own (see above)
         _mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, "hidepid=invisible")
 
 
@@ -176,8 +236,15 @@ def _rank_zero(pid: int, unprivileged: bool, timeout: float = 30.0) -> dict[str,
     return found
 
 
+def _libc() -> ctypes.CDLL:
+    library = host.libc()
+    if library is None:
+        raise NamespaceError(errno.ENOSYS, "no C library", "libc")
+    return library
+
+
 def _setns(fd: int, kind: int) -> None:
-    if _libc.setns(fd, kind) != 0:
+    if _libc().setns(fd, kind) != 0:
         _raise("setns")
 
 
@@ -262,12 +329,12 @@ def _private_dev(bind: bool = False) -> None:
 
 
 def _unshare(flags: int) -> None:
-    if _libc.unshare(flags) != 0:
+    if _libc().unshare(flags) != 0:
         _raise("unshare")
 
 
 def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
-    if _libc.mount(_bytes(source), _bytes(target), _bytes(fstype), ctypes.c_ulong(flags), _bytes(data)) != 0:
+    if _libc().mount(_bytes(source), _bytes(target), _bytes(fstype), ctypes.c_ulong(flags), _bytes(data)) != 0:
         _raise(f"mount {target}")
 
 
@@ -277,4 +344,4 @@ def _bytes(text: str | None) -> bytes | None:
 
 def _raise(what: str) -> NoReturn:
     error = ctypes.get_errno()
-    raise NamespaceError(error, f"{what}: {os.strerror(error)}")
+    raise NamespaceError(error, f"{what}: {os.strerror(error)}", what)

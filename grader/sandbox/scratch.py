@@ -15,7 +15,8 @@ import ctypes
 import os
 import shutil
 import stat
-import sys
+
+from grader.sandbox import host
 
 LIMIT = 256 * 2**20  # bytes of one submission's scratch folder: its checkpoints, caches and rendezvous files
 MOST_ENTRIES = 100_000  # a folder with more files than this is past its limit, whatever their size
@@ -24,12 +25,7 @@ _MNT_DETACH = 2
 
 
 def _libc() -> ctypes.CDLL | None:
-    if sys.platform != "linux":
-        return None
-    try:
-        return ctypes.CDLL(None, use_errno=True)
-    except OSError:
-        return None
+    return host.libc() if host.LINUX else None  # a tmpfs of its own is Linux's
 
 
 def mount_bounded(path: str, uid: int | None, limit: int = LIMIT) -> bool:

@@ -17,6 +17,9 @@ Built with libseccomp through `pyseccomp`; where either is missing the layer is 
 
 import errno
 
+from grader.records import Absence
+from grader.sandbox import host
+
 try:  # loaded here, in the fork servers, before any worker confines itself: pyseccomp looks for
     import pyseccomp as _seccomp  # libseccomp with ldconfig, which a confined worker need not be able to run
 except Exception:  # noqa: BLE001 - no module, no libseccomp
@@ -46,11 +49,18 @@ OTHER_PROCESSES = (("prlimit64", 0), ("setpriority", 1), ("ioprio_set", 1), ("sc
 
 
 def available() -> bool:
+    return absence() is None
+
+
+def absence() -> Absence | None:
+    """Why there is no filter here: Linux's alone; pyseccomp or libseccomp missing (None where there is one)."""
+    if not host.LINUX:
+        return Absence.OTHER_SYSTEM
     try:
         _seccomp.SyscallFilter(_seccomp.ALLOW)
     except Exception:  # noqa: BLE001 - no module, no libseccomp, an unknown architecture
-        return False
-    return True
+        return Absence.NOT_INSTALLED
+    return None
 
 
 def install() -> None:

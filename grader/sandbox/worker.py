@@ -27,7 +27,7 @@ from importlib.util import module_from_spec, spec_from_file_location
 from typing import TYPE_CHECKING, Any
 
 from grader.sandbox import confinement as confine
-from grader.sandbox import memory
+from grader.sandbox import host, memory
 from grader.sandbox.wire import InvalidResult, encode, validate
 
 if TYPE_CHECKING:
@@ -231,12 +231,7 @@ class _NoSolutions(importlib.abc.MetaPathFinder):
 
 
 def _die_with_parent() -> None:
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
+    host.try_prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG (Linux's; elsewhere the grader's close kills it)
 
 
 def _join_group(spec: WorkerSpec) -> None:
@@ -246,7 +241,7 @@ def _join_group(spec: WorkerSpec) -> None:
     os.environ.update(
         RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world),
         MASTER_ADDR="127.0.0.1", MASTER_PORT="29400",
-        GLOO_SOCKET_IFNAME="lo",  # a group's network may have loopback alone (see namespaces)
+        GLOO_SOCKET_IFNAME=host.LOOPBACK,  # a group's network may have loopback alone (see namespaces)
     )
     dist.init_process_group(
         "gloo", init_method="file://" + spec.store, rank=rank, world_size=world,

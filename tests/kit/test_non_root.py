@@ -167,6 +167,10 @@ def test_a_grader_that_is_not_root_gives_the_references_full_marks(kit, work):
         assert shared.count("(") == 1, message  # one network and one user namespace for every rank
         assert str(host[0]) not in shared and str(host[1]) not in shared, message
         assert layers["namespaces"]["active"] and "(unprivileged)" in layers["namespaces"]["detail"], layers
+    # what a grader that is not root lacks, and why: none of it "refused", nor "missing in this kernel"
+    assert layers["user"]["why"] == "needs root" and layers["container"]["why"] == "needs root", layers
+    assert layers["scratch"]["why"] == "needs root", layers
+    assert layers["landlock"]["active"] and layers["seccomp"]["active"], layers
 
 
 # The reference's ex04 with shard_indices replaced by `body`, whose last line raises with what it found.

@@ -1,0 +1,136 @@
+"""The learner's path on the platforms learners use, emulated on this Linux machine (tests/kit/platforms.py):
+native Windows refused in one line; a Mac-like host (no prctl, spawn by default, every Linux layer gone,
+workers spawned); a container whose seccomp profile refuses namespaces, mounts and Landlock (Docker's);
+a host that refuses to mount /proc (gVisor: Colab). Each grades the references full and the stubs at 0,
+and its report names each layer it lacks with the reason (records.Absence). What needs a real Mac, WSL2
+or Colab runs in .github/workflows/platforms.yml."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from grader import sandbox
+from grader.records import Absence
+from grader.sandbox import forkservers, host, landlock, namespaces
+from tests.kit.harness import KIT_ROOT, SEED
+from tests.kit.platforms import refusing, site_folder
+
+LINUX_LAYERS = ("landlock", "user", "namespaces", "seccomp", "container", "scratch")
+MAC_LIKE = ",".join(LINUX_LAYERS) + ",forkservers"  # what a Mac lacks, left off; workers spawned
+EXERCISES = ("ex04", "ex05", "ex10")  # a single worker, a gloo process group, DataLoader workers
+
+
+def _run(command, env=None, timeout=900):
+    environment = dict(os.environ, HF_HUB_OFFLINE="1", GRADER_STATE=os.devnull)
+    environment.pop("GRADER_WITHOUT_LAYERS", None)
+    environment.update(env or {})
+    return subprocess.run(command, cwd=KIT_ROOT, env=environment, capture_output=True, text=True, timeout=timeout)
+
+
+def _grade(tmp_path, target, *, env=None, launcher=lambda command: command):
+    report = tmp_path / f"{target}.json"
+    command = launcher([sys.executable, "-m", "grader", *EXERCISES, "--target", target, "--json", str(report),
+                        "--seed", SEED, "--profile", "fast", "--device", "cpu", "-q"])
+    done = _run(command, env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    data = json.loads(report.read_text())
+    return data, {layer["name"]: layer for layer in data["sandbox"]}
+
+
+def _full_and_zero(tmp_path, **how):
+    references, layers = _grade(tmp_path, "solutions", **how)
+    stubs, _ = _grade(tmp_path, "exercises", **how)
+    assert references["score"] == references["max_score"] > 0, \
+        [(e["id"], e["status"], [c["message"] for c in e["checks"] if c["status"] != "passed"])
+         for e in references["exercises"]]
+    assert stubs["score"] == 0, [(e["id"], e["score"]) for e in stubs["exercises"]]
+    return layers
+
+
+def test_native_windows_is_refused_in_one_line(tmp_path):
+    """Without fcntl and resource (Windows has neither), every way in says in one line to use WSL2 or the
+    devcontainer: not a ModuleNotFoundError's traceback."""
+    env = site_folder(tmp_path, "windows")
+    grader = _run([sys.executable, "-m", "grader"], env, timeout=120)
+    assert grader.returncode == 2, grader.stderr
+    assert grader.stderr.strip().count("\n") == 0 and "WSL2" in grader.stderr, grader.stderr
+    tests = _run([sys.executable, "-m", "pytest", "tests/test_ex04_sharding.py", "-q", "-p", "no:cacheprovider"],
+                 env, timeout=120)
+    assert tests.returncode != 0 and "WSL2" in tests.stderr + tests.stdout, tests.stderr
+    assert "Traceback" not in tests.stderr + tests.stdout, tests.stderr
+    notebook = _run([sys.executable, "-c", "from grader import check"], env, timeout=120)
+    assert notebook.returncode == 1 and "UnsupportedSystem" in notebook.stderr and "WSL2" in notebook.stderr
+    assert "ModuleNotFoundError" not in notebook.stderr, notebook.stderr
+
+
+@pytest.mark.slow
+def test_a_mac_like_host_grades_right_with_spawned_workers(tmp_path):
+    """No prctl in the C library, spawn as the default start method, every Linux layer gone and every worker
+    spawned (as on macOS): the references full (a process group over loopback, DataLoader workers), the stubs 0."""
+    env = dict(site_folder(tmp_path / "site", "no-prctl", "spawn-default"), GRADER_WITHOUT_LAYERS=MAC_LIKE)
+    layers = _full_and_zero(tmp_path, env=env)
+    for name in LINUX_LAYERS:
+        assert not layers[name]["active"] and layers[name]["why"] == "left off", layers[name]
+    assert layers["fork servers"]["active"] and "spawned" in layers["fork servers"]["detail"], layers
+
+
+@pytest.mark.slow
+def test_a_container_that_refuses_namespaces_mounts_and_landlock(tmp_path):
+    """Docker's default seccomp profile refuses unshare and mount (and an older one, Landlock): the grade is
+    right, and the report says each was refused here (not missing from the kernel), seccomp still active."""
+    layers = _full_and_zero(tmp_path, launcher=lambda command: refusing(command, landlock=True))
+    for name in ("landlock", "namespaces", "scratch"):
+        assert not layers[name]["active"] and layers[name]["why"] == "refused here", layers[name]
+    assert "not in this kernel" not in layers["landlock"]["detail"], layers["landlock"]
+    assert layers["seccomp"]["active"], layers["seccomp"]
+    assert "Landlock and seccomp guard" not in layers["namespaces"]["detail"], layers["namespaces"]
+
+
+@pytest.mark.slow
+def test_a_host_that_refuses_to_mount_proc_keeps_the_other_namespaces(tmp_path):
+    """Colab (gVisor) refuses a fresh /proc: the workers keep their own mount, IPC and network namespaces and
+    /dev, the report says /proc is the host's and why, and a libc without prctl changes nothing."""
+    env = site_folder(tmp_path / "site", "no-proc-mount", "no-prctl", "spawn-default")
+    layers = _full_and_zero(tmp_path, env=env)
+    detail = layers["namespaces"]["detail"]
+    if os.geteuid() == 0:
+        assert layers["namespaces"]["active"] and "/proc is the host's (mounting one was refused" in detail, detail
+    for name in ("landlock", "seccomp"):
+        assert layers[name]["active"], layers[name]
+
+
+# --- the report's reasons, asked of the layers directly ------------------------------------------------------
+
+def test_a_system_other_than_linux_names_each_linux_layer_as_not_on_it(monkeypatch):
+    """On macOS every layer of Linux's says so, and nothing issues Linux's system calls there."""
+    monkeypatch.setattr(host, "LINUX", False)
+    monkeypatch.setattr(host, "NAME", "macOS")
+    monkeypatch.setattr(namespaces, "_available", None)
+    monkeypatch.delenv(namespaces.DISABLE, raising=False)
+    with pytest.raises(host.Unsupported):
+        host.prctl(38, 1)
+    assert landlock.probe()[:2] == (0, Absence.OTHER_SYSTEM)
+    assert forkservers.spawns()
+    layers = {layer.name: layer for layer in sandbox.layers()}
+    for name in ("landlock", "user", "namespaces", "seccomp", "container", "scratch", "limits"):
+        assert not layers[name].active and layers[name].why is Absence.OTHER_SYSTEM, layers[name]
+    assert "macOS" in layers["landlock"].detail and "spawned" in layers["fork servers"].detail
+
+
+def test_a_libc_without_prctl_still_gets_it_from_the_kernel(monkeypatch):
+    """On Linux prctl goes to the kernel itself where the C library lacks the symbol (musl builds, emulations)."""
+    if not host.LINUX:
+        pytest.skip("Linux's prctl")
+    monkeypatch.setattr(host, "libc_function", lambda name: None if name == "prctl" else
+                        getattr(host.libc(), name))
+    assert host.prctl(3) in (0, 1, 2)  # PR_GET_DUMPABLE
+
+
+def test_a_layer_left_off_says_so_and_not_refused(monkeypatch):
+    monkeypatch.setenv(namespaces.DISABLE, "landlock,seccomp,container")
+    layers = {layer.name: layer for layer in sandbox.layers()}
+    for name in ("landlock", "seccomp", "container"):
+        assert not layers[name].active and layers[name].why is Absence.LEFT_OFF, layers[name]

@@ -10,14 +10,18 @@ Hugging Face Accelerate's ``Accelerator`` class looks at the machine it runs on
 and detects the available devices. It places the work on the first available
 GPU, and falls back to the CPU when no GPU is found, so the same script runs on
 a laptop and on a GPU server unchanged. ``accelerator.device`` tells you which
-device it chose (a ``torch.device``: type ``"cuda"`` on a GPU machine, ``"cpu"``
-otherwise). Two options matter here:
+device it chose (a ``torch.device``): type ``"cuda"`` on a machine with an
+NVIDIA GPU, ``"mps"`` on an Apple Silicon Mac (Apple's GPU, reached through
+Metal; Accelerate checks for it before CUDA), ``"cpu"`` otherwise. MPS has no
+float64: a model or tensor in float64 must stay on the CPU there. Two options
+matter here:
 
 * ``cpu=True`` forces the CPU even when a GPU is present (handy for debugging).
 * ``mixed_precision`` chooses the number format used for the forward pass:
-  ``"no"`` (full float32), ``"bf16"`` (bfloat16; recent CPUs and GPUs) or
-  ``"fp16"`` (float16, a GPU format used with loss scaling). Lower precision
-  means less memory and faster matrix work.
+  ``"no"`` (full float32), ``"bf16"`` (bfloat16; recent CPUs and GPUs, and
+  MPS from macOS 14) or ``"fp16"`` (float16, a GPU format used with loss
+  scaling, on CUDA and MPS). Lower precision means less memory and faster
+  matrix work.
 
 Accelerate keeps its state per *process*: create one ``Accelerator`` per
 program. A second one with different settings in the same process either
@@ -30,7 +34,7 @@ Example (the lesson's, one Accelerator per program)::
 
     from accelerate import Accelerator
     accelerator = Accelerator()
-    print(accelerator.device)    # cpu   (on a machine without a GPU)
+    print(accelerator.device)    # cpu   (on a machine without a GPU; mps on an Apple Silicon Mac)
 
 Example (with your functions, in a program of its own)::
 

@@ -9,7 +9,9 @@ them with `expect_equal` / `expect_close`, which turn a mismatch into a message 
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn, TypeVar
 
+import pytest
 import torch
+from hypothesis import assume
 
 from grader.grading.hypothesis_adapter import example as example  # check files' @example: counted
 from grader.records import CheckFailed, Status
@@ -28,6 +30,27 @@ def explicit_examples(rows: Sequence[Any], name: str = "case") -> Callable[[F], 
             check = example(**{name: row})(check)
         return check
     return decorate
+
+
+# --- what a device cannot run ---------------------------------------------------------------
+# A check that cannot run on a device is not run there at all (pytest_plugin's `not_on`), so it never
+# counts as passed where it never ran, and the report names it; a check where only some drawn inputs are
+# out of a device's reach keeps the others there (`holds`, with Hypothesis's `assume`).
+
+NEEDS_FLOAT64 = pytest.mark.not_on("mps", why="float64, which MPS lacks")
+NEEDS_GLOO = pytest.mark.not_on("mps", why="a gloo process group, which carries no MPS tensors")
+
+
+def holds(device: str, dtype: str) -> bool:
+    """Whether the device `device` ('cpu', 'cuda', 'mps') has tensors of `dtype` (a torch dtype's name): MPS
+    has no float64."""
+    return not (device == "mps" and dtype == "float64")
+
+
+def assume_dtype_on(device: str, dtype: str) -> None:
+    """Hypothesis's `assume`: an input in a dtype the device lacks (float64 on MPS) is not tried there, drawn or
+    explicit; the check's other inputs still run on that device."""
+    assume(holds(device, dtype))
 
 
 # --- comparisons ------------------------------------------------------------------------

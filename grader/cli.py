@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, NoReturn, TextIO
 
 from grader import KIT_ROOT, catalog
+from grader.devices import CHOICES, GPUS
 from grader.grading import class_report, report, text, versions
 from grader.grading.options import Options, resolve
 from grader.grading.shards import ShardError
@@ -57,7 +58,7 @@ def build_parser() -> Parser:
     parser.add_argument("--regrade", metavar="PREVIOUS",
                         help="grade only the rows of a batch's previous CSV or JSON that were not graded; "
                              "write the whole table again")
-    parser.add_argument("--device", choices=["cpu", "cuda", "all"], default="all")
+    parser.add_argument("--device", choices=CHOICES, default="all")
     parser.add_argument("--timeout", type=positive, default=60.0, metavar="SECONDS",
                         help="the longest one check may run before it counts as a hang (default 60)")
     parser.add_argument("--seed", type=int, default=None, help="Hypothesis seed, to replay a run")
@@ -257,13 +258,13 @@ def grade(args: argparse.Namespace, staged: Staged) -> int:
     from grader import devices
 
     parallel = args.jobs > 1 and len(targets) > 1
-    if args.device != "cuda" and not parallel:  # cuda may be a usage error: then no fork server may start
+    if args.device not in GPUS and not parallel:  # a GPU may be a usage error: then no fork server may start
         forkservers.warm_up({e.preload for e in exercises})  # their imports run beside this process's own
     try:
-        chosen = devices.select(args.device)  # the one probe of CUDA in the run
+        chosen = devices.select(args.device)  # the one probe of the GPUs in the run
     except devices.NoSuchDevice as error:
         raise UsageError(str(error))
-    if args.device == "cuda" and not parallel:
+    if args.device in GPUS and not parallel:
         forkservers.warm_up({e.preload for e in exercises})
     if args.seed_file is not None:  # now: a fork server forked from this process never holds it (small box)
         args.seed = read_seed_file(args.seed_file)

@@ -33,6 +33,7 @@ import tokenize
 from collections.abc import Iterable, Sequence
 
 from grader import KIT_ROOT, catalog, layout
+from grader.devices import CHOICES
 from grader.usage import command_parser
 
 ID = re.compile(r"ex(\d\d)_[a-z0-9]+(?:_[a-z0-9]+)*")
@@ -57,7 +58,7 @@ def main(argv: Sequence[str]) -> int:
     check = commands.add_parser("check", help="the catalog, files, README, stubs and references agree",
                                 description="The kit checked against itself.")
     check.add_argument("exercises", nargs="*", metavar="EXERCISE", help="grade only these (the rest is always checked)")
-    check.add_argument("--device", choices=["cpu", "cuda", "all"], default="cpu")
+    check.add_argument("--device", choices=CHOICES, default="cpu")
     check.add_argument("--profile", choices=["fast", "thorough"], default="fast",
                        help="examples per check (default fast: the kit's own tests run the thorough profile)")
     check.add_argument("--seed", type=int, default=None)
@@ -102,7 +103,7 @@ def run_check(args: argparse.Namespace) -> int:
     for name, check in (("files", files), ("ids", ids), ("points", points), ("hints", hints),
                         ("README", readme_table), ("signatures", signatures), ("stub size", stub_sizes),
                         ("wrong implementations", wrong_implementations), ("visibility", visibility_overrides),
-                        ("examples", kit_examples)):
+                        ("examples", kit_examples), ("devices", device_marks)):
         found, summary = check()
         problems += len(found)
         blocking += len(found) if check is not stub_sizes else 0  # a stub that says too much still grades
@@ -473,6 +474,45 @@ def kit_examples() -> tuple[list[str], str]:
             continue  # `wrong implementations` names it
         count += 1
     return found, f"the {count} check files use the kit's example (grader.checks), not Hypothesis's"
+
+
+GROUP_CALLS = ("compare", "run", "reference")  # the Grade methods that take world_size=
+
+
+def unmarked_group_checks(source: str, path: str) -> list[str]:
+    """Each check that runs in a process group (a `grade.compare/run/reference(..., world_size=...)` call) on every
+    device: gloo carries no MPS tensors, so such a check is `device_free` or marked `NEEDS_GLOO` (or
+    `pytest.mark.not_on("mps", why=...)`)."""
+    found = []
+    for node in ast.parse(source).body:
+        if not (isinstance(node, ast.FunctionDef) and node.name.startswith("test_")):
+            continue
+        marks = [ast.unparse(decorator) for decorator in node.decorator_list]
+        if any("device_free" in mark or "NEEDS_GLOO" in mark or ("not_on" in mark and "mps" in mark)
+               for mark in marks):
+            continue
+        if any(isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr in GROUP_CALLS
+               and any(keyword.arg == "world_size" for keyword in call.keywords) for call in ast.walk(node)):
+            found.append(f"{path}:{node.lineno}: {node.name} runs in a process group (world_size=) on every device: "
+                         "mark it @NEEDS_GLOO (grader.checks; gloo carries no MPS tensors) or device_free")
+    return found
+
+
+def device_marks() -> tuple[list[str], str]:
+    """Every check that forms a process group is kept off MPS (unmarked_group_checks)."""
+    found, count = [], 0
+    for exercise in catalog.EXERCISES:
+        checks_file = layout.files(exercise.id).checks
+        if not os.path.isfile(_path(checks_file)):
+            continue
+        with open(_path(checks_file)) as handle:
+            source = handle.read()
+        try:
+            found += unmarked_group_checks(source, checks_file)
+        except SyntaxError:
+            continue  # `wrong implementations` names it
+        count += 1
+    return found, f"the {count} check files keep their process-group checks off mps (device_free or NEEDS_GLOO)"
 
 
 def _functions(path: str) -> dict[str, str]:

@@ -1,10 +1,14 @@
 """ex02: build an Accelerator with the learner's settings and read its device.
 
 Single-process checks run on each device: on the cpu device the accelerator is always built
-with cpu=True (the cpu run must not depend on a GPU being there); on the cuda device cpu is
-drawn (True, False, or left to its default). mixed_precision is drawn from "no", "bf16" and
-"fp16" (or left to its default): accelerate 1.16 accepts all three on the CPU too, and the
-probe falls back from bf16 to "no" on a GPU without bf16 (where accelerate would raise).
+with cpu=True (the cpu run must not depend on a GPU being there); on the cuda and mps devices
+cpu is drawn (True, False, or left to its default), so that get_device meets the GPU's own
+device (cuda, or mps: on an Apple Silicon Mac accelerate picks mps, before CUDA). mixed_precision
+is drawn from "no", "bf16" and "fp16" (or left to its default): accelerate 1.16 accepts all
+three on the CPU too, and on MPS (fp16 with a GradScaler("mps"), which torch 2.8+ has; bf16 from
+macOS 14, which every torch the kit allows needs for MPS anyway); the probe falls back from bf16
+to "no" on a GPU without bf16 (a CUDA GPU before Ampere, MPS before macOS 14: accelerate raises
+there, reference included), so no drawn setting is one the device refuses.
 
 The two-process checks run in a real 2-rank gloo group, with cpu=True: there accelerate
 becomes MULTI_CPU (num_processes 2, device cpu:0, the group already initialised is reused),
@@ -47,8 +51,9 @@ def call_text(function, cpu, mixed_precision):
 def _arguments(ctx, cpu, mixed_precision):
     import torch
 
-    if (mixed_precision == "bf16" and ctx.device == "cuda" and cpu is not True
-            and not torch.cuda.is_bf16_supported()):
+    if mixed_precision == "bf16" and cpu is not True and (
+            (ctx.device == "cuda" and not torch.cuda.is_bf16_supported())
+            or (ctx.device == "mps" and not torch.backends.mps.is_macos_or_newer(14, 0))):
         mixed_precision = "no"  # accelerate refuses bf16 on such a GPU, reference included
     arguments = {}
     if cpu is not None:
@@ -134,7 +139,8 @@ def probe_get_device(ctx, cpu, mixed_precision):
 
 # --- checks -----------------------------------------------------------------------------
 
-DEVICE_HINT = "cpu=True forces the CPU; without it Accelerator picks the GPU when there is one: pass cpu on"
+DEVICE_HINT = ("cpu=True forces the CPU; without it Accelerator picks the GPU when there is one (mps on an Apple "
+               "Silicon Mac, cuda on an NVIDIA GPU): pass cpu on")
 PRECISION_HINT = "pass mixed_precision on to Accelerator(...): it is \"no\", \"bf16\" or \"fp16\""
 
 

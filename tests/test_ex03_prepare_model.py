@@ -3,7 +3,7 @@ parallelism (DistributedDataParallel) when several processes train together.
 
 The models are small and seeded: a two-layer MLP, or a tiny transformers classifier of one
 of grader.models' architectures built from its config. The probe builds the Accelerator
-itself (cpu=True on the cpu device, the GPU on the cuda device), so only prepare_model is
+itself (cpu=True on the cpu device, the GPU on the cuda and mps devices), so only prepare_model is
 under test.
 
 The model comes in train or eval mode (drawn); prepare keeps that mode.

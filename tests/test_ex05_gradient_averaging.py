@@ -16,11 +16,11 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from grader import probing
-from grader.checks import close, example, expect_close, expect_equal, explicit_examples, fail
+from grader.checks import NEEDS_GLOO, close, example, expect_close, expect_equal, explicit_examples, fail, holds
 from grader.probing import InvalidResult
 
 NAMES = ["embed.weight", "layers.0.weight", "layers.0.bias", "norm.weight", "head.bias", "scale"]
-DTYPES = ["float32", "float64", "bfloat16", "float16"]  # float16 only on cuda (see _usable)
+DTYPES = ["float32", "float64", "bfloat16", "float16"]  # float16 only on cuda, float64 not on mps (see _usable)
 REDUCE_DTYPES = ["float32", "float64"]
 
 
@@ -57,7 +57,8 @@ with_replica_examples = explicit_examples(REPLICA_EXAMPLES)
 
 
 def _usable(case, device):
-    return case["dtype"] != "float16" or device == "cuda"
+    """float16 on cuda only; float64 wherever the device has it (not on MPS)."""
+    return (case["dtype"] != "float16" or device == "cuda") and holds(device, case["dtype"])
 
 
 def describe_replicas(case):
@@ -169,8 +170,9 @@ def probe_average_meta(ctx, case):
 
 
 def probe_mean_in_float64(ctx, case):
-    """Trusted plain torch, not the module: the mean of the replica values in float64, cast back."""
-    grads = _replicas(case, ctx.torch_device())
+    """Trusted plain torch, not the module: the mean of the replica values in float64, cast back (on the
+    CPU: the replicas' values are drawn there, and MPS has no float64)."""
+    grads = _replicas(case, "cpu")
     return {name: torch.stack([g[name].double() for g in grads]).mean(dim=0).to(grads[0][name].dtype).cpu()
             for name in case["shapes"]}
 
@@ -394,6 +396,7 @@ def _grads_hint(name, got, mean, own, world_size, wrong_names, right_ranks):
     return "all_reduce(grad, op=SUM) on every rank, then divide by dist.get_world_size(), the number of ranks"
 
 
+@NEEDS_GLOO
 @with_model_examples
 @given(case=model_case())
 def test_all_reduce_gradients_gives_every_rank_the_mean(grade, case):
@@ -418,6 +421,7 @@ def test_all_reduce_gradients_gives_every_rank_the_mean(grade, case):
                          f"{name}.grad", hint="keep the gradient where it is")
 
 
+@NEEDS_GLOO
 @pytest.mark.measured_in_worker("each .grad's identity and memory")
 @with_model_examples
 @given(case=model_case())

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from grader import probing
-from grader.checks import expect_equal, explicit_examples, fail
+from grader.checks import NEEDS_GLOO, expect_equal, explicit_examples, fail
 from grader.probing import InvalidResult
 
 DTYPES = ["float32", "float64"]
@@ -144,6 +144,7 @@ def _hint(name, got, rank, actual, src, buffers, frozen):
     return "dist.broadcast(tensor.data, src=src) for every parameter and buffer, on every rank"
 
 
+@NEEDS_GLOO
 @with_examples
 @given(case=sync_case())
 def test_broadcast_parameters_copies_src_state_to_every_rank(grade, case):
@@ -170,6 +171,7 @@ def test_broadcast_parameters_copies_src_state_to_every_rank(grade, case):
                      hint="change the values only; a frozen parameter stays frozen")
 
 
+@NEEDS_GLOO
 @pytest.mark.measured_in_worker("each tensor's identity and memory")
 @with_examples
 @given(case=sync_case())

@@ -18,7 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from grader import probing, training
-from grader.checks import close, expect_close, expect_equal, explicit_examples, fail
+from grader.checks import NEEDS_GLOO, close, expect_close, expect_equal, explicit_examples, fail
 
 LOSSES = ["mse_loss", "cross_entropy"]
 OPTIMIZERS = ["sgd", "sgd_momentum", "adam"]
@@ -232,6 +232,7 @@ def _step_hint(case):
     return "; ".join(hints)
 
 
+@NEEDS_GLOO
 @given(case=steps_case())
 @with_examples
 def test_every_rank_ends_equal_to_one_step_on_the_whole_batch(grade, case):
@@ -251,6 +252,7 @@ def test_every_rank_ends_equal_to_one_step_on_the_whole_batch(grade, case):
                      "parameters afterwards", hint="the model stays where it is: move the batch's parts, not the model")
 
 
+@NEEDS_GLOO
 @given(case=steps_case())
 @with_examples
 def test_replicas_stay_identical(grade, case):
@@ -263,6 +265,7 @@ def test_replicas_stay_identical(grade, case):
                                "(all_reduce every .grad before optimizer.step(), on every rank)")
 
 
+@NEEDS_GLOO
 @given(case=steps_case())
 @with_examples
 def test_returns_the_whole_batch_loss(grade, case):
@@ -313,6 +316,7 @@ def _loss_hint(case, actual, step):
     return None
 
 
+@NEEDS_GLOO
 @pytest.mark.measured_in_worker("the rows each rank's forward calls saw")
 @given(case=steps_case())
 @with_examples
@@ -341,6 +345,7 @@ def test_each_rank_computes_on_a_disjoint_part(grade, case):
                       "row more, and no row is dropped")
 
 
+@NEEDS_GLOO
 @given(case=steps_case())
 @with_examples
 def test_stale_gradients_do_not_leak(grade, case):

@@ -38,7 +38,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from grader import probing, training
-from grader.checks import example, expect_equal, explicit_examples, fail
+from grader.checks import NEEDS_FLOAT64, example, expect_equal, explicit_examples, fail
 
 LOSSES = ["mse_loss", "cross_entropy"]
 OPTIMIZERS = {"sgd": "SGD(lr=0.1)", "sgd_momentum": "SGD(lr=0.1, momentum=0.9)",
@@ -345,6 +345,7 @@ def test_train_ends_equal_to_the_single_process_baseline(grade, case):
     _check_parameters(grade, case, world, _runs(expected, world), _runs(actual, world))
 
 
+@NEEDS_FLOAT64
 @given(case=train_case(world_sizes=st.just(1)))
 @example(case=case(1, 5, 2, 2, optimizer="adamw", scheduler="linear"))
 def test_train_on_the_accelerators_device(grade, case):

@@ -25,7 +25,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from grader import probing, training
-from grader.checks import expect_close, expect_equal, explicit_examples, fail
+from grader.checks import NEEDS_FLOAT64, expect_close, expect_equal, explicit_examples, fail
 
 LOSSES = ["mse_loss", "cross_entropy"]
 OPTIMIZERS = ["sgd", "sgd_momentum", "adam"]
@@ -213,6 +213,7 @@ def _step_diagnosis(grade, case, observed):
     return STEP_HINT
 
 
+@NEEDS_FLOAT64
 @given(case=step_case())
 @with_step_examples
 def test_accumulation_step_equals_one_step_on_the_whole_batch(grade, case):
@@ -253,6 +254,7 @@ def _loss_hint(case, observed, call):
     return "return sum(loss_i * rows_i) / total_rows over the micro-batches, as a Python float"
 
 
+@NEEDS_FLOAT64
 @given(case=step_case())
 @with_step_examples
 def test_accumulation_step_returns_the_whole_batch_loss(grade, case):
@@ -271,6 +273,7 @@ def test_accumulation_step_returns_the_whole_batch_loss(grade, case):
                      hint=_loss_hint(case, actual, call))
 
 
+@NEEDS_FLOAT64
 @pytest.mark.measured_in_worker("the rows each forward call of the model saw")
 @given(case=step_case())
 @with_step_examples

@@ -29,7 +29,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from grader import probing, training
-from grader.checks import expect_equal, explicit_examples, fail
+from grader.checks import NEEDS_GLOO, expect_equal, explicit_examples, fail
 
 LOSSES = ["mse_loss", "cross_entropy"]
 OPTIMIZERS = ["sgd", "sgd_momentum", "adamw"]
@@ -304,6 +304,7 @@ def _expect_parameters(actual, expected, what, hint):
     training.expect_parameters(actual, expected, what, hint, rtol=RTOL, atol=ATOL)
 
 
+@NEEDS_GLOO
 @given(case=local_case())
 @with_examples
 def test_parameters_match_a_simulation_of_the_replicas(grade, case):
@@ -331,6 +332,7 @@ def test_parameters_match_a_simulation_of_the_replicas(grade, case):
                                f"{describe(case)}: rank {rank}'s parameters at the end (compared with {label})", hint)
 
 
+@NEEDS_GLOO
 @pytest.mark.measured_in_worker("the collectives each rank made between optimizer steps")
 @given(case=local_case())
 @with_examples
@@ -391,6 +393,7 @@ def test_averages_only_at_round_boundaries(grade, case):
                                f"against rank 0's", "average every parameter over all ranks at the end of each round")
 
 
+@NEEDS_GLOO
 @pytest.mark.measured_in_worker("the buffers and optimizer state between optimizer steps")
 @given(case=local_case())
 @with_examples

@@ -1,8 +1,8 @@
 """ex16: mixed precision: a forward pass under autocast, and a training step with loss scaling.
 
 autocast_forward: small float32 models (Linear-GELU-Linear, with a LayerNorm or ending in
-LogSoftmax), bfloat16 and float16 (both run under autocast on the CPU in this torch, and on
-CUDA). The output's dtype and values must equal those of the same model called under
+LogSoftmax), bfloat16 and float16 (both run under autocast on the CPU in this torch, on CUDA,
+and on MPS, where torch 2.8 and later also have GradScaler("mps")). The output's dtype and values must equal those of the same model called under
 torch.autocast(device_type, dtype=dtype) in the probe, and the reference's; the output stays
 differentiable, and the weights stay float32 and unchanged.
 

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 class Options:
     targets: tuple[Target, ...] = ()  # what to grade, each with the label reports use
     budget: float | None = None  # seconds all the checks of one submission may take together
-    devices: tuple[str, ...] = ("cpu",)  # resolved: cuda only where a GPU answered
+    devices: tuple[str, ...] = ("cpu",)  # resolved: cuda or mps only where that GPU answered
     timeout: float = 60.0  # seconds one check may run
     seed: int | None = None  # None until resolved
     profile: str = ""  # Hypothesis's profile: fast | thorough (a release's: fast-release | thorough-release)

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import gc
 import time
-from collections.abc import Generator, Iterator
+from collections.abc import Generator, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 from hypothesis import HealthCheck, Phase, settings
 
 from grader import KIT_ROOT, catalog
-from grader.devices import NoSuchDevice
+from grader.devices import CHOICES, DEVICES, NoSuchDevice, kept_off_line
 from grader.devices import select as select_devices
 from grader.grading import hypothesis_adapter, visibility
 from grader.grading.grade import Grade
@@ -54,8 +54,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("grader")
     group.addoption("--target", action="append", default=None,
                     help="exercises (default), solutions, or a folder of exNN_*.py files; repeatable")
-    group.addoption("--device", default="all", choices=["cpu", "cuda", "all"],
-                    help="devices to check on (all: cpu, and cuda where present)")
+    group.addoption("--device", default="all", choices=CHOICES,
+                    help="devices to check on (all: cpu, and cuda and mps where present)")
     group.addoption("--details", action="store_true",
                     help="add the learner's full traceback and output to failure messages")
     group.addoption("--check-timeout", type=float, default=60.0,
@@ -66,6 +66,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "device_free: the check touches no tensors; it runs once, on the cpu")
+    config.addinivalue_line("markers", "not_on(*devices, why): the check cannot run on those devices (mps: no "
+                                       "float64, no gloo process group); it is not run there, the report says so "
+                                       "and why, and it runs on the cpu where no other device is chosen")
     config.addinivalue_line("markers", "measured_in_worker(what): the verdict rests on what the worker reports "
                                        "about itself, not only on values the grader compares")
     if not hasattr(config.option, "target"):
@@ -122,6 +125,12 @@ def pytest_report_header(config: pytest.Config) -> str | None:
             f"replay with --hypothesis-seed={session.options.seed}")
 
 
+def pytest_report_collectionfinish(config: pytest.Config) -> list[str]:
+    """After collection (plain pytest's terminal): the checks a chosen device cannot run, and why."""
+    session = config.stash.get(SESSION, None)
+    return [kept_off_line(session.kept_off)] if session is not None and session.kept_off else []
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
     session = config.stash.get(SESSION, None)
     kept = any(isinstance(plugin, OptionsCarrier) and plugin.session is session
@@ -134,12 +143,35 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "grade" not in metafunc.fixturenames:
         return
     session = metafunc.config.stash[SESSION]
-    device_free = metafunc.definition.get_closest_marker("device_free") is not None
-    devices = ["cpu"] if device_free else session.devices
+    devices, off = devices_of(metafunc.definition, session.devices)
+    check = f"{exercise_of(metafunc.definition.path)} {metafunc.definition.name}"
+    session.kept_off += [f"{check}: not on {device} ({why})" for device, why in off.items()]
     cases = [(target, device) for target in session.targets for device in devices]
     several = len(session.targets) > 1
     ids = [f"{t.label}-{d}" if several else d for t, d in cases]
     metafunc.parametrize("grade", cases, ids=ids, indirect=True)
+
+
+def devices_of(check: pytest.Item, chosen: Sequence[str]) -> tuple[list[str], dict[str, str]]:
+    """The devices of `chosen` a check runs on, and why it is kept off the others (device -> why).
+
+    `device_free`: once, on the cpu. `not_on("mps", why="float64")`: not on those devices, so no
+    check counts there as passed (or at all) when it never ran; the check runs on the other devices
+    chosen, or on the cpu when none is left (`--device mps` alone), as a device_free check does.
+    """
+    if check.get_closest_marker("device_free") is not None:
+        return ["cpu"], {}
+    off: dict[str, str] = {}
+    for marker in check.iter_markers("not_on"):
+        why = marker.kwargs.get("why")
+        unknown = [device for device in marker.args if device not in DEVICES]
+        if unknown or not marker.args or not why or set(marker.kwargs) != {"why"}:
+            raise ValueError(f"{check.nodeid}: not_on takes device names ({', '.join(DEVICES)}) and why=..., "
+                                    f"got {marker.args!r} {marker.kwargs!r}")
+        for device in marker.args:
+            if device in chosen:
+                off.setdefault(device, why)
+    return [device for device in chosen if device not in off] or ["cpu"], off
 
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config,

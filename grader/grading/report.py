@@ -14,6 +14,7 @@ import tempfile
 from collections.abc import Sequence
 from typing import Any
 
+from grader.devices import kept_off_line
 from grader.grading import markdown, text, versions
 from grader.records import CheckResult, ExerciseResult, Layer, Status, TargetResult, Visibility
 
@@ -40,6 +41,8 @@ def terminal(result: TargetResult, verbose: bool = False) -> str:
     if result.problem:
         lines.append(f"nothing to grade: {text.one_line(result.problem)}")
     lines += [text.one_line(note) for note in result.notes if _telling(note)]
+    if result.kept_off:
+        lines.append(kept_off_line(result.kept_off))
     failures = [(row, check) for row in result.exercises for check in row.checks if check.status is not Status.PASSED]
     listed = [(row, check) for row, check in failures if verbose or not _repeats(row, check)]
     if listed:
@@ -170,6 +173,7 @@ def gradescope(result: TargetResult, visibility: str = "visible", hidden_visibil
     lines = [f"{result.score:g} / {result.max_score:g} points; devices: {', '.join(result.devices)}"]
     if len(result.chapters) > 1:
         lines += [f"{chapter.label}: {chapter.score:g} / {chapter.max_score:g}" for chapter in result.chapters]
+    lines += [kept_off_line(result.kept_off)] if result.kept_off else []
     lines += [text.one_line(line) for line in list(result.notes) + ([result.problem] if result.problem else [])]
     if result.not_graded:
         lines.append(f"the autograder itself failed on {', '.join(result.not_graded)}: not graded, to be regraded")

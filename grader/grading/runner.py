@@ -34,6 +34,7 @@ class Collector:
         self.interrupted = False  # by Ctrl-C (pytest says "interrupted" for a broken collection too)
         self.broken: list[str] = []  # why a check file could not be collected
         self.left_out: list[str] = []  # the hidden checks a public-only run left out
+        self.kept_off: list[str] = []  # the checks a chosen device cannot run (the not_on marker), and why
 
     def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo[BaseException]) -> None:
         self.interrupted = True
@@ -51,6 +52,7 @@ class Collector:
         grading = session.config.stash.get(SESSION, None)
         if grading is not None:
             self.left_out = list(grading.left_out)
+            self.kept_off = list(grading.kept_off)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         case = getattr(report, "grader_case", None)
@@ -101,6 +103,7 @@ def run(options: Options, exercises: Sequence[Exercise],
                for target in options.targets]
     for result in results:
         result.sandbox, result.profile, result.left_out = collector.layers, options.profile, list(collector.left_out)
+        result.kept_off = list(collector.kept_off)
         result.seed = options.seed if options.seed is not None else 0  # resolved: always set
     return results
 

@@ -33,7 +33,7 @@ class Warm:
     def __init__(self, seed: int | None = None) -> None:
         self.seed = seed if seed is not None else random.SystemRandom().randrange(2**31)
         self.session: Session | None = None
-        self.devices: dict[str, tuple[str, ...]] = {}  # --device choice -> devices (CUDA probed once)
+        self.devices: dict[str, tuple[str, ...]] = {}  # --device choice -> devices (the GPUs probed once)
 
     def grade(self, request: GradeRequest) -> TargetResult:
         """Grade one request; ValueError for a request that names no such exercise or folder."""

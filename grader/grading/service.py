@@ -34,7 +34,7 @@ class GradeRequest:
     exercises: tuple[str, ...]
     target: str  # a folder of exNN_*.py files
     label: str = ""  # how reports name the target (the folder when empty)
-    device: str = "cpu"  # cpu | cuda | all
+    device: str = "cpu"  # one of devices.CHOICES: cpu | cuda | mps | all
     profile: str = ""  # fast | thorough; the kit's default when empty
     timeout: float = 60.0  # seconds one check may run
     seed: int | None = None  # the service's own seed when None (the reference's observations then stay warm)

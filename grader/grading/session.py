@@ -48,6 +48,7 @@ class Session:
         self.current_exercise: str | None = None
         self.current_target: Target | None = None
         self.left_out: list[str] = []  # "ex04 test_...": the hidden checks a public-only run leaves out
+        self.kept_off: list[str] = []  # "ex05 test_...: not on mps (why)": checks a device cannot run (not_on)
 
     def enter(self, target: Target, exercise: str) -> None:
         """Free what the checks before no longer need: the workers of the exercise before, and
@@ -72,6 +73,7 @@ class Session:
         self.devices = list(options.devices)
         self.timeout = options.timeout
         self.spent = {}
+        self.kept_off = []
         self.target_cache.clear()
         self.retried.clear()
         for key in [key for key, replies in self.reference_cache.items() if not all(r.ok for r in replies)]:

@@ -75,7 +75,9 @@ class Context:
     def torch_device(self) -> torch.device:
         import torch
 
-        return torch.device("cuda", 0) if self.device == "cuda" else torch.device("cpu")
+        if self.device == "cuda":
+            return torch.device("cuda", 0)
+        return torch.device("mps") if self.device == "mps" else torch.device("cpu")
 
 
 class TargetImportError(Exception):

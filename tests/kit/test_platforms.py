@@ -21,6 +21,16 @@ from tests.kit.platforms import refusing, site_folder
 LINUX_LAYERS = ("landlock", "user", "namespaces", "seccomp", "container", "scratch")
 MAC_LIKE = ",".join(LINUX_LAYERS) + ",forkservers"  # what a Mac lacks, left off; workers spawned
 EXERCISES = ("ex04", "ex05", "ex10")  # a single worker, a gloo process group, DataLoader workers
+# Colab's Python, with the kit installed as a Colab notebook's first cell installs it (see .ci/run)
+COLAB_PYTHON = os.environ.get("KIT_COLAB_PYTHON", "")
+CHECK_IN_A_NOTEBOOK = """
+import sys
+from grader import check
+solved = check("ex04", path="solutions/ex04_sharding.py", device="cpu")
+stub = check("ex04", path="exercises/ex04_sharding.py", device="cpu")
+print("layers", [(layer.name, layer.active, layer.why) for layer in solved.result.sandbox])
+sys.exit(0 if solved.score == solved.max_score > 0 and stub.score == 0 else 1)
+"""
 
 
 def _run(command, env=None, timeout=900):
@@ -30,9 +40,9 @@ def _run(command, env=None, timeout=900):
     return subprocess.run(command, cwd=KIT_ROOT, env=environment, capture_output=True, text=True, timeout=timeout)
 
 
-def _grade(tmp_path, target, *, env=None, launcher=lambda command: command):
+def _grade(tmp_path, target, *, env=None, launcher=lambda command: command, exercises=EXERCISES):
     report = tmp_path / f"{target}.json"
-    command = launcher([sys.executable, "-m", "grader", *EXERCISES, "--target", target, "--json", str(report),
+    command = launcher([sys.executable, "-m", "grader", *exercises, "--target", target, "--json", str(report),
                         "--seed", SEED, "--profile", "fast", "--device", "cpu", "-q"])
     done = _run(command, env)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -71,7 +81,7 @@ def test_a_mac_like_host_grades_right_with_spawned_workers(tmp_path):
     """No prctl in the C library, spawn as the default start method, every Linux layer gone and every worker
     spawned (as on macOS): the references full (a process group over loopback, DataLoader workers), the stubs 0."""
     env = dict(site_folder(tmp_path / "site", "no-prctl", "spawn-default"), GRADER_WITHOUT_LAYERS=MAC_LIKE)
-    layers = _full_and_zero(tmp_path, env=env)
+    layers = _full_and_zero(tmp_path, env=env, exercises=("ex05", "ex10"))  # spawned workers start slowly
     for name in LINUX_LAYERS:
         assert not layers[name]["active"] and layers[name]["why"] == "left off", layers[name]
     assert layers["fork servers"]["active"] and "spawned" in layers["fork servers"]["detail"], layers
@@ -100,6 +110,21 @@ def test_a_host_that_refuses_to_mount_proc_keeps_the_other_namespaces(tmp_path):
         assert layers["namespaces"]["active"] and "/proc is the host's (mounting one was refused" in detail, detail
     for name in ("landlock", "seccomp"):
         assert layers[name]["active"], layers[name]
+
+
+def test_check_in_a_colab_like_notebook_on_python_3_12(tmp_path):
+    """check(), as a Colab notebook calls it, on Colab's Python, where namespaces and a /proc mount are refused
+    (and Landlock too): the reference full, the stub 0."""
+    if not COLAB_PYTHON:
+        pytest.skip("KIT_COLAB_PYTHON is unset (a Python 3.12 venv with the kit installed; .ci/run builds one)")
+    version = _run([COLAB_PYTHON, "-c", "import sys, torch, grader; print(*sys.version_info[:2])"], timeout=300)
+    assert version.returncode == 0 and version.stdout.split() == ["3", "12"], \
+        f"KIT_COLAB_PYTHON={COLAB_PYTHON} does not serve: {version.stdout} {version.stderr[-500:]}"
+    script = tmp_path / "notebook.py"
+    script.write_text(CHECK_IN_A_NOTEBOOK)
+    env = site_folder(tmp_path / "site", "no-proc-mount")
+    done = _run(refusing([COLAB_PYTHON, str(script)], landlock=True), env, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
 
 
 # --- the report's reasons, asked of the layers directly ------------------------------------------------------

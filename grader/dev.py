@@ -30,7 +30,7 @@ import random
 import re
 import sys
 import tokenize
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from grader import KIT_ROOT, catalog, layout
 from grader.devices import CHOICES
@@ -459,9 +459,11 @@ def hypothesis_examples(source: str, path: str) -> list[str]:
             f"count only the kit's explicit examples)" for line in lines]
 
 
-def kit_examples() -> tuple[list[str], str]:
-    """No check file uses Hypothesis's `example` directly (hypothesis_examples)."""
-    found, count = [], 0
+def _scan_check_files(scan: Callable[[str, str], list[str]]) -> tuple[list[str], int]:
+    """What `scan(source, path)` finds in every check file, and how many it read (one that does not parse is
+    left to `wrong implementations`, which names it)."""
+    found: list[str] = []
+    count = 0
     for exercise in catalog.EXERCISES:
         checks_file = layout.files(exercise.id).checks
         if not os.path.isfile(_path(checks_file)):
@@ -469,10 +471,16 @@ def kit_examples() -> tuple[list[str], str]:
         with open(_path(checks_file)) as handle:
             source = handle.read()
         try:
-            found += hypothesis_examples(source, checks_file)
+            found += scan(source, checks_file)
         except SyntaxError:
-            continue  # `wrong implementations` names it
+            continue
         count += 1
+    return found, count
+
+
+def kit_examples() -> tuple[list[str], str]:
+    """No check file uses Hypothesis's `example` directly (hypothesis_examples)."""
+    found, count = _scan_check_files(hypothesis_examples)
     return found, f"the {count} check files use the kit's example (grader.checks), not Hypothesis's"
 
 
@@ -500,18 +508,7 @@ def unmarked_group_checks(source: str, path: str) -> list[str]:
 
 def device_marks() -> tuple[list[str], str]:
     """Every check that forms a process group is kept off MPS (unmarked_group_checks)."""
-    found, count = [], 0
-    for exercise in catalog.EXERCISES:
-        checks_file = layout.files(exercise.id).checks
-        if not os.path.isfile(_path(checks_file)):
-            continue
-        with open(_path(checks_file)) as handle:
-            source = handle.read()
-        try:
-            found += unmarked_group_checks(source, checks_file)
-        except SyntaxError:
-            continue  # `wrong implementations` names it
-        count += 1
+    found, count = _scan_check_files(unmarked_group_checks)
     return found, f"the {count} check files keep their process-group checks off mps (device_free or NEEDS_GLOO)"
 
 

@@ -371,6 +371,7 @@ def layers(abi: int | None = None, switch_user: bool | None = None, container: s
     else:
         landlock_detail = f"{(landlock_why or Absence.LEFT_OFF).value}: {landlock_words}; {hook}"
     spawned = forkservers.spawns()
+    scratch_why = _root_layer_absence("scratch")
     return [
         Layer("landlock", abi >= 6, landlock_detail, None if abi >= 6 else landlock_why),
         Layer("user", switch_user, *_user_layer(switch_user, own_namespaces)),
@@ -379,16 +380,16 @@ def layers(abi: int | None = None, switch_user: bool | None = None, container: s
         Layer("seccomp", seccomp, "no TIOCSTI, ptrace, process_vm_*, SysV IPC, file handles, keyrings, mounts or "
               "new namespaces" if seccomp else _seccomp_missing(seccomp_why), None if seccomp else seccomp_why),
         Layer("container", container != "none", describe_container(container),
-              None if container != "none" else _container_absence()),
+              None if container != "none" else _root_layer_absence("container")),
         Layer("limits", host.LINUX, f"output {OUTPUT_LIMIT // 2**20} MB, no core dumps, address space "
               f"{MEMORY_LIMIT // 2**30} GiB a CPU worker" + ("" if host.LINUX else f" (not enforced by {host.NAME})"),
               None if host.LINUX else Absence.OTHER_SYSTEM),
         Layer("private copies", True, "the reference copied before any submission runs; each submission graded "
               "from a copy of its own with a scratch dir of its own"),
         Layer("scratch", bounded_scratch, f"each submission's scratch folder a tmpfs of {SCRATCH_MB} MB of its own, "
-              "emptied when its exercise ends" if bounded_scratch else f"{_scratch_absence().value}: a mount of its "
+              "emptied when its exercise ends" if bounded_scratch else f"{scratch_why.value}: a mount of its "
               f"own; measured after each call instead: past {SCRATCH_MB} MB the call fails and the folder is emptied; "
-              "the disk itself is shared", None if bounded_scratch else _scratch_absence()),
+              "the disk itself is shared", None if bounded_scratch else scratch_why),
         Layer("fork servers", spawned or AUTHENTICATED or ABSTRACT_ADDRESSES or switch_user,
               "none: every worker is a fresh interpreter of its own, spawned by the grader" if spawned else
               ("they admit the grading process alone (its pid, as the kernel says, and a token of each server's); "
@@ -420,16 +421,9 @@ def _seccomp_missing(why: Absence | None) -> str:
     return "not installed (libseccomp or pyseccomp): no system call filter"
 
 
-def _container_absence() -> Absence:
-    if namespaces.disabled("container"):
-        return Absence.LEFT_OFF
-    if not host.LINUX:
-        return Absence.OTHER_SYSTEM
-    return Absence.NOT_ROOT if os.geteuid() != 0 else Absence.REFUSED
-
-
-def _scratch_absence() -> Absence:
-    if namespaces.disabled("scratch"):
+def _root_layer_absence(layer: str) -> Absence:
+    """Why a layer that needs root on Linux (a cgroup, a mount of the grader's) is missing."""
+    if namespaces.disabled(layer):
         return Absence.LEFT_OFF
     if not host.LINUX:
         return Absence.OTHER_SYSTEM

@@ -193,6 +193,8 @@ def _isolate(spec: WorkerSpec, channel: int) -> None:
 
     tempfile.tempdir = None  # found again from TMPDIR
     torch.set_num_threads(1)
+    if spec.device != "mps":
+        _hide_mps(torch)
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.close(null)
@@ -230,6 +232,14 @@ class _NoSolutions(importlib.abc.MetaPathFinder):
         if name == "solutions" or name.startswith("solutions."):
             raise confine.refused(ImportError)
         return None
+
+
+def _hide_mps(torch: Any) -> None:
+    """A worker for another device sees no MPS, as a CPU worker sees no CUDA (CUDA_VISIBLE_DEVICES): on a Mac,
+    Accelerate and the Trainer would otherwise put the CPU run's work on Apple's GPU. Nothing to hide where
+    torch was built without MPS (every build but Apple's)."""
+    if torch.backends.mps.is_built():
+        torch.backends.mps.is_available = lambda: False
 
 
 def _die_with_parent() -> None:

@@ -1,7 +1,8 @@
 """The learner's path on the platforms learners use, emulated on this Linux machine (tests/kit/platforms.py):
 native Windows refused in one line; a Mac-like host (no prctl, spawn by default, every Linux layer gone,
 workers spawned); a container whose seccomp profile refuses namespaces, mounts and Landlock (Docker's);
-a host that refuses to mount /proc (gVisor: Colab). Each grades the references full and the stubs at 0,
+a host that refuses to mount /proc (gVisor: Colab). Each grades the references and a second correct set
+(tests/kit/independent) full and the stubs at 0,
 and its report names each layer it lacks with the reason (records.Absence). What needs a real Mac, WSL2
 or Colab runs in .github/workflows/platforms.yml."""
 
@@ -21,6 +22,7 @@ from tests.kit.platforms import refusing, site_folder
 LINUX_LAYERS = ("landlock", "user", "namespaces", "seccomp", "container", "scratch")
 MAC_LIKE = ",".join(LINUX_LAYERS) + ",forkservers"  # what a Mac lacks, left off; workers spawned
 EXERCISES = ("ex04", "ex05", "ex10")  # a single worker, a gloo process group, DataLoader workers
+INDEPENDENT = "tests/kit/independent"  # a correct set written apart from the references
 # Colab's Python, with the kit installed as a Colab notebook's first cell installs it (see .ci/run)
 COLAB_PYTHON = os.environ.get("KIT_COLAB_PYTHON", "")
 CHECK_IN_A_NOTEBOOK = """
@@ -28,8 +30,9 @@ import sys
 from grader import check
 solved = check("ex04", path="solutions/ex04_sharding.py", device="cpu")
 stub = check("ex04", path="exercises/ex04_sharding.py", device="cpu")
+second = check("ex04", path="tests/kit/independent/ex04_sharding.py", device="cpu")
 print("layers", [(layer.name, layer.active, layer.why) for layer in solved.result.sandbox])
-sys.exit(0 if solved.score == solved.max_score > 0 and stub.score == 0 else 1)
+sys.exit(0 if solved.score == solved.max_score == second.score > 0 and stub.score == 0 else 1)
 """
 
 
@@ -41,7 +44,7 @@ def _run(command, env=None, timeout=900):
 
 
 def _grade(tmp_path, target, *, env=None, launcher=lambda command: command, exercises=EXERCISES):
-    report = tmp_path / f"{target}.json"
+    report = tmp_path / f"{os.path.basename(target)}.json"
     command = launcher([sys.executable, "-m", "grader", *exercises, "--target", target, "--json", str(report),
                         "--seed", SEED, "--profile", "fast", "--device", "cpu", "-q"])
     done = _run(command, env)
@@ -51,13 +54,17 @@ def _grade(tmp_path, target, *, env=None, launcher=lambda command: command, exer
 
 
 def _full_and_zero(tmp_path, **how):
-    references, layers = _grade(tmp_path, "solutions", **how)
+    """The references and a second correct set (tests/kit/independent) full, the stubs 0; the references' layers."""
+    for target in ("solutions", INDEPENDENT):
+        result, layers = _grade(tmp_path, target, **how)
+        assert result["score"] == result["max_score"] > 0, \
+            [(e["id"], e["status"], [c["message"] for c in e["checks"] if c["status"] != "passed"])
+             for e in result["exercises"]]
+        if target == "solutions":
+            references_layers = layers
     stubs, _ = _grade(tmp_path, "exercises", **how)
-    assert references["score"] == references["max_score"] > 0, \
-        [(e["id"], e["status"], [c["message"] for c in e["checks"] if c["status"] != "passed"])
-         for e in references["exercises"]]
     assert stubs["score"] == 0, [(e["id"], e["score"]) for e in stubs["exercises"]]
-    return layers
+    return references_layers
 
 
 def test_native_windows_is_refused_in_one_line(tmp_path):
@@ -159,3 +166,16 @@ def test_a_layer_left_off_says_so_and_not_refused(monkeypatch):
     layers = {layer.name: layer for layer in sandbox.layers()}
     for name in ("landlock", "seccomp", "container"):
         assert not layers[name].active and layers[name].why is Absence.LEFT_OFF, layers[name]
+
+
+def test_a_worker_for_the_cpu_sees_no_mps(monkeypatch):
+    """On a Mac a CPU worker hides Apple's GPU, as a CPU worker hides CUDA: else Accelerate and the Trainer put
+    the CPU run's work on MPS. Where torch has no MPS (here) there is nothing to hide."""
+    import torch
+
+    from grader.sandbox import worker
+
+    monkeypatch.setattr(torch.backends.mps, "is_built", lambda: True)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
+    worker._hide_mps(torch)
+    assert torch.backends.mps.is_available() is False

@@ -256,9 +256,10 @@ def test_code_that_reaches_for_the_machinery_is_flagged_for_review(attacked):
 
 def test_the_report_names_every_layer(attacked):
     layers = {layer["name"]: layer for layer in attacked[0]["control"]["sandbox"]}
-    assert set(layers) == {"landlock", "user", "namespaces", "seccomp", "container", "private copies", "scratch",
-                           "fork servers"}
+    assert set(layers) == {"landlock", "user", "namespaces", "seccomp", "container", "limits", "private copies",
+                           "scratch", "fork servers"}
     assert all("detail" in layer for layer in layers.values())
+    assert all((layer["why"] is None) == layer["active"] for layer in layers.values()), layers
 
 
 def _digest(path):

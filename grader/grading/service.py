@@ -19,9 +19,8 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import IO, Any
+from typing import IO
 
 from grader import GRADER_DIR, KIT_ROOT
 from grader.records import TargetResult
@@ -168,6 +167,3 @@ class Service:
             self.log.close()
             self.log = None
 
-
-def request_for(exercises: Sequence[str], target: str, **options: Any) -> GradeRequest:
-    return GradeRequest(exercises=tuple(exercises), target=os.path.abspath(target), **options)

@@ -15,9 +15,6 @@ from grader.sandbox import Target, forkservers
 if TYPE_CHECKING:
     from grader.grading.options import Options
 
-if TYPE_CHECKING:
-    pass
-
 
 def resolve_target(name: str) -> Target | None:
     """'exercises', 'solutions' or a folder; None when there is no such folder."""

@@ -1,10 +1,10 @@
 """The sandbox: the one way the grader runs code it did not write.
 
-`Sandbox.run(request)` (or `start` then `finish`, to run the reference and a submission at
-once) runs one probe on one target's exercise in a worker, or in a process group of
-`world_size` workers, and returns one typed `Reply` per rank. Behind it: the fork servers
-(`forkservers`), the warm pools of workers (`pools`), the worker itself (`worker`), the wire
-format (`wire`) and the layers the kernel enforces on untrusted workers:
+`Sandbox.start(request)` then `finish(call)` (so the reference and a submission run at once;
+`run` does both in one call, for a benchmark) runs one probe on one target's exercise in a
+worker, or in a process group of `world_size` workers, and returns one typed `Reply` per rank.
+Behind it: the fork servers (`forkservers`), the warm pools of workers (`pools`), the worker
+itself (`worker`), the wire format (`wire`) and the layers the kernel enforces on untrusted workers:
 
 - Landlock (`landlock`): read only what a worker needs, write only its scratch dir; signals
   and abstract unix sockets scoped to its own domain, so it cannot reach the grader, a fork

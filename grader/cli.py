@@ -220,7 +220,7 @@ def grade(args: argparse.Namespace, staged: Staged) -> int:
         if args.seed is not None:
             raise UsageError("give --seed or --seed-file, not both")
         read_seed_file(args.seed_file, read_it=False)  # its content is read once the fork servers are forked
-    from grader.grading.shards import Plan
+    from grader.grading.plan import Plan
 
     plan = Plan.make(args)  # --shard, --regrade (which may take the seed, profile and exercises of its file)
     try:

@@ -15,24 +15,24 @@ Every `--submissions` run records in its JSON report, under `batch`, what a merg
 find equal (`record`): the shard, the sorted names of the whole class, the seed, the profile, the
 devices, the exercises graded and the kit (its version and a digest of what a grade depends on);
 its CSV carries the seed, profile, devices and kit as its last columns.
+
+`grading.plan` joins these records with a regrade's previous file (`grading.regrade`); this module
+imports neither.
 """
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import os
 import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypedDict, cast
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from grader import KIT_ROOT, catalog, layout
 from grader.records import TargetResult
 
 if TYPE_CHECKING:
     from grader.grading.options import Options
-    from grader.grading.regrade import Previous
-    from grader.sandbox import Target
 
 # The CSV's last columns: what a regrade of that file must find equal.
 CSV_COLUMNS = ("seed", "profile", "devices", "kit")
@@ -228,127 +228,3 @@ def report_csv(results: Sequence[TargetResult], rec: BatchRecord,
     for label in order:
         writer.writerow(graded[label])
     return buffer.getvalue()
-
-
-class Plan:
-    """A `--submissions` run: which of the class's folders it grades (all, a shard, or what a regrade
-    needs), what it records, and the reports it writes."""
-
-    def __init__(self, args: argparse.Namespace) -> None:
-        from grader.grading import regrade
-
-        self.args = args
-        self.shard = parse(args.shard) if args.shard else None
-        self.previous: Previous | None = None
-        given = "--shard" if self.shard else "--regrade" if args.regrade else ""
-        if args.shard and args.regrade:
-            raise ShardError("give --shard or --regrade, not both")
-        if given and args.target:
-            raise ShardError(f"{given} grades folders of --submissions DIR; give no --target")
-        if given and args.gradescope:
-            raise ShardError(f"{given} writes a class's reports (--csv, --json), not --gradescope")
-        if self.shard and args.seed is None and args.seed_file is None and not _release():
-            raise ShardError("--shard needs --seed N or --seed-file PATH: every shard must draw the same examples")
-        if args.regrade:
-            self.previous = regrade.load(args.regrade)
-            if args.json and self.previous.kind == "csv":
-                raise ShardError(f"--regrade {args.regrade}: a CSV's rows make a CSV; write --csv, or regrade "
-                                 "the batch's JSON report to write --json")
-            if getattr(args, "class_report", None) and self.previous.kind == "csv":
-                raise ShardError(f"--regrade {args.regrade}: a CSV's rows hold no checks to write --class-report "
-                                 "from; regrade the batch's JSON report")
-            regrade.adopt(args, self.previous)
-        self.names: list[str] = []
-        self.graded: list[str] = []
-        self.rec: BatchRecord | None = None
-
-    @classmethod
-    def make(cls, args: argparse.Namespace) -> Plan | None:
-        """The plan of a `--submissions` run; None for the grading of --target folders alone."""
-        if not args.submissions and (args.shard or args.regrade):
-            raise ShardError(f"{'--shard' if args.shard else '--regrade'} grades folders of --submissions DIR; "
-                             "give it, and no --target")
-        return cls(args) if args.submissions else None
-
-    def select(self, targets: Sequence[Target]) -> list[Target]:
-        """The targets this run grades, of all the class's (staged in sorted order)."""
-        from grader.grading import regrade
-
-        self.names = [target.label for target in targets]
-        if self.shard:
-            chosen = set(split(self.names, *self.shard))
-        elif self.previous:
-            chosen = set(regrade.chosen(self.previous, self.names, self.args.submissions))
-        else:
-            chosen = set(self.names)
-        self.graded = [name for name in self.names if name in chosen]
-        return [target for target in targets if target.label in chosen]
-
-    def check(self, options: Options, exercises: Iterable[catalog.Exercise]) -> None:
-        """Record how this run grades; a regrade's previous file must have been graded alike."""
-        from grader.grading import versions
-
-        self.rec = record(self.names, self.shard, options, [e.id for e in exercises])
-        if self.previous:
-            problem = differs(self.rec, self.previous.rec, versions.graded_with(), self.previous.versions)
-            if problem:
-                raise ShardError(f"--regrade {self.args.regrade}: graded with {problem}; regrade it as it was "
-                                 "graded, or grade the class again")
-
-    def summary(self) -> str:
-        from grader.grading import regrade
-
-        if self.shard:
-            return (f"shard {self.shard[0]}/{self.shard[1]}: {len(self.graded)} of the class's {len(self.names)} "
-                    "submissions (merge the shards' --json reports with python -m grader merge)")
-        if self.previous:
-            return regrade.describe(self.previous, self.graded)
-        return ""
-
-    def _full(self, results: Sequence[TargetResult]) -> tuple[list[TargetResult], list[str]]:
-        """A regrade of a JSON report: every row, the new ones in place of the old; and their keys."""
-        from grader.grading import regrade
-
-        assert self.previous is not None
-        previous_rows = cast("dict[str, TargetResult]", self.previous.rows)  # a JSON report's
-        rows = dict(previous_rows) | {text_key(result.target): result for result in results}
-        keys = regrade.order(self.previous, self.names)
-        return [rows[k] for k in keys], keys
-
-    def json(self, results: Sequence[TargetResult]) -> dict[str, Any]:
-        from grader.grading import versions
-
-        rec = self.rec
-        assert rec is not None, "check() records how the run grades first"
-        if self.previous:
-            results, keys = self._full(results)
-            rec = {**rec, "submissions": keys}
-        return report_json(results, versions.as_report(), rec)
-
-    def whole(self, results: Sequence[TargetResult]) -> list[TargetResult]:
-        """The rows a class report covers: a regrade's every row (the new in place of the old), else those graded."""
-        return self._full(results)[0] if self.previous else list(results)
-
-    def csv(self, results: Sequence[TargetResult]) -> str:
-        from grader.grading import regrade
-
-        assert self.rec is not None, "check() records how the run grades first"
-        if self.previous and self.previous.kind == "csv":
-            keys = regrade.order(self.previous, self.names)
-            rows = cast("dict[str, list[str]]", self.previous.rows)  # a CSV's rows, as read
-            return report_csv(results, self.rec, (rows, keys))
-        if self.previous:
-            results, keys = self._full(results)
-        return report_csv(results, self.rec)
-
-
-def text_key(label: str) -> str:
-    from grader.grading import text
-
-    return text.shown(label)
-
-
-def _release() -> bool:
-    from grader.grading.recordings import Recordings
-
-    return Recordings.meta(KIT_ROOT) is not None

@@ -6,23 +6,9 @@ holds the commands beside grading; the check files' API is `checks`, `probing` a
 the exercises are listed in `catalog.toml`.
 """
 
-import os
+from grader.layout import GRADER_DIR, KIT_ROOT  # where the kit lives: defined in layout, named here for notebooks
 
-GRADER_DIR = os.path.dirname(os.path.abspath(__file__))
-
-
-def _kit_root() -> str:
-    """The kit's folder (its check files, exercises and references): beside this package in a
-    checkout or an editable install; the current folder for a package installed elsewhere
-    (`pip install .`, then grading from the kit's folder)."""
-    beside = os.path.dirname(GRADER_DIR)
-    for candidate in (beside, os.getcwd()):
-        if all(os.path.exists(os.path.join(candidate, name)) for name in ("pyproject.toml", "tests")):
-            return candidate
-    return beside
-
-
-KIT_ROOT = _kit_root()
+__all__ = ["GRADER_DIR", "KIT_ROOT", "check", "check_all"]
 
 
 def __getattr__(name: str) -> object:

@@ -14,11 +14,12 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, NoReturn, TextIO
 
-from grader import KIT_ROOT, catalog
+from grader import catalog
 from grader.devices import CHOICES, GPUS
 from grader.grading import class_report, report, text, versions
 from grader.grading.options import Options, resolve
 from grader.grading.shards import ShardError
+from grader.layout import KIT_ROOT
 from grader.learner import state
 from grader.records import CheckResult, Status
 from grader.sandbox import forkservers

@@ -1,11 +1,27 @@
-"""Where an exercise's four files live: its stub, its reference, its checks and its wrong
-implementations. The one place that knows the kit's layout; the grader, `dev` and the kit's
-own tests ask it rather than spelling paths of their own."""
+"""Where the kit lives (`KIT_ROOT`, `GRADER_DIR`) and where an exercise's four files live: its
+stub, its reference, its checks and its wrong implementations. The one place that knows the
+kit's layout; the grader, `dev` and the kit's own tests ask it rather than spelling paths of
+their own. It imports nothing of the grader: every layer may import it.
+"""
 
 import os
 from dataclasses import dataclass
 
-from grader import KIT_ROOT
+GRADER_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def _kit_root() -> str:
+    """The kit's folder (its check files, exercises and references): beside this package in a
+    checkout or an editable install; the current folder for a package installed elsewhere
+    (`pip install .`, then grading from the kit's folder)."""
+    beside = os.path.dirname(GRADER_DIR)
+    for candidate in (beside, os.getcwd()):
+        if all(os.path.exists(os.path.join(candidate, name)) for name in ("pyproject.toml", "tests")):
+            return candidate
+    return beside
+
+
+KIT_ROOT = _kit_root()
 
 STUBS = "exercises"
 REFERENCES = "solutions"

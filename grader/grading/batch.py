@@ -14,9 +14,9 @@ import sys
 import tempfile
 from collections.abc import Sequence
 
-from grader import KIT_ROOT
 from grader.grading import submissions
 from grader.grading.session import resolve_target
+from grader.layout import KIT_ROOT
 from grader.records import TargetResult
 from grader.sandbox import Target
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, cast
 import pytest
 from hypothesis import HealthCheck, Phase, settings
 
-from grader import KIT_ROOT, catalog
+from grader import catalog
 from grader.devices import CHOICES, DEVICES, NoSuchDevice, kept_off_line
 from grader.devices import select as select_devices
 from grader.grading import hypothesis_adapter, visibility
@@ -24,6 +24,7 @@ from grader.grading.grade import Grade
 from grader.grading.options import Options, resolve
 from grader.grading.session import Session, exercise_of, resolve_target
 from grader.grading.text import one_line, shown
+from grader.layout import KIT_ROOT
 from grader.records import HINT, SMALLEST, CheckFailed, Failure, Status, Verdict, Visibility
 from grader.sandbox import missing as missing_layers
 from grader.sandbox.forkservers import depth

@@ -14,12 +14,12 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import pytest
 
-from grader import KIT_ROOT
 from grader.catalog import Exercise
 from grader.grading import hypothesis_adapter
 from grader.grading.options import Options
 from grader.grading.pytest_plugin import SESSION, OptionsCarrier
 from grader.grading.session import Session
+from grader.layout import KIT_ROOT
 from grader.records import CheckResult, ExerciseResult, Failure, Layer, ReviewFlag, Status, TargetResult, Visibility
 from grader.sandbox import scan
 

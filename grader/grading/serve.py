@@ -19,8 +19,9 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, TextIO
 
-from grader import KIT_ROOT, catalog
+from grader import catalog
 from grader.grading.service import GradeReply, GradeRequest
+from grader.layout import KIT_ROOT
 from grader.records import TargetResult
 
 if TYPE_CHECKING:

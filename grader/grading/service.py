@@ -22,7 +22,7 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from typing import IO
 
-from grader import GRADER_DIR, KIT_ROOT
+from grader.layout import GRADER_DIR, KIT_ROOT
 from grader.records import TargetResult
 
 

@@ -7,8 +7,9 @@ import os
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from grader import GRADER_DIR, KIT_ROOT, catalog
+from grader import catalog
 from grader.grading.recordings import Recordings, reference_folder
+from grader.layout import GRADER_DIR, KIT_ROOT
 from grader.records import Reply
 from grader.sandbox import Target, forkservers
 

@@ -28,7 +28,8 @@ import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypedDict
 
-from grader import KIT_ROOT, catalog, layout
+from grader import catalog, layout
+from grader.layout import KIT_ROOT
 from grader.records import TargetResult
 
 if TYPE_CHECKING:

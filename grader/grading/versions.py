@@ -13,7 +13,7 @@ import platform
 import re
 import sys
 
-from grader import KIT_ROOT
+from grader.layout import KIT_ROOT
 
 CONSTRAINTS = "constraints.txt"
 LOCK = "requirements.lock"  # the set the kit's own CI installs and proves (.ci/lock writes it)

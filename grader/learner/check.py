@@ -20,8 +20,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from grader import KIT_ROOT, catalog
+from grader import catalog
 from grader.grading.service import GradeRequest, Service, ServiceError
+from grader.layout import KIT_ROOT
 from grader.notebook import cells as notebook_cells
 from grader.records import HINT, SMALLEST, CheckResult, Status, TargetResult
 

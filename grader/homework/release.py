@@ -11,6 +11,7 @@ copy reveals no more of the solutions than those observations.
 import importlib.util
 import os
 import random
+import re
 import shutil
 from collections.abc import Sequence
 
@@ -19,37 +20,17 @@ from grader.grading.recordings import FOLDER, Recordings
 from grader.notebook.build import NOTEBOOK_EXTRA, setup_source, write_notebooks
 from grader.usage import command_parser
 
-STUDENT_README = """# Efficient AI model training with PyTorch: exercises
+# The student README is the learner's page of the kit, up to this marker (what follows it points into the
+# full kit); links to the kit's other pages are kept as plain text, since a release ships none of them.
+LEARNER_PAGE = os.path.join("docs", "learner.md")
+RELEASE_END = "<!-- the student release's README ends here -->"
+KIT_LINK = re.compile(r"\[([^\]]+)\]\((?!https?:|#)[^)]*\)")
 
-Fill in the functions in `exercises/` (each file explains its idea, shows an example and marks
-the `TODO`), then check your work:
 
-```bash
-pip install -e .                      # once
-python -m grader                      # every exercise, scored: each chapter out of 100
-python -m grader chapter1             # one chapter: one homework assignment
-python -m grader ex04                 # one exercise (also: python -m grader 4)
-pytest tests/test_ex04_sharding.py    # the same checks, as plain pytest
-python -m grader hint ex04            # the next hint
-python -m grader watch ex04           # re-grade each time you save
-```
-
-Prefer Jupyter? `notebooks/` holds one notebook per chapter, made from the same stubs: each
-exercise's lesson, its functions to write, and a check cell (`check("ex04")`) that grades what
-your kernel has run. `pip install -e '.[notebook]'` once, then open a notebook from this folder
-(`jupyter lab`, VS Code). To hand in a notebook, upload the .ipynb as it is, or turn it into the
-exercise files: `python -m grader export notebooks/chapter1_data_preparation.ipynb --out exercises --force`.
-In Colab: upload this folder as a zip (Files, on the left), open a notebook, and run its first cell:
-it unzips and installs the kit (elsewhere, with the kit installed, that cell does nothing).
-
-A failing check says what went wrong: the input, what the reference produced and what your code
-produced, and a hint. This copy ships no reference solutions: the reference's results on the
-checks' inputs were recorded when it was made, so the checks here always draw those same inputs
-(the seed and profile are fixed, on the CPU) and show the first input that fails rather than a
-shrunk one. Your instructor's grader draws other inputs too, and may run hidden checks that this
-copy does not: its scores are out of the public checks' points (`python -m grader` says how many
-were left out).
-"""
+def student_readme() -> str:
+    with open(os.path.join(KIT_ROOT, LEARNER_PAGE)) as handle:
+        text = handle.read()
+    return KIT_LINK.sub(r"\1", text.split(RELEASE_END)[0]).rstrip() + "\n"
 
 
 def main(argv: Sequence[str]) -> int:
@@ -104,7 +85,7 @@ def copy_kit(out: str, kit_url: str | None = None) -> None:
     for name in ("pyproject.toml", "conftest.py"):
         shutil.copyfile(os.path.join(KIT_ROOT, name), os.path.join(out, name))
     with open(os.path.join(out, "README.md"), "w") as handle:
-        handle.write(STUDENT_README)
+        handle.write(student_readme())
     with open(os.path.join(out, ".gitignore"), "w") as handle:  # what running the kit leaves is never committed
         handle.write(GITIGNORE)
 
@@ -120,18 +101,15 @@ def public_only_line(left_out: Sequence[str]) -> str:
 
 def record(seed: int, profile: str) -> Recordings:
     """Grade the references once with the release's seed and profile, keeping what they observed."""
-    from grader.grading import runner
+    from grader.grading import engine
     from grader.grading.options import Options
     from grader.records import Status
     from grader.sandbox import Target
-    from grader.sandbox.forkservers import warm_up
 
-    exercises = list(catalog.EXERCISES)
-    warm_up({e.preload for e in exercises})
     recordings = Recordings(False, seed=seed, profile=profile)
-    options = Options(targets=(Target("solutions", os.path.join(KIT_ROOT, "solutions")),), devices=("cpu",),
-                      timeout=300.0, seed=seed, profile=profile, recordings=recordings, public_only=True)
-    result = runner.run(options, exercises)[0]
+    options = Options(targets=(Target("solutions", os.path.join(KIT_ROOT, "solutions")),), timeout=300.0,
+                      seed=seed, profile=profile, recordings=recordings, public_only=True)
+    result = engine.grade(engine.Request(tuple(catalog.EXERCISES), options, device="cpu")).results[0]
     recordings.left_out = list(result.left_out)
     failing = [f"{c.exercise} {c.check}" for e in result.exercises for c in e.checks if c.status is not Status.PASSED]
     if failing:

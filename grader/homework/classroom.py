@@ -1,60 +1,84 @@
-"""GitHub Classroom: the workflow `python -m grader classroom` writes, and the results its grading step emits.
+"""`python -m grader classroom`: grading each push in the student's own repository, on GitHub Actions.
 
-GitHub Classroom reads a repository's `.github/workflows/classroom.yml`, a workflow named
-"Autograding Tests" with one job, `run-autograding-tests`, whose last step is the autograding
-reporter (classroom-resources/autograding-grading-reporter). The reporter takes a list of runner
-ids and, for each, an environment variable `<ID>_RESULTS`: base64 of `{"version": 1, "status",
-"max_score", "tests": [{"name", "status", "score", "message", ...}]}`; it adds up the scores and
-maximums of every runner and reports the total to the classroom.
+GitHub Classroom was discontinued on 2026-08-28. Three formats serve the platforms that follow it:
 
-Here each check is a runner with its points (its exercise's points split over its checks, in whole
-cents, so that they add up to the catalog's points exactly). Grading each check in a step of its
-own would start the grader, and import torch and transformers, once per check; so one step grades
-them all (`--classroom "$GITHUB_OUTPUT"` writes each check's result as a step output, named by its
-runner id) and the reporter reads every runner from that step. In a student release only the
-public checks are graded, so only they are runners: a release's workflow is out of the public
-checks' points.
+* **Plain GitHub Actions** (the default): `python -m grader classroom [EXERCISE ...]` writes
+  `.github/workflows/grade.yml` into the assignment's template repository. On each push it checks the kit
+  is as the assignment gave it (SHA-256 sums, below), sets up Python, installs the kit, grades once with
+  `--json grade.json --gradescope gradescope.json`, turns those into `result.json` and a Markdown job
+  summary with `python -m grader classroom result` (appended to `$GITHUB_STEP_SUMMARY`), and uploads
+  `result.json` as the run's artifact named `result` (no write permission needed; download it with
+  `gh run download RUN -n result`).
+* **Classroom 50** (`--classroom50`): Classroom 50 writes its own workflow into each student repository
+  (a shim that calls the autograde runner of the course's `classroom50` repository); what a course
+  provides is an `autograder.py`, at `CLASSROOM/autograders/ASSIGNMENT/autograder.py` of that repository.
+  `python -m grader classroom --classroom50` writes one: the runner runs it in the student's checkout; it
+  checks the kit, installs it, grades, and writes `./result.json`, `./release-body.md` (the Release's text)
+  and the job summary. The runner publishes `result.json` as an asset of a GitHub Release on the
+  `submit/<UTC-timestamp>-<short-sha>` tag, where Classroom 50's score collection reads it. Set the
+  assignment's `runtime` block to `{"python": "3.12"}` (its default Python is 3.14).
+  Documented at https://github.com/foundation50/classroom50/wiki/Advanced-Autograding (writing an
+  autograder.py, the result.json contract) and .../wiki/Autograding-Basics (how grading and publishing work).
+* **The retired GitHub Classroom reporter** (`python -m grader --classroom "$GITHUB_OUTPUT"`): each check's
+  result as a step output, base64 of `{"version": 1, "status", "max_score", "tests": [...]}`, for
+  classroom-resources/autograding-grading-reporter, which tools that reuse GitHub Classroom's autograding
+  actions still read. This command no longer writes a workflow for it.
 
-The workflow runs in the student's own repository, which the student may change whole, this file
-included: it is a self-check, never the grade of record. That comes from the instructor's side: the
-repositories collected and graded with `python -m grader --submissions FOLDER`, where a submission's
-files are only data. What the workflow does refuse is the honest accident and the casual hook: before
-grading it checks every file of the kit (the grader, the check files, `conftest.py`, `pyproject.toml`)
-against the SHA-256 sums written into it, and refuses any other `conftest.py`, `pytest.ini`,
-`sitecustomize.py` or `.pth` file, anywhere in the repository, and any file added to the kit's folders.
+`result.json`, in both workflows, is Classroom 50's `classroom50/result/v1`:
+
+    {"schema": "classroom50/result/v1", "classroom", "assignment", "submission", "commit", "release",
+     "review", "datetime", "graded_at", "score": int, "max-score": int,
+     "tests": [{"test-name", "passed", "score": int, "max-score": int,            <- the contract's fields
+                "exercise", "status", "checks-passed", "checks",                   <- ours, kept verbatim
+                "exact-score", "exact-max-score"}, ...]}
+
+A test is an exercise (its catalog points); `passed` is whether every check of it passed. The contract types
+the scores as whole numbers: each exercise's score is rounded so that the rounded scores add up to the
+rounded total (largest remainders), and the exact ones are kept beside them. Under Classroom 50 the
+identity fields come from the runner's environment (CLASSROOM, ASSIGNMENT, SUBMISSION_TAG, COMMIT_URL,
+RELEASE_URL, REVIEW_URL); on plain GitHub Actions from GitHub's (the repository's owner and name, the ref,
+the commit, and the run's page for `release`, where the artifact lies). `datetime` is the graded commit's
+committer date, `graded_at` the time of grading.
+
+The workflow runs in the student's own repository, which the student may change whole, this file included:
+it is a self-check, never the grade of record. That comes from the instructor's side: the repositories
+collected and graded with `python -m grader --submissions FOLDER`, where a submission's files are only
+data. What the workflow does refuse is the honest accident and the casual hook: before grading it checks
+every file of the kit (the grader, the check files, `conftest.py`, `pyproject.toml`) against the SHA-256
+sums written into it, and refuses any other `conftest.py`, `pytest.ini`, `sitecustomize.py` or `.pth` file,
+anywhere in the repository, and any file added to the kit's folders.
 """
 
 from __future__ import annotations
 
 import base64
+import datetime
 import hashlib
-import importlib.util
+import html
 import json
+import math
 import os
 import re
-from collections.abc import Sequence
-from dataclasses import dataclass
+import subprocess
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from grader import KIT_ROOT, catalog
-from grader.grading import text, visibility
-from grader.grading.recordings import Recordings
-from grader.records import Status, TargetResult, Visibility
+from grader.grading import text
+from grader.records import Status, TargetResult
 
-OUT = os.path.join(".github", "workflows", "classroom.yml")
-WORKFLOW_NAME = "Autograding Tests"  # the reporter's documented requirements: this name, this one job
-JOB = "run-autograding-tests"
-REPORTER = "classroom-resources/autograding-grading-reporter@v1"
+OUT = os.path.join(".github", "workflows", "grade.yml")
+AUTOGRADER_OUT = "autograder.py"
+WORKFLOW_NAME = "Grade"
+JOB = "grade"
+SCHEMA = "classroom50/result/v1"
+DOCUMENTED = "https://github.com/foundation50/classroom50/wiki/Advanced-Autograding"
+STEPS = ("Checkout code", "Check the kit is as the assignment gave it", "Set up Python", "Install the kit",
+         "Grade", "Write result.json and the job summary", "Publish result.json")
+INSTALL = "pip install torch --index-url https://download.pytorch.org/whl/cpu && pip install -e ."
 
 
-@dataclass(frozen=True)
-class Runner:
-    """One check as the reporter's runner: its id (a step output's name), its test's name and its points."""
-
-    id: str
-    exercise: str
-    check: str
-    title: str
-    points: float
+# --- the retired GitHub Classroom reporter (python -m grader --classroom PATH) -------------------------
 
 
 def runner_id(exercise_id: str, check: str) -> str:
@@ -71,30 +95,39 @@ def shares(points: float, count: int) -> list[float]:
     return [(base + (1 if i < extra else 0)) / 100 for i in range(count)]
 
 
-def checks_in(exercise: catalog.Exercise) -> list[tuple[str, str, Visibility]]:
-    """(name, title, visibility) of each check in the exercise's check file, in the file's order."""
-    path = os.path.join(KIT_ROOT, "tests", f"test_{exercise.id}.py")
-    spec = importlib.util.spec_from_file_location(f"classroom_{exercise.id}", path)
-    assert spec is not None and spec.loader is not None, path
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    found = []
-    for name, function in vars(module).items():
-        if name.startswith("test_") and callable(function):
-            title = ((function.__doc__ or "").strip().splitlines() or [""])[0]
-            found.append((name, title or name.removeprefix("test_").replace("_", " "),
-                          visibility.of(exercise.id, name, function)))
-    return found
+def _status(statuses: set[Status]) -> str:
+    if Status.NOT_GRADED in statuses:
+        return "error"
+    return "pass" if statuses == {Status.PASSED} else "fail"
 
 
-def runners(exercises: Sequence[catalog.Exercise], public_only: bool) -> list[Runner]:
-    """Every check graded, as a runner with its points."""
-    found = []
-    for exercise in exercises:
-        checks = [c for c in checks_in(exercise) if not public_only or c[2] is Visibility.PUBLIC]
-        for (name, title, _), points in zip(checks, shares(exercise.points, len(checks))):
-            found.append(Runner(runner_id(exercise.id, name), exercise.id, name, title, points))
-    return found
+def outputs(result: TargetResult) -> str:
+    """The grading step's outputs for the autograding reporter: `<runner id>=<base64 of its JSON>`, a line per
+    check graded (on every device: a check passes where it passed on each)."""
+    lines = []
+    for row in result.exercises:
+        names = list(dict.fromkeys(check.check for check in row.checks))
+        for name, points in zip(names, shares(row.max_score, len(names))):
+            records = [check for check in row.checks if check.check == name]
+            status = _status({check.status for check in records})
+            message = text.shown("\n".join(f"[{c.device}] {c.status.label}: {c.message}" for c in records
+                                            if c.status is not Status.PASSED))  # a submission's text: no raw escapes
+            test = {"name": f"{row.id[:4]} · {records[0].title or name}", "status": status,
+                    "score": points if status == "pass" else 0, "message": message or None,
+                    "line_no": 0, "execution_time": f"{sum(c.seconds for c in records):.2f}s"}
+            data = {"version": 1, "status": status, "max_score": points, "tests": [test]}
+            encoded = base64.b64encode(json.dumps(data).encode()).decode()
+            lines.append(f"{runner_id(row.id, name)}={encoded}")
+    return "".join(line + "\n" for line in lines)
+
+
+def append(path: str, lines: str) -> None:
+    """Add to a step's outputs file ($GITHUB_OUTPUT collects every step's lines: never replace it)."""
+    with open(path, "a") as handle:
+        handle.write(lines)
+
+
+# --- the kit's self-check ---------------------------------------------------------------------------------
 
 
 KIT_FOLDERS = ("grader", "tests")
@@ -138,121 +171,269 @@ fi
 """
 
 
+# --- result.json and the job summary (python -m grader classroom result) ---------------------------------
+
+
+def whole(values: Sequence[float], total: float) -> list[int]:
+    """`values` rounded to whole numbers that add up to round(`total`): largest remainders first."""
+    floors = [math.floor(v + 1e-9) for v in values]
+    left = round(total) - sum(floors)
+    order = sorted(range(len(values)), key=lambda i: (-(values[i] - floors[i]), i))
+    for i in order[:max(0, min(left, len(values)))]:
+        floors[i] += 1
+    return floors
+
+
+def _committed_at() -> str | None:
+    try:
+        done = subprocess.run(["git", "log", "-1", "--format=%ct"], capture_output=True, text=True, timeout=10)
+        stamp = int(done.stdout.strip())
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return None
+    return datetime.datetime.fromtimestamp(stamp, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def identity(env: Mapping[str, str]) -> dict[str, str]:
+    """The identity fields: Classroom 50's runner's, else GitHub Actions' own, else "local"."""
+    server = env.get("GITHUB_SERVER_URL", "https://github.com").rstrip("/")
+    repo = env.get("GITHUB_REPOSITORY", "")
+    sha = env.get("GITHUB_SHA", "")
+    commit = f"{server}/{repo}/commit/{sha}" if repo and sha else ""
+    run = f"{server}/{repo}/actions/runs/{env['GITHUB_RUN_ID']}" if repo and env.get("GITHUB_RUN_ID") else ""
+    fields = {"classroom": env.get("CLASSROOM") or env.get("GITHUB_REPOSITORY_OWNER", ""),
+              "assignment": env.get("ASSIGNMENT") or repo.rpartition("/")[2],
+              "submission": env.get("SUBMISSION_TAG") or env.get("GITHUB_REF_NAME", ""),
+              "commit": env.get("COMMIT_URL") or commit,
+              "release": env.get("RELEASE_URL") or run or commit,
+              "review": env.get("REVIEW_URL") or env.get("COMMIT_URL") or commit}
+    return {name: value or "local" for name, value in fields.items()}
+
+
+def result_json(report: Mapping[str, Any], env: Mapping[str, str], now: datetime.datetime | None = None,
+                committed_at: str | None = None) -> dict[str, Any]:
+    """Classroom 50's result.json (classroom50/result/v1) of one submission's `python -m grader --json`."""
+    rows = report["exercises"]
+    scores = whole([float(row["score"]) for row in rows], float(report["score"]))
+    maxima = whole([float(row["max_score"]) for row in rows], float(report["max_score"]))
+    tests = [{"test-name": f"{row['id']} · {row['title']}", "passed": row["status_id"] == "passed",
+              "score": score, "max-score": most, "exercise": row["id"], "status": row["status_id"],
+              "checks-passed": row["passed"], "checks": row["total"],
+              "exact-score": row["score"], "exact-max-score": row["max_score"]}
+             for row, score, most in zip(rows, scores, maxima)]
+    stamp = (now or datetime.datetime.now(datetime.timezone.utc)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {"schema": SCHEMA, **identity(env), "datetime": committed_at or stamp, "graded_at": stamp,
+            "score": sum(scores), "max-score": sum(maxima), "tests": tests}
+
+
+SUMMARY_CHARACTERS = 500_000
+_MARKUP = re.compile(r"([\\`*_\[\]|~<>#])")
+
+
+def _m(value: object) -> str:
+    """One line of text for Markdown, its markup escaped."""
+    return _MARKUP.sub(r"\\\1", " ".join(str(value).split()))
+
+
+def score_line(result: Mapping[str, Any]) -> str:
+    return f"**Score: {result['score']} / {result['max-score']}**"
+
+
+def summary(result: Mapping[str, Any], gradescope: Mapping[str, Any] | None = None) -> str:
+    """The job summary: the score line, a row per exercise, and each failing check's Markdown as the
+    grader writes it for Gradescope (`--gradescope`, output_format md: a submission's text in code blocks)."""
+    lines = ["## Grade", "", score_line(result), "",
+             "| exercise | points | checks passed | status |", "|---|---:|---:|---|"]
+    for test in result["tests"]:
+        lines.append(f"| {_m(test['test-name'])} | {test['exact-score']:g} / {test['exact-max-score']:g} | "
+                     f"{test['checks-passed']} / {test['checks']} | {_m(test['status'])} |")
+    failing = [t for t in (gradescope or {}).get("tests", []) if t.get("status") == "failed"]
+    if failing:
+        lines += ["", "### What failed", ""]
+        for shown, test in enumerate(failing):
+            if sum(len(line) + 1 for line in lines) > SUMMARY_CHARACTERS:  # GitHub takes 1 MiB a step
+                lines += [f"and {len(failing) - shown} more failing checks", ""]
+                break
+            lines += [f"<details><summary>{html.escape(' '.join(str(test.get('name', '')).split()))}</summary>",
+                      "", str(test.get("output", "")), "", "</details>", ""]
+    lines += ["", "A self-check in your own repository: the grade of record is the instructor's. Details: "
+                  "`python -m grader EXERCISE` on your machine."]
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def result_main(argv: Sequence[str]) -> int:
+    from grader.grading import report
+    from grader.usage import command_parser
+
+    parser = command_parser("classroom result", "Turn one submission's python -m grader --json into Classroom 50's "
+                                                "result.json and a Markdown job summary.")
+    parser.add_argument("grade", metavar="GRADE.json", help="what python -m grader --json wrote")
+    parser.add_argument("--gradescope", metavar="PATH",
+                        help="what python -m grader --gradescope wrote: each failing check's Markdown in the summary")
+    parser.add_argument("--out", default="result.json", metavar="PATH", help="where to write it (default result.json)")
+    parser.add_argument("--summary", action="append", default=[], metavar="PATH",
+                        help="append the Markdown summary to PATH ($GITHUB_STEP_SUMMARY); repeatable")
+    args = parser.parse_args(argv)
+    try:
+        with open(args.grade) as handle:
+            graded = json.load(handle)
+        gradescope = None
+        if args.gradescope and os.path.isfile(args.gradescope):
+            with open(args.gradescope) as handle:
+                gradescope = json.load(handle)
+    except (OSError, ValueError) as error:
+        parser.error(str(error))
+    if "exercises" not in graded:
+        parser.error(f"{args.grade}: not one submission's python -m grader --json")
+    result = result_json(graded, os.environ, committed_at=_committed_at())
+    try:
+        report.write_json(args.out, result)
+        for path in args.summary:
+            append(path, summary(result, gradescope))
+    except OSError as error:
+        parser.error(f"{error.filename}: {error.strerror}")
+    print(f"wrote {args.out}: {result['score']} / {result['max-score']} points")
+    return 0
+
+
+# --- the workflow and the autograder ---------------------------------------------------------------------
+
+
 def _quoted(value: str) -> str:
     """A YAML double-quoted scalar (JSON's string syntax is a subset of it)."""
     return json.dumps(value)
 
 
-def workflow(chosen: Sequence[Runner], selection: Sequence[str], sums: Sequence[tuple[str, str]] = ()) -> str:
-    """The workflow file's text: check the kit is its own, install it, grade once, report every check as a
-    runner."""
-    command = " ".join(["python -m grader", *selection, "--device cpu -q --classroom \"$GITHUB_OUTPUT\" || true"])
+def grade_command(selection: Sequence[str]) -> str:
+    return " ".join(["python -m grader", *selection, "--device cpu -q --json grade.json --gradescope gradescope.json"])
+
+
+RESULT_COMMAND = ("python -m grader classroom result grade.json --gradescope gradescope.json --out result.json "
+                  "--summary \"$GITHUB_STEP_SUMMARY\"")
+
+
+def workflow(selection: Sequence[str], sums: Sequence[tuple[str, str]] = ()) -> str:
+    """The plain GitHub Actions workflow: check the kit, install it, grade once, write result.json and the job
+    summary, upload result.json as the run's artifact."""
     lines = [
-        "# Written by `python -m grader classroom`: GitHub Classroom grades each push with it. Each check is a",
-        "# runner of the autograding reporter, worth its share of its exercise's points (catalog.toml).",
+        "# Written by `python -m grader classroom`: plain GitHub Actions grades each push with it, a self-check in",
+        "# the student's repository. result.json (Classroom 50's classroom50/result/v1 format) is uploaded as the",
+        "# run's artifact `result`; the score and each exercise are in the run's job summary. For Classroom 50,",
+        "# write its autograder.py instead: python -m grader classroom --classroom50. The retired GitHub",
+        "# Classroom reporter's outputs: python -m grader --classroom \"$GITHUB_OUTPUT\".",
         f"name: {WORKFLOW_NAME}",
         "'on':",
-        "- push",
-        "- repository_dispatch",
+        "  push:",
+        "  workflow_dispatch:",
         "permissions:",
-        "  checks: write",
-        "  actions: read",
         "  contents: read",
         "jobs:",
         f"  {JOB}:",
         "    runs-on: ubuntu-latest",
-        "    if: github.actor != 'github-classroom[bot]'",
+        "    timeout-minutes: 60",
         "    steps:",
-        "    - name: Checkout code",
+        f"    - name: {STEPS[0]}",
         "      uses: actions/checkout@v4",
-        "    - name: Check the kit is as the assignment gave it",
+        f"    - name: {STEPS[1]}",
         "      shell: bash",
         "      run: |",
         *("        " + line if line else "" for line in kit_check_script(sums).splitlines()),
-        "    - name: Set up Python",
+        f"    - name: {STEPS[2]}",
         "      uses: actions/setup-python@v5",
         "      with:",
         "        python-version: '3.12'",
-        "    - name: Install the kit",
-        "      run: pip install torch --index-url https://download.pytorch.org/whl/cpu && pip install -e .",
-        "    - name: Grade",
-        "      id: grade",
+        f"    - name: {STEPS[3]}",
+        f"      run: {INSTALL}",
+        f"    - name: {STEPS[4]}",
         "      env:",
         "        HF_HUB_OFFLINE: '1'",
-        f"      run: {_quoted(command)}",
-        "    - name: Autograding Reporter",
-        "      if: always()",
-        f"      uses: {REPORTER}",
-        "      env:",
+        f"      run: {_quoted(grade_command(selection) + ' || true')}",
+        f"    - name: {STEPS[5]}",
+        f"      run: {_quoted(RESULT_COMMAND)}",
+        f"    - name: {STEPS[6]}",
+        "      uses: actions/upload-artifact@v4",
+        "      with:",
+        "        name: result",
+        "        path: result.json",
+        "        if-no-files-found: error",
     ]
-    for runner in chosen:
-        lines += [f"        # {runner.exercise[:4]} · {runner.title}: {runner.points:g} points",
-                  f"        {runner.id.upper()}_RESULTS: {_quoted('${{ steps.grade.outputs.' + runner.id + ' }}')}"]
-    lines += ["      with:", f"        runners: {_quoted(','.join(runner.id for runner in chosen))}"]
     return "\n".join(lines) + "\n"
 
 
-def _status(statuses: set[Status]) -> str:
-    if Status.NOT_GRADED in statuses:
-        return "error"
-    return "pass" if statuses == {Status.PASSED} else "fail"
+def autograder(selection: Sequence[str], sums: Sequence[tuple[str, str]] = ()) -> str:
+    """Classroom 50's autograder.py: run by its runner in the student's checkout; writes ./result.json,
+    ./release-body.md and the job summary (exit 0 once graded: a non-zero exit is an infrastructure error)."""
+    summary_files = "--summary release-body.md" + ' --summary "$GITHUB_STEP_SUMMARY"'
+    result = RESULT_COMMAND.replace('--summary "$GITHUB_STEP_SUMMARY"', summary_files)
+    return f'''"""Written by `python -m grader classroom --classroom50`: Classroom 50's autograder for this kit.
+
+Put it at CLASSROOM/autograders/ASSIGNMENT/autograder.py of the course's classroom50 repository and set the
+assignment's runtime block to {{"python": "3.12"}}. The runner runs it in the student's checkout; it checks the
+kit is as the assignment gave it, installs it, grades once and writes ./result.json (classroom50/result/v1,
+{DOCUMENTED}), ./release-body.md and the job summary. The runner publishes the Release with result.json.
+"""
+
+import os
+import subprocess
+import sys
+
+KIT_CHECK = {kit_check_script(sums)!r}
 
 
-def outputs(result: TargetResult) -> str:
-    """The grading step's outputs: `<runner id>=<base64 of the reporter's JSON>`, a line per check graded
-    (on every device: a check passes where it passed on each)."""
-    lines = []
-    for row in result.exercises:
-        names = list(dict.fromkeys(check.check for check in row.checks))
-        for name, points in zip(names, shares(row.max_score, len(names))):
-            records = [check for check in row.checks if check.check == name]
-            status = _status({check.status for check in records})
-            message = text.shown("\n".join(f"[{c.device}] {c.status.label}: {c.message}" for c in records
-                                            if c.status is not Status.PASSED))  # a submission's text: no raw escapes
-            test = {"name": f"{row.id[:4]} · {records[0].title or name}", "status": status,
-                    "score": points if status == "pass" else 0, "message": message or None,
-                    "line_no": 0, "execution_time": f"{sum(c.seconds for c in records):.2f}s"}
-            data = {"version": 1, "status": status, "max_score": points, "tests": [test]}
-            encoded = base64.b64encode(json.dumps(data).encode()).decode()
-            lines.append(f"{runner_id(row.id, name)}={encoded}")
-    return "".join(line + "\n" for line in lines)
+def run(command: str) -> int:
+    print("+", command.splitlines()[0], flush=True)
+    return subprocess.run(["bash", "-c", command], env={{**os.environ, "HF_HUB_OFFLINE": "1"}}).returncode
 
 
-def append(path: str, lines: str) -> None:
-    """Add to a step's outputs file ($GITHUB_OUTPUT collects every step's lines: never replace it)."""
-    with open(path, "a") as handle:
-        handle.write(lines)
+os.environ.setdefault("GITHUB_STEP_SUMMARY", os.devnull)
+if run(KIT_CHECK) != 0 or run({_quoted(INSTALL)}) != 0:
+    sys.exit(1)
+run({_quoted(grade_command(selection))})
+sys.exit(run({_quoted(result)}))
+'''
 
 
 def main(argv: Sequence[str]) -> int:
+    if argv[:1] == ["result"]:
+        return result_main(argv[1:])
     from grader.grading import report
+    from grader.grading.recordings import Recordings
     from grader.usage import command_parser
 
-    parser = command_parser("classroom", "Write a GitHub Classroom workflow that grades each push, a runner "
-                                         "of the autograding reporter per check, with its points.")
+    parser = command_parser(
+        "classroom",
+        "Write the workflow that grades each push on plain GitHub Actions (.github/workflows/grade.yml: "
+        "result.json, in Classroom 50's format, as the run's artifact, and a job summary), or with --classroom50 "
+        "Classroom 50's autograder.py. `python -m grader classroom result GRADE.json` is the conversion both run. "
+        "The retired GitHub Classroom reporter's outputs: python -m grader --classroom \"$GITHUB_OUTPUT\".")
     parser.add_argument("exercises", nargs="*", metavar="EXERCISE",
-                        help="exercise ids or chapters (chapter1) the workflow grades; all when none")
-    parser.add_argument("--out", default=OUT, metavar="PATH", help=f"where to write it (default {OUT})")
+                        help="exercise ids or chapters (chapter1) it grades; all when none")
+    parser.add_argument("--classroom50", action="store_true",
+                        help="write Classroom 50's autograder.py (for CLASSROOM/autograders/ASSIGNMENT/ of the "
+                             "course's classroom50 repository) instead of the workflow")
+    parser.add_argument("--out", metavar="PATH",
+                        help=f"where to write it (default {OUT}, or {AUTOGRADER_OUT} with --classroom50)")
     args = parser.parse_args(argv)
+    out = args.out or (AUTOGRADER_OUT if args.classroom50 else OUT)
     try:
         exercises = catalog.select(args.exercises)
     except catalog.UnknownName as error:
         parser.error(str(error))
     try:
-        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+        os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     except OSError as error:
-        parser.error(f"--out {args.out}: {error.strerror}")
-    problem = report.check_writable(args.out)
+        parser.error(f"--out {out}: {error.strerror}")
+    problem = report.check_writable(out)
     if problem:
         parser.error(f"--out: {problem}")
     public_only = Recordings.meta(KIT_ROOT) is not None
-    chosen = runners(exercises, public_only)
+    written = (autograder if args.classroom50 else workflow)(list(args.exercises), kit_sums())
     try:
-        report.write(args.out, workflow(chosen, list(args.exercises), kit_sums()))
+        report.write(out, written)
     except OSError as error:
-        parser.error(f"--out {args.out}: {error.strerror}")
-    points = round(sum(runner.points for runner in chosen), 2)
-    print(f"wrote {args.out}: {len(chosen)} checks, {points:g} points"
-          + (" (the release's public checks)" if public_only else "")
-          + "; commit it to the assignment's template repository")
+        parser.error(f"--out {out}: {error.strerror}")
+    points = round(sum(exercise.points for exercise in exercises), 2)
+    where = ("put it at CLASSROOM/autograders/ASSIGNMENT/autograder.py of the classroom50 repository"
+             if args.classroom50 else "commit it to the assignment's template repository")
+    print(f"wrote {out}: {len(exercises)} exercise{'s' if len(exercises) != 1 else ''}, {points:g} points"
+          + (" (the release's public checks)" if public_only else "") + f"; {where}")
     return 0

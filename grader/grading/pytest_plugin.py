@@ -26,8 +26,8 @@ from grader.grading.session import Session, exercise_of, resolve_target
 from grader.grading.text import one_line, shown
 from grader.layout import KIT_ROOT
 from grader.records import HINT, SMALLEST, CheckFailed, Failure, Status, Verdict, Visibility
+from grader.sandbox import Sandbox
 from grader.sandbox import missing as missing_layers
-from grader.sandbox.forkservers import depth
 
 if TYPE_CHECKING:
     from pluggy import Result
@@ -211,14 +211,12 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     gc.freeze()
     gc.enable()  # python -m grader turns it off while importing
     if graded - {None}:
-        from grader.sandbox.forkservers import warm_up
-
-        warm_up({catalog.get(exercise).preload for exercise in graded if exercise is not None})
+        Sandbox.warm_up({catalog.get(exercise).preload for exercise in graded if exercise is not None})
 
 
 def _preload_rank(item: pytest.Item) -> int:
     exercise = exercise_of(item.path)
-    return depth(catalog.get(exercise).preload) if exercise else 0
+    return Sandbox.preload_depth(catalog.get(exercise).preload) if exercise else 0
 
 
 def _target_index(item: pytest.Item) -> int:

@@ -17,65 +17,36 @@ import random
 import sys
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, TextIO
+from typing import TextIO
 
-from grader import catalog
+from grader.grading.engine import Engine, Request, exercises_named
+from grader.grading.options import Options
 from grader.grading.service import GradeReply, GradeRequest
-from grader.layout import KIT_ROOT
 from grader.records import TargetResult
-
-if TYPE_CHECKING:
-    from grader.grading.session import Session
+from grader.sandbox import Sandbox, Target
 
 
 class Warm:
-    """What the service keeps between requests."""
+    """What the service keeps between requests: a grading engine that keeps its session warm."""
 
     def __init__(self, seed: int | None = None) -> None:
         self.seed = seed if seed is not None else random.SystemRandom().randrange(2**31)
-        self.session: Session | None = None
-        self.devices: dict[str, tuple[str, ...]] = {}  # --device choice -> devices (the GPUs probed once)
+        self.engine = Engine(keep=True)
 
     def grade(self, request: GradeRequest) -> TargetResult:
         """Grade one request; ValueError for a request that names no such exercise or folder."""
-        from grader import devices
-        from grader.grading import runner
-        from grader.grading.options import Options, resolve
-        from grader.grading.session import Session
-        from grader.sandbox import Target, forkservers
-
-        exercises = []
-        for name in request.exercises:
-            exercise = catalog.find(name)
-            if exercise is None:
-                raise ValueError(catalog.unknown(name))
-            exercises.append(exercise)
+        exercises = exercises_named(request.exercises)
         if not exercises:
             raise ValueError("no exercise named")
         if not os.path.isdir(request.target):
             raise ValueError(f"no such folder: {request.target}")
-        exercises = [e for e in catalog.EXERCISES if e in exercises]
-        if request.device not in self.devices:
-            try:
-                self.devices[request.device] = tuple(devices.select(request.device))
-            except devices.NoSuchDevice as error:
-                raise ValueError(str(error))
-        forkservers.warm_up({e.preload for e in exercises})
         target = Target(request.label or request.target, os.path.abspath(request.target))
-        options = resolve(Options(targets=(target,), devices=self.devices[request.device], timeout=request.timeout,
-                                  seed=self.seed if request.seed is None else request.seed,
-                                  profile=request.profile, details=request.details), KIT_ROOT)
-        if self.session is None:
-            self.session = Session(options)
-        try:
-            return runner.run(options, exercises, session=self.session)[0]
-        finally:
-            self.session.forget_targets()
+        options = Options(targets=(target,), timeout=request.timeout, profile=request.profile,
+                          seed=self.seed if request.seed is None else request.seed, details=request.details)
+        return self.engine.grade(Request(exercises, options, device=request.device)).results[0]
 
     def close(self) -> None:
-        if self.session is not None:
-            self.session.close()
-            self.session = None
+        self.engine.close()
 
 
 def serve(requests: TextIO, replies: TextIO, warm: Warm) -> None:
@@ -112,9 +83,7 @@ def main(argv: Sequence[str]) -> int:
     # The replies have stdout to themselves: anything else printed (by pytest, a library) goes to stderr.
     replies = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)
-    from grader.sandbox import forkservers
-
-    forkservers.warm_up({"torch"})  # the lightest server, while the first request is on its way
+    Sandbox.warm_up({"torch"})  # the lightest server, while the first request is on its way
     import grader.grading.runner  # noqa: F401 - torch, pytest and Hypothesis imported before it arrives
 
     warm = Warm(args.seed)

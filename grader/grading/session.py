@@ -11,7 +11,7 @@ from grader import catalog
 from grader.grading.recordings import Recordings, reference_folder
 from grader.layout import GRADER_DIR, KIT_ROOT
 from grader.records import Reply
-from grader.sandbox import Target, forkservers
+from grader.sandbox import Target
 
 if TYPE_CHECKING:
     from grader.grading.options import Options
@@ -52,9 +52,7 @@ class Session:
         """Free what the checks before no longer need: the workers of the exercise before, and
         within an exercise those of the submission before (a batch's memory stays flat)."""
         if exercise != self.current_exercise:
-            preload = catalog.get(exercise).preload
-            self.sandbox.end_exercise(next_preload=preload)
-            forkservers.retire_lighter_than(preload)  # in a small box
+            self.sandbox.end_exercise(next_preload=catalog.get(exercise).preload)
             self.target_cache.clear()
             self.current_exercise = exercise
         elif target != self.current_target:

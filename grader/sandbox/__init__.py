@@ -153,6 +153,17 @@ class Sandbox:
         self.prepared_count = 0
         self.pools = Pools(self.logs, memory.worker_budget() if budget_mb is None else budget_mb)
 
+    @staticmethod
+    def warm_up(preloads: Iterable[str]) -> None:
+        """Start the fork servers of these preloads now, before any sandbox exists, so that their
+        imports run beside the grader's own (the sandbox's workers are forked from them)."""
+        forkservers.warm_up(preloads)
+
+    @staticmethod
+    def preload_depth(preload: str) -> int:
+        """How many fork servers a preload's workers come through: the lighter, the sooner ready."""
+        return forkservers.depth(preload)
+
     def _folder(self, name: str, mode: int) -> str:
         path = os.path.join(self.rundir, name)
         os.mkdir(path, mode)
@@ -296,6 +307,8 @@ class Sandbox:
         for prepared in self.prepared.values():
             prepared.container.kill()
             scratch_folder.empty(prepared.scratch)  # nothing written for one exercise is left for the next
+        if next_preload is not None:
+            forkservers.retire_lighter_than(next_preload)  # in a small box
 
     def release(self, target: Target | None) -> None:
         """Free one submission's workers and kill whatever it started (it is done for now)."""

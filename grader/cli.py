@@ -11,6 +11,7 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, NoReturn, TextIO
 
 from grader import catalog
@@ -194,9 +195,19 @@ def run(args: argparse.Namespace) -> int:
         staged.close()
 
 
+@dataclass(frozen=True)
+class Command:
+    """A grading command line, checked: the engine's request, and what the reports need besides."""
+
+    request: engine.Request
+    plan: Plan | None  # a --submissions run's (grading.plan)
+    students: dict[str, Student]  # --canvas: each submission folder's student
+
+
 def grade(args: argparse.Namespace, staged: Staged) -> int:
     """Parse, grade through the engine, write the reports; the exit status."""
-    request, plan, students = make_request(args, staged)
+    command = make_command(args, staged)
+    request, plan = command.request, command.plan
     progress = None if args.quiet or request.parallel or not request.options.targets else \
         Progress([target.label for target in request.options.targets], request.exercises)
     outcome = engine.grade(request, vet=(lambda options: plan.check(options, request.exercises)) if plan else None,
@@ -204,11 +215,11 @@ def grade(args: argparse.Namespace, staged: Staged) -> int:
     if progress:
         progress.done()
     staged.annotate(outcome.results)
-    write_reports(args, outcome, plan, students)
+    write_reports(args, outcome, plan, command.students)
     return exit_status(outcome.results, args.fail_under)
 
 
-def make_request(args: argparse.Namespace, staged: Staged) -> tuple[engine.Request, Plan | None, dict[str, Student]]:
+def make_command(args: argparse.Namespace, staged: Staged) -> Command:
     """The command line as a grading request, or a usage error before anything is graded; the plan of a
     --submissions run and the class's students (--canvas) beside it."""
     if args.seed_file is not None:
@@ -255,7 +266,7 @@ def make_request(args: argparse.Namespace, staged: Staged) -> tuple[engine.Reque
                       only_checks=only_checks, secret_seed=args.seed_file is not None)
     request = engine.Request(tuple(exercises), options, device=args.device, seed_file=args.seed_file,
                              jobs=args.jobs, only_checks_file=args.only_checks)
-    return request, plan, students
+    return Command(request, plan, students)
 
 
 def write_reports(args: argparse.Namespace, outcome: engine.GradeOutcome, plan: Plan | None,

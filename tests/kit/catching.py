@@ -1,71 +1,10 @@
 """The records an exercise's catches file declares (tests/kit/catches/exNN_name.py): its wrong
 implementations, each with the check it must fail and the diagnosis it must get, and its right
-variants, each of which must score full marks. Data only: tests/kit/test_catches.py grades them."""
+variants, each of which must score full marks. Data only: tests/kit/test_catches.py grades them.
 
-import importlib.util
-import os
-from dataclasses import dataclass, field
+They live in the grader (grader/dev/catches.py), which loads the catches files for `dev check`; the
+catches files and the kit's tests import them from here."""
 
-from grader import layout
-from tests.kit.harness import KIT_ROOT, mutate, reference_source
+from grader.dev.catches import Catches, Right, Wrong, load, mutate, reference_source
 
 __all__ = ["Catches", "Right", "Wrong", "load", "mutate", "reference_source"]
-
-
-@dataclass(frozen=True)
-class Wrong:
-    """A mistake a learner makes: `source` is the whole exercise module with the mistake in it."""
-
-    name: str
-    source: str
-    check: str  # the check that must fail it (graded on that check only)
-    diagnosis: str | None = None  # text the failure message must hold: the cause, named
-    on_a_gpu: bool = False  # shown on a GPU only: graded on cuda, skipped where there is none
-    # The check whose message must hold the diagnosis, where it is another than `check` (that one must fail too):
-    diagnosed_by: str | None = None
-    status: str | None = None  # the status its checks must end with, where "not passed" is not enough ("timed out")
-    also_fails: tuple = ()  # other checks it must fail too (graded with it, the same status where one is given)
-    # Other checks it must pass (graded with it): where its one cause is another check's, a consequence of it
-    # must not fail these too (one mistake, one failure, one message).
-    passes: tuple = ()
-
-    @property
-    def checks(self) -> tuple:
-        """The checks it must fail: its own, those it also fails, and the one that names its cause."""
-        named = (self.check, *self.also_fails, *((self.diagnosed_by,) if self.diagnosed_by else ()))
-        return tuple(dict.fromkeys(named))
-
-    @property
-    def graded(self) -> tuple:
-        """The checks it is graded on: those it must fail, then those it must pass."""
-        return tuple(dict.fromkeys((*self.checks, *self.passes)))
-
-    @property
-    def diagnosing_check(self) -> str:
-        return self.diagnosed_by or self.check
-
-
-@dataclass(frozen=True)
-class Right:
-    """Another right way to do it: every check must pass."""
-
-    name: str
-    source: str
-
-
-@dataclass(frozen=True)
-class Catches:
-    exercise: str
-    wrong: tuple = field(default_factory=tuple)  # of Wrong
-    right: tuple = field(default_factory=tuple)  # of Right
-    timeout: float | None = None  # the grader's --timeout for its checks (TIMEOUT in the file): what a hang costs
-
-
-def load(exercise_id):
-    """The WRONG and RIGHT lists of an exercise's catches file, as a Catches record."""
-    path = os.path.join(KIT_ROOT, layout.files(exercise_id).catches)
-    spec = importlib.util.spec_from_file_location(f"tests.kit.catches.{exercise_id}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return Catches(exercise_id, tuple(getattr(module, "WRONG", ())), tuple(getattr(module, "RIGHT", ())),
-                   getattr(module, "TIMEOUT", None))

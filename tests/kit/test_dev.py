@@ -1,6 +1,9 @@
 """`python -m grader dev`: dev check (the kit against itself, run on copies of the kit with known faults),
-dev new (an exercise's four files and catalog entry) and dev update (the README's tables from the catalog)."""
+dev new (an exercise's four files and catalog entry) and dev update (the generated blocks: the course map and the
+exercise table from the catalog, the CLI reference from the parsers, wherever their markers are)."""
 
+import argparse
+import ast
 import os
 import shutil
 import subprocess
@@ -13,20 +16,43 @@ except ModuleNotFoundError:  # Python 3.10
 import pytest
 
 from grader import layout
+from grader.dev import blocks
 from tests.kit.harness import KIT_ROOT, SEED, grader, reference_source
 from tests.kit.stubs import write_stubs
+
+TABLE_END = blocks.TABLE.markers[1]
 
 
 def kit_copy(folder):
     """The kit's files in `folder`, with stubs made from the references as its exercises/."""
-    for name in ("grader", "solutions", "tests"):
-        shutil.copytree(os.path.join(KIT_ROOT, name), folder / name,
-                        ignore=shutil.ignore_patterns("__pycache__", ".hypothesis"))
+    for name in ("grader", "solutions", "tests", "docs"):
+        if os.path.isdir(os.path.join(KIT_ROOT, name)):
+            shutil.copytree(os.path.join(KIT_ROOT, name), folder / name,
+                            ignore=shutil.ignore_patterns("__pycache__", ".hypothesis"))
     for name in ("README.md", "pyproject.toml", "conftest.py"):
         shutil.copy(os.path.join(KIT_ROOT, name), folder / name)
     write_stubs(folder / "exercises")
     (folder / "exercises" / "__init__.py").write_text("")
+    return with_cli_reference(folder)
+
+
+def with_cli_reference(folder):
+    """The copy's CLI reference made from its parsers (in docs/cli.md, with its markers, where no file has them):
+    these tests start from a kit whose generated blocks are all up to date; `dev check` on the kit itself says
+    whether its own is."""
+    if not blocks.locate([blocks.CLI], str(folder))[0]:
+        (folder / "docs").mkdir(exist_ok=True)
+        (folder / "docs" / "cli.md").write_text("# Command-line reference\n\n" + "\n".join(blocks.CLI.markers) + "\n")
+    derived, problems = blocks.derive(blocks.cli_maker(), str(folder))
+    assert not problems, problems
+    for file in derived:
+        (folder / file.path).write_text(file.wanted)
     return folder
+
+
+def holding(folder, block):
+    """The file of the copy (relative to it) that holds the block's markers."""
+    return blocks.locate([block], str(folder))[0][block]
 
 
 def kit_files(folder):
@@ -45,7 +71,7 @@ def kit_files(folder):
             shutil.copyfile(source, folder / name)
     write_stubs(folder / "exercises")
     (folder / "exercises" / "__init__.py").write_text("")
-    return folder
+    return with_cli_reference(folder)
 
 
 def dev(folder, *args, command="dev"):
@@ -72,9 +98,10 @@ def test_dev_check_names_each_fault_in_the_files_the_catalog_and_the_readme(tmp_
     clean = dev_check(kit, "--no-grade")
     assert clean.returncode == 0, clean.stdout + clean.stderr
     assert "dev check: all good" in clean.stdout
-    readme = (kit / "README.md").read_text()
+    table = holding(kit, blocks.TABLE)
+    readme = (kit / table).read_text()
     assert "| ex04_sharding | 15 |" in readme
-    (kit / "README.md").write_text(readme.replace("| ex04_sharding | 15 |", "| ex04_sharding | 10 |"))
+    (kit / table).write_text(readme.replace("| ex04_sharding | 15 |", "| ex04_sharding | 10 |"))
     (kit / "solutions" / "ex08_extra.py").write_text("")
     (kit / layout.files("ex03_prepare_model").catches).unlink()
     stub = kit / "exercises" / "ex06_parameter_sync.py"
@@ -88,7 +115,7 @@ def test_dev_check_names_each_fault_in_the_files_the_catalog_and_the_readme(tmp_
     done = dev_check(kit, "--no-grade")
     assert done.returncode == 1, done.stdout + done.stderr
     assert "Traceback" not in done.stdout + done.stderr
-    for problem in ("README.md gives ex04_sharding 10 points; the catalog 15: run python -m grader dev update",
+    for problem in (f"{table} gives ex04_sharding 10 points; the catalog 15: run python -m grader dev update",
                     "tests/test_ex04_sharding.py:12: uses Hypothesis's own example: import example from grader.checks "
                     "instead (the reports count only the kit's explicit examples)",
                     "solutions/ex08_extra.py: no catalog entry",
@@ -208,8 +235,9 @@ def test_dev_new_writes_four_files_and_an_entry_and_dev_check_names_what_is_left
         "python -m grader dev update --rebalance to write those"]
     assert lines_under(check.stdout, "hints") == [
         f"{NEW}: no hints: write at least one in its hints = [...] in grader/catalog.toml"]
+    table, course_map = holding(kit, blocks.TABLE), holding(kit, blocks.MAP)
     assert lines_under(check.stdout, "README") == [
-        f"README.md's exercise table lacks {NEW}: run python -m grader dev update"]
+        f"{table}'s exercise table lacks {NEW}: run python -m grader dev update"]
     assert len(lines_under(check.stdout, "skeletons")) == 4  # a warning: the four files to write
     assert check.stdout.strip().endswith("dev check: 3 problems")
 
@@ -220,21 +248,26 @@ def test_dev_new_writes_four_files_and_an_entry_and_dev_check_names_what_is_left
 
     update = dev(kit, "update")
     assert update.returncode == 1, update.stdout + update.stderr  # chapter 2 still adds up to 115
-    assert "README.md: the course map and the exercise table rewritten" in update.stdout
+    rewritten = ([f"{table}: the course map and the exercise table rewritten"] if table == course_map else
+                 [f"{course_map}: the course map rewritten", f"{table}: the exercise table rewritten"])
+    assert all(line in update.stdout for line in rewritten), update.stdout
     assert "dev update --rebalance" in update.stdout
-    readme = (kit / "README.md").read_text()
-    assert f"| {NEW} | 15 | `topk_compression(x)` |" in readme
+    assert f"| {NEW} | 15 | `topk_compression(x)` |" in (kit / table).read_text()
+    readme = (kit / course_map).read_text()
     assert "ex12 an Accelerator training loop, ex20 topk compression |" in readme
+    texts = {path: (kit / path).read_text() for path in blocks.places(str(kit))}
     again = dev(kit, "update")
-    assert "README.md: up to date" in again.stdout and (kit / "README.md").read_text() == readme
+    assert f"{table}: up to date" in again.stdout and f"{course_map}: up to date" in again.stdout, again.stdout
+    assert {path: (kit / path).read_text() for path in texts} == texts
 
     rebalance = dev(kit, "update", "--rebalance")
     assert rebalance.returncode == 0, rebalance.stdout + rebalance.stderr
     points = {e["id"][:4]: e["points"] for e in tomllib.loads((kit / "grader" / "catalog.toml").read_text())["exercise"]
               if e["chapter"] == 2}
     assert points == dict(ex05=20, ex06=15, ex07=15, ex11=15, ex12=20, ex20=15)
-    readme = (kit / "README.md").read_text()
-    assert dev(kit, "update").returncode == 0 and (kit / "README.md").read_text() == readme
+    texts = {path: (kit / path).read_text() for path in blocks.places(str(kit))}
+    assert dev(kit, "update").returncode == 0
+    assert {path: (kit / path).read_text() for path in texts} == texts
     left = dev_check(kit, "--no-grade")
     failed = [line.split()[1].rstrip(":") for line in left.stdout.splitlines() if line.startswith("FAIL")]
     assert failed == ["hints"] and left.stdout.strip().endswith("dev check: 1 problem"), left.stdout
@@ -259,13 +292,138 @@ def test_dev_new_refuses_in_one_line_and_writes_nothing(tmp_path):
 
 def test_dev_check_asks_for_dev_update_when_the_readme_is_out_of_date(tmp_path):
     kit = kit_files(tmp_path / "kit")
-    readme = (kit / "README.md").read_text()
-    (kit / "README.md").write_text(readme.replace("| 2 distributed training |", "| 2 distributed learning |"))
+    course_map, table = holding(kit, blocks.MAP), holding(kit, blocks.TABLE)
+    readme = (kit / course_map).read_text()
+    (kit / course_map).write_text(readme.replace("| 2 distributed training |", "| 2 distributed learning |"))
     check = dev_check(kit, "--no-grade")
+    its = "course map or exercise table" if course_map == table else "course map"
     assert lines_under(check.stdout, "README") == [
-        "README.md: its course map or exercise table is out of date with grader/catalog.toml: "
+        f"{course_map}: its {its} is out of date with grader/catalog.toml: "
         "run python -m grader dev update"], check.stdout
-    assert dev(kit, "update").returncode == 0 and (kit / "README.md").read_text() == readme
-    (kit / "README.md").write_text(readme.replace("<!-- end of the exercise table -->\n", ""))
+    assert dev(kit, "update").returncode == 0 and (kit / course_map).read_text() == readme
+    text = (kit / table).read_text()
+    (kit / table).write_text(text.replace(TABLE_END + "\n", ""))
     for done in (dev_check(kit, "--no-grade"), dev(kit, "update")):
         assert done.returncode == 1 and "the markers" in done.stdout + done.stderr, done.stdout + done.stderr
+
+
+def test_the_cli_reference_is_made_from_every_parser():
+    """Every command's section, each with every option of its parser (its option strings, choices and help), the
+    pytest plugin's options too; the same text every time, and argparse left as it was."""
+    from grader import cli
+    from grader.dev import cli_reference
+
+    original = argparse.ArgumentParser.parse_known_args
+    text = cli_reference.markdown()
+    assert argparse.ArgumentParser.parse_known_args is original
+    assert cli_reference.markdown() == text
+    assert "## `python -m grader`\n" in text and "## `pytest`: the grader's plugin's options" in text
+    for name in cli.command_names():
+        assert f"## `python -m grader {name}`\n" in text, name
+    for name in ("check", "new", "update"):
+        assert f"## `python -m grader dev {name}`\n" in text, name
+    parsers = [cli.build_parser(), *(cli_reference.command_parser(name) for name in cli.command_names()),
+               cli_reference.pytest_parser()]
+    for parser in parsers:
+        for action in parser._actions:
+            if action.help == argparse.SUPPRESS or isinstance(action, argparse._HelpAction):
+                continue
+            for option in action.option_strings:
+                assert f"`{option}" in text or f", {option}" in text, (parser.prog, option)
+            if action.choices and not isinstance(action, argparse._SubParsersAction):
+                assert "{" + ",".join(map(str, action.choices)) + "}" in text, (parser.prog, action.dest)
+    assert "| `--device {cpu,cuda,mps,all}` | `all` | devices to check on" in text  # the plugin's
+    assert "| `--chapter CHAPTER` | required |" in text  # dev new's
+    assert "| `--timeout SECONDS` | `60` | the longest one check may run" in text
+
+
+def test_dev_check_names_a_stale_cli_reference_and_dev_update_rewrites_it(tmp_path):
+    """A parser's help changed: dev check names the CLI reference, dev update rewrites it from the parsers, and
+    then dev check is content."""
+    kit = kit_files(tmp_path / "kit")
+    where = holding(kit, blocks.CLI)
+    merge = kit / "grader" / "grading" / "merge.py"
+    merge.write_text(merge.read_text().replace('help="write the class\'s CSV summary"',
+                                               'help="write the class\'s CSV summary, a row a student"'))
+    check = dev_check(kit, "--no-grade")
+    assert check.returncode == 1, check.stdout + check.stderr
+    assert lines_under(check.stdout, "CLI reference") == [
+        f"{where}: its CLI reference is out of date with the parsers: run python -m grader dev update"], check.stdout
+    assert check.stdout.strip().endswith("dev check: 1 problem")
+    update = dev(kit, "update")
+    assert update.returncode == 0, update.stdout + update.stderr
+    assert f"{where}: the CLI reference rewritten from the parsers" in update.stdout
+    assert "| `--csv PATH` |  | write the class's CSV summary, a row a student |" in (kit / where).read_text()
+    again = dev_check(kit, "--no-grade")
+    assert again.returncode == 0 and "dev check: all good" in again.stdout, again.stdout
+
+
+def test_each_block_is_found_by_its_markers_in_any_docs_file(tmp_path):
+    """A block moved into another docs/*.md file is found there, checked and rewritten there; a block whose
+    markers are in no file is a problem that names them."""
+    kit = kit_files(tmp_path / "kit")
+    course_map = holding(kit, blocks.MAP)
+    text = (kit / course_map).read_text()
+    begin, end = blocks.MAP.markers
+    block = text[text.index(begin):text.index(end) + len(end)]
+    (kit / course_map).write_text(text.replace(block + "\n", ""))
+    (kit / "docs" / "x.md").write_text("# The course\n\n" + block.replace("| 2 distributed training |",
+                                                                          "| 2 distributed learning |") + "\n")
+    check = dev_check(kit, "--no-grade")
+    assert lines_under(check.stdout, "README") == [
+        "docs/x.md: its course map is out of date with grader/catalog.toml: run python -m grader dev update"], \
+        check.stdout
+    update = dev(kit, "update")
+    assert update.returncode == 0 and "docs/x.md: the course map rewritten from grader/catalog.toml" in update.stdout
+    assert (kit / "docs" / "x.md").read_text() == "# The course\n\n" + block + "\n"
+    assert dev_check(kit, "--no-grade").returncode == 0
+
+    (kit / "docs" / "x.md").write_text("# The course\n")
+    missing = f"the markers {begin} and {end} are in none of README.md, docs/*.md: put them back around the " \
+              f"course map"
+    check = dev_check(kit, "--no-grade")
+    assert check.returncode == 1 and any(line.startswith(missing) for line in lines_under(check.stdout, "README")), \
+        check.stdout
+    update = dev(kit, "update")
+    assert update.returncode == 1 and missing in update.stderr, update.stdout + update.stderr
+
+
+def test_the_block_finder_reads_readme_and_docs(tmp_path):
+    """In process: the files a block may be in (README.md, then docs/*.md by name), each block made where its
+    markers are, the rest of the file kept; doubled and missing markers named."""
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "README.md").write_text("# Kit\n")
+    begin, end = blocks.CLI.markers
+    (tmp_path / "docs" / "b.md").write_text(f"head\n{begin}\nold\n{end}\ntail\n")
+    (tmp_path / "docs" / "a.md").write_text("nothing here\n")
+    assert blocks.places(str(tmp_path)) == ["README.md", "docs/a.md", "docs/b.md"]
+    derived, problems = blocks.derive({blocks.CLI: lambda old: "\n\nnew\n\n"}, str(tmp_path))
+    assert problems == [] and [file.path for file in derived] == ["docs/b.md"]
+    assert derived[0].wanted == f"head\n{begin}\n\nnew\n\n{end}\ntail\n" and derived[0].stale
+    derived, problems = blocks.derive({blocks.TABLE: lambda old: old}, str(tmp_path))
+    assert derived == [] and problems == [
+        f"the markers {blocks.TABLE.markers[0]} and {blocks.TABLE.markers[1]} are in none of README.md, docs/*.md: "
+        f"put them back around the exercise table (git log -p shows where they were)"]
+    (tmp_path / "docs" / "a.md").write_text(f"{begin}\n{end}\n")
+    assert blocks.derive({blocks.CLI: lambda old: old}, str(tmp_path))[1] == [
+        f"the markers {begin} and {end} are in docs/a.md and docs/b.md: keep the CLI reference in one of them "
+        f"(delete the other's markers and what lies between)"]
+
+
+def test_the_grader_imports_nothing_from_the_tests():
+    """Product code never depends on test code: no module of grader/ imports `tests` (the catches files are
+    loaded as data, by path)."""
+    found = []
+    for folder, _, names in os.walk(os.path.join(KIT_ROOT, "grader")):
+        for name in sorted(names):
+            if not name.endswith(".py"):
+                continue
+            path = os.path.join(folder, name)
+            with open(path) as handle:
+                tree = ast.parse(handle.read(), path)
+            for node in ast.walk(tree):
+                modules = ([alias.name for alias in node.names] if isinstance(node, ast.Import) else
+                           [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+                found += [f"{os.path.relpath(path, KIT_ROOT)}:{node.lineno}: {module}" for module in modules
+                          if module == "tests" or module.startswith("tests.")]
+    assert found == []

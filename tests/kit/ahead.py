@@ -5,7 +5,7 @@ with `ahead.fixture` is computed by a background thread as soon as the session k
 run (and only if a selected test uses it), while the tests before it run; the fixture then waits
 for that result. Two lanes: "cpu" gradings run two at a time (KIT_LANE_WIDTH), in the order the
 tests first use them, beside the tests (more graders on the machine, which the grader must bear
-anyway: README, "The same score on any box"; one at a time left a core idle while the foreground
+anyway: docs/measurements.md, "Shared and busy machines"; one at a time left a core idle while the foreground
 waited on a subprocess, measured); "waits"
 gradings (a grader held to a fifth of a core, a genuine hang) each get a thread of their own, as
 they hardly use a CPU. Under pytest-xdist, or where nothing selected uses them, fixtures are

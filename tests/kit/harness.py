@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from grader.dev.catches import mutate, reference_source  # noqa: F401 - the kit's tests take them from here
 from tests.kit.zygote import Zygote
 
 KIT_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -27,20 +28,6 @@ def needs(module, why):
         if os.environ.get("CI") == "true":
             pytest.fail(f"{module} is not installed: {why} (.ci/run installs pip install -e '.[notebook]')")
         pytest.skip(f"{module} is not installed (pip install -e '.[notebook]'): {why}", allow_module_level=True)
-
-
-def reference_source(exercise):
-    with open(os.path.join(KIT_ROOT, "solutions", exercise + ".py")) as handle:
-        return handle.read()
-
-
-def mutate(exercise, *replacements):
-    """The reference's source with (old, new) replacements: a realistic near-miss."""
-    source = reference_source(exercise)
-    for old, new in replacements:
-        assert old in source, f"{old!r} is not in solutions/{exercise}.py"
-        source = source.replace(old, new)
-    return source
 
 
 MEMORY_CGROUP = "/sys/fs/cgroup/memory"

@@ -42,8 +42,8 @@ class Parser(argparse.ArgumentParser):
 def build_parser() -> Parser:
     parser = Parser(prog="python -m grader", description="Grade the exercises of the kit.",
                     epilog="Other commands: list, hint EXERCISE, watch [EXERCISE], demo ex07|ex12 --nproc N, "
-                           "merge SHARD.json ..., classroom, notebooks, export NOTEBOOK.ipynb, dev check "
-                           "(python -m grader COMMAND --help).")
+                           "merge SHARD.json ..., classroom [--classroom50], notebooks, export NOTEBOOK.ipynb, "
+                           "dev check (python -m grader COMMAND --help).")
     parser.add_argument("exercises", nargs="*", metavar="EXERCISE",
                         help="exercise ids or numbers (ex04, 4, ex04_sharding) or chapters (chapter1); all when none")
     parser.add_argument("--chapter", type=int, action="append", metavar="N",
@@ -58,7 +58,8 @@ def build_parser() -> Parser:
     parser.add_argument("--regrade", metavar="PREVIOUS",
                         help="grade only the rows of a batch's previous CSV or JSON that were not graded; "
                              "write the whole table again")
-    parser.add_argument("--device", choices=CHOICES, default="all")
+    parser.add_argument("--device", choices=CHOICES, default="all",
+                        help="where to check: all (default: cpu, and cuda or mps where there is one) or one of them")
     parser.add_argument("--timeout", type=positive, default=60.0, metavar="SECONDS",
                         help="the longest one check may run before it counts as a hang (default 60)")
     parser.add_argument("--seed", type=int, default=None, help="Hypothesis seed, to replay a run")
@@ -78,8 +79,9 @@ def build_parser() -> Parser:
                         help="Gradescope's output_format of each check's test (default md: the failing example, "
                              "expected and received values in code blocks)")
     parser.add_argument("--classroom", metavar="PATH",
-                        help="append each check's result for GitHub Classroom's autograding reporter to PATH "
-                             "($GITHUB_OUTPUT in the workflow python -m grader classroom writes)")
+                        help="append each check's result for the autograding reporter of GitHub Classroom's retired "
+                             "actions to PATH ($GITHUB_OUTPUT); for GitHub Actions or Classroom 50 use "
+                             "python -m grader classroom")
     parser.add_argument("--canvas", metavar="PATH",
                         help="with --submissions: write a gradebook CSV that Canvas imports (a column per chapter)")
     parser.add_argument("--roster", metavar="FILE",

@@ -35,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     check = commands.add_parser("check", help="the catalog, files, docs, stubs and references agree",
                                 description="The kit checked against itself.")
     check.add_argument("exercises", nargs="*", metavar="EXERCISE", help="grade only these (the rest is always checked)")
-    check.add_argument("--device", choices=CHOICES, default="cpu")
+    check.add_argument("--device", choices=CHOICES, default="cpu", help="where to grade (default cpu)")
     check.add_argument("--profile", choices=["fast", "thorough"], default="fast",
                        help="examples per check (default fast: the kit's own tests run the thorough profile)")
     check.add_argument("--seed", type=int, default=None)

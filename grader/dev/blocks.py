@@ -11,8 +11,9 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from grader import KIT_ROOT, catalog, layout
+from grader import catalog, layout
 from grader.dev.kit import CATALOG, UPDATE, kit_path
+from grader.layout import KIT_ROOT
 
 DOCS = "docs"  # besides README.md, the folder whose *.md files may hold a block
 

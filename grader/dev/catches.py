@@ -10,7 +10,8 @@ import os
 import sys
 from dataclasses import dataclass, field
 
-from grader import KIT_ROOT, layout
+from grader import layout
+from grader.layout import KIT_ROOT
 
 __all__ = ["Catches", "Right", "Wrong", "load", "mutate", "named_checks", "reference_source"]
 

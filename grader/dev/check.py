@@ -15,7 +15,7 @@ import random
 import tokenize
 from collections.abc import Callable
 
-from grader import KIT_ROOT, catalog, layout
+from grader import catalog, layout
 from grader.dev import blocks
 from grader.dev.catches import RECORDS, named_checks
 from grader.dev.kit import CATALOG, ID, SKELETON, STUB_SHARE, kit_path
@@ -28,6 +28,7 @@ from grader.dev.sources import (
     hypothesis_examples,
     unmarked_group_checks,
 )
+from grader.layout import KIT_ROOT
 
 
 def run_check(args: argparse.Namespace) -> int:
@@ -296,18 +297,17 @@ def skeletons() -> tuple[list[str], str]:
 
 def grade(args: argparse.Namespace) -> int:
     """Grade solutions/ and exercises/ in one run: every reference passes, every stub is 'not started'."""
-    from grader.grading import runner
+    from grader.grading import engine
     from grader.grading.options import Options
     from grader.grading.session import resolve_target
     from grader.records import Status
 
-    chosen = args.devices
     seed = args.seed if args.seed is not None else random.randrange(2**31)
-    print(f"grading solutions/ and exercises/ (profile {args.profile}, devices {', '.join(chosen)}, seed {seed})",
-          flush=True)
+    print(f"grading solutions/ and exercises/ (profile {args.profile}, devices {', '.join(args.devices)}, "
+          f"seed {seed})", flush=True)
     targets = tuple(target for name in ("solutions", "exercises") if (target := resolve_target(name)) is not None)
-    options = Options(targets=targets, devices=tuple(chosen), profile=args.profile, seed=seed)
-    references, stubs = runner.run(options, args.exercises)
+    options = Options(targets=targets, profile=args.profile, seed=seed)
+    references, stubs = engine.grade(engine.Request(tuple(args.exercises), options, device=args.device)).results
     problems = 0
     for result, wanted, name, fix in (
             (references, Status.PASSED, "references pass every check", "fix the reference (or the check)"),

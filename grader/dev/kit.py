@@ -4,7 +4,8 @@ that marks a skeleton, and where the kit's files are."""
 import os
 import re
 
-from grader import KIT_ROOT, catalog
+from grader import catalog
+from grader.layout import KIT_ROOT
 
 ID = re.compile(r"ex(\d\d)_[a-z0-9]+(?:_[a-z0-9]+)*")
 CHAPTER_POINTS = 100  # each chapter is one homework assignment of 100 points (catalog.toml, README)

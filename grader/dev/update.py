@@ -7,10 +7,11 @@ import argparse
 import os
 import sys
 
-from grader import KIT_ROOT, catalog
+from grader import catalog
 from grader.dev import blocks
 from grader.dev.kit import CATALOG, POINTS_STEP, catalog_file, write
 from grader.dev.points import chapter_sums, rebalanced, set_points, unbalanced
+from grader.layout import KIT_ROOT
 
 
 def rebalance(chapters: list[catalog.Chapter]) -> None:

@@ -63,8 +63,9 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from grader import KIT_ROOT, catalog
+from grader import catalog
 from grader.grading import text
+from grader.layout import KIT_ROOT
 from grader.records import Status, TargetResult
 
 OUT = os.path.join(".github", "workflows", "grade.yml")

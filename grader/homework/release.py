@@ -15,8 +15,9 @@ import re
 import shutil
 from collections.abc import Sequence
 
-from grader import KIT_ROOT, catalog
+from grader import catalog
 from grader.grading.recordings import FOLDER, Recordings
+from grader.layout import KIT_ROOT
 from grader.notebook.build import NOTEBOOK_EXTRA, setup_source, write_notebooks
 from grader.usage import command_parser
 

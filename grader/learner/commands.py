@@ -7,9 +7,10 @@ import sys
 import time
 from collections.abc import Sequence
 
-from grader import KIT_ROOT, catalog
+from grader import catalog
 from grader.devices import CHOICES
 from grader.grading.service import GradeRequest, Service, ServiceError
+from grader.layout import KIT_ROOT
 from grader.learner import state
 from grader.usage import command_parser, positive, usage_error
 
@@ -109,7 +110,8 @@ def _warm_options(grader_args: Sequence[str]) -> argparse.Namespace | None:
     """The grading options `watch` passes on, when a warm grading service can honour them all (None
     when one asks for a grader of its own: a report file, several targets, ...)."""
     parser = argparse.ArgumentParser(add_help=False)
-    parser.add_argument("--device", choices=CHOICES, default="all")
+    parser.add_argument("--device", choices=CHOICES, default="all",
+                        help="where to check: all (default: cpu, and cuda or mps where there is one) or one of them")
     parser.add_argument("--profile", choices=["fast", "thorough"], default=None)
     parser.add_argument("--timeout", type=positive, default=60.0)
     parser.add_argument("--seed", type=int, default=None)

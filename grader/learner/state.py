@@ -9,7 +9,7 @@ import os
 import time
 from typing import Any
 
-from grader import KIT_ROOT
+from grader.layout import KIT_ROOT
 from grader.records import TargetResult
 
 PATH = os.environ.get("GRADER_STATE") or os.path.join(KIT_ROOT, ".grader-state.json")

@@ -17,7 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from grader import KIT_ROOT, catalog
+from grader import catalog
+from grader.layout import KIT_ROOT
 from grader.usage import command_parser
 
 NOTEBOOK_EXTRA = "pip install 'nbformat>=5' nbclient ipykernel (the kit's `notebook` extra)"

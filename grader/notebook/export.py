@@ -23,7 +23,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 
-from grader import GRADER_DIR, KIT_ROOT, catalog
+from grader import catalog
+from grader.layout import GRADER_DIR, KIT_ROOT
 from grader.notebook.cells import defined_names, module_source
 
 MAX_BYTES = 64 * 2**20  # a notebook file, its outputs (plots) included

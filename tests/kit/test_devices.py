@@ -74,7 +74,8 @@ def test_mps_is_asked_in_a_subprocess_only_where_torch_has_it(monkeypatch):
 
 def test_every_device_option_offers_the_shared_choices():
     assert devices.CHOICES == ("cpu", "cuda", "mps", "all")
-    for path in ("grader/cli.py", "grader/learner/commands.py", "grader/dev/__init__.py", "grader/grading/pytest_plugin.py"):
+    for path in ("grader/cli.py", "grader/learner/commands.py", "grader/dev/__init__.py",
+                 "grader/grading/pytest_plugin.py"):
         with open(os.path.join(KIT_ROOT, path)) as handle:
             source = handle.read()
         assert "choices=CHOICES" in source and '"cuda", "all"' not in source, path

@@ -21,7 +21,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from grader import catalog, dev
+from grader import catalog
+from grader.dev import check as dev
 from grader.grading import canvas, markdown, report, visibility
 from grader.homework import classroom
 from grader.records import CheckResult, Failure, Status, TargetResult, Visibility

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NoReturn, TextIO
 
-from grader import catalog
+from grader import catalog, commands
 from grader.devices import CHOICES
 from grader.grading import class_report, engine, report, text, versions
 from grader.grading.options import Options
@@ -128,35 +128,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def command_names() -> tuple[str, ...]:
-    return ("list", "hint", "watch", "demo", "dev", "autograder", "release", "merge", "serve", "classroom",
-            "notebooks", "export")
+    return commands.names()
 
 
 def dispatch(name: str, argv: Sequence[str]) -> int:
-    if name == "demo":
-        from grader.learner.demo import main as command
-    elif name == "autograder":
-        from grader.homework.autograder import main as command
-    elif name == "release":
-        from grader.homework.release import main as command
-    elif name == "dev":
-        from grader.dev import main as command
-    elif name == "merge":
-        from grader.grading.merge import main as command
-    elif name == "serve":
-        from grader.grading.serve import main as command
-    elif name == "classroom":
-        from grader.homework.classroom import main as command
-    elif name == "notebooks":
-        from grader.notebook.build import main as command
-    elif name == "export":
-        from grader.notebook.export import main as command
-    else:
-        from grader.learner.commands import COMMANDS
-
-        command = COMMANDS[name]
     try:
-        return command(argv)
+        return commands.run(name, argv)
     except KeyboardInterrupt:
         return 130
 

@@ -3,45 +3,25 @@ Markdown, made from the argparse parsers themselves (each argument's option stri
 help), so it cannot drift from them. `dev update` writes it between its markers (grader.dev.blocks.CLI);
 `dev check` says when it is out of date.
 
-Each command builds its parser inside its `main` and parses at once; the parser is taken at that moment (its
-parse stopped before it reads anything), so no command needs to expose it and none runs."""
+Each command's module exposes the parser its `main` parses with (`build_parser`); grader.commands names the
+module of each command and of `python -m grader` itself, and imports it by name: this module imports none of
+them (no import circle through the command line's dispatch), and no command runs."""
 
 from __future__ import annotations
 
 import argparse
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from typing import Any, cast
+
+from grader import commands
 
 HEADING = "##"  # each command a section of the page that holds the block
 
 
-class _Built(BaseException):
-    """Raised in place of a parse: carries the parser that was about to parse."""
-
-    def __init__(self, parser: argparse.ArgumentParser) -> None:
-        super().__init__(parser.prog)
-        self.parser = parser
-
-
 def command_parser(name: str) -> argparse.ArgumentParser:
-    """The parser `python -m grader NAME` builds (grader.cli.dispatch runs the command up to its parse)."""
-    from grader import cli
-
-    original = argparse.ArgumentParser.parse_known_args
-
-    def stop(self: argparse.ArgumentParser, args: Sequence[str] | None = None,
-             namespace: argparse.Namespace | None = None) -> tuple[argparse.Namespace, list[str]]:
-        raise _Built(self)
-
-    argparse.ArgumentParser.parse_known_args = stop  # type: ignore[assignment,method-assign]
-    try:
-        cli.dispatch(name, [])
-    except _Built as built:
-        return built.parser
-    finally:
-        argparse.ArgumentParser.parse_known_args = original  # type: ignore[method-assign]
-    raise RuntimeError(f"python -m grader {name} ran without parsing its arguments")
+    """The parser `python -m grader NAME` parses with (grader.commands: its module's build_parser)."""
+    return commands.parser_of(name)
 
 
 class _PytestOptions:
@@ -206,15 +186,13 @@ def section(parser: argparse.ArgumentParser, title: str | None = None) -> list[s
 
 
 def markdown() -> str:
-    """The whole reference: `python -m grader`, each of its commands (grader.cli.command_names, in that order),
+    """The whole reference: `python -m grader`, each of its commands (grader.commands.COMMANDS, in that order),
     and the pytest plugin's options. The same parsers give the same text, on any machine."""
-    from grader import cli
-
-    names = cli.command_names()
+    names = commands.names()
     parsers = {name: command_parser(name) for name in names}
     lines = ["Every command takes `-h` / `--help`, which says the same in the terminal. This reference is made "
              "from the commands' parsers by `python -m grader dev update`: edit a parser's help, not this text.", ""]
-    top = section(cli.build_parser())
+    top = section(commands.parser_of(None))
     lines += top[:-1] if top[-1] == "" else top
     lines += ["", "| command | what it does |", "|---|---|"]
     lines += [f"| `{name}` | {_cell((parsers[name].description or '').split('. ')[0].rstrip('.'))} |"

@@ -73,12 +73,17 @@ def serve(requests: TextIO, replies: TextIO, warm: Warm) -> None:
         gc.collect()
 
 
-def main(argv: Sequence[str]) -> int:
+def build_parser() -> argparse.ArgumentParser:
     from grader.usage import command_parser
 
     parser = command_parser("serve", "Grade requests read from stdin, one JSON line each, with a warm grader "
                                      "(what check() in a notebook and watch talk to).")
     parser.add_argument("--seed", type=int, default=None, help=argparse.SUPPRESS)
+    return parser
+
+
+def main(argv: Sequence[str]) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     # The replies have stdout to themselves: anything else printed (by pytest, a library) goes to stderr.
     replies = os.fdopen(os.dup(1), "w", buffering=1)

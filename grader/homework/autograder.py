@@ -12,6 +12,7 @@ says the autograder failed, not the student. The seed is in `kit/.grading-seed`,
 root alone, never on a command line any process may read in `/proc`.
 """
 
+import argparse
 import os
 import random
 import stat
@@ -89,7 +90,7 @@ exit 0
 """
 
 
-def main(argv: Sequence[str]) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = command_parser("autograder", "Build a Gradescope autograder zip of the kit.")
     parser.add_argument("out", metavar="OUT.zip")
     parser.add_argument("--visibility", choices=VISIBILITIES, default="visible",
@@ -107,6 +108,11 @@ def main(argv: Sequence[str]) -> int:
                         help="refuse to grade where Gradescope's kernel lacks a sandbox layer")
     parser.add_argument("--chapter", type=int, default=None, metavar="N",
                         help="grade chapter N's exercises only: one homework assignment of 100 points")
+    return parser
+
+
+def main(argv: Sequence[str]) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     chapter = None if args.chapter is None else catalog.find_chapter(args.chapter)
     if args.chapter is not None and (chapter is None or not chapter.exercises):

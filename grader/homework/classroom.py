@@ -51,6 +51,7 @@ anywhere in the repository, and any file added to the kit's folders.
 
 from __future__ import annotations
 
+import argparse
 import base64
 import datetime
 import hashlib
@@ -261,8 +262,7 @@ def summary(result: Mapping[str, Any], gradescope: Mapping[str, Any] | None = No
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
-def result_main(argv: Sequence[str]) -> int:
-    from grader.grading import report
+def build_result_parser() -> argparse.ArgumentParser:
     from grader.usage import command_parser
 
     parser = command_parser("classroom result", "Turn one submission's python -m grader --json into Classroom 50's "
@@ -273,6 +273,13 @@ def result_main(argv: Sequence[str]) -> int:
     parser.add_argument("--out", default="result.json", metavar="PATH", help="where to write it (default result.json)")
     parser.add_argument("--summary", action="append", default=[], metavar="PATH",
                         help="append the Markdown summary to PATH ($GITHUB_STEP_SUMMARY); repeatable")
+    return parser
+
+
+def result_main(argv: Sequence[str]) -> int:
+    from grader.grading import report
+
+    parser = build_result_parser()
     args = parser.parse_args(argv)
     try:
         with open(args.grade) as handle:
@@ -393,11 +400,7 @@ sys.exit(run({_quoted(result)}))
 '''
 
 
-def main(argv: Sequence[str]) -> int:
-    if argv[:1] == ["result"]:
-        return result_main(argv[1:])
-    from grader.grading import report
-    from grader.grading.recordings import Recordings
+def build_parser() -> argparse.ArgumentParser:
     from grader.usage import command_parser
 
     parser = command_parser(
@@ -413,6 +416,16 @@ def main(argv: Sequence[str]) -> int:
                              "course's classroom50 repository) instead of the workflow")
     parser.add_argument("--out", metavar="PATH",
                         help=f"where to write it (default {OUT}, or {AUTOGRADER_OUT} with --classroom50)")
+    return parser
+
+
+def main(argv: Sequence[str]) -> int:
+    if argv[:1] == ["result"]:
+        return result_main(argv[1:])
+    from grader.grading import report
+    from grader.grading.recordings import Recordings
+
+    parser = build_parser()
     args = parser.parse_args(argv)
     out = args.out or (AUTOGRADER_OUT if args.classroom50 else OUT)
     try:

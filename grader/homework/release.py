@@ -8,6 +8,7 @@ examples and its drawn examples) are recorded now, as plain data, and replayed t
 copy reveals no more of the solutions than those observations.
 """
 
+import argparse
 import importlib.util
 import os
 import random
@@ -34,7 +35,7 @@ def student_readme() -> str:
     return KIT_LINK.sub(r"\1", text.split(RELEASE_END)[0]).rstrip() + "\n"
 
 
-def main(argv: Sequence[str]) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = command_parser("release", "Make the student copy of the kit: no solutions, "
                                        "recorded reference observations.")
     parser.add_argument("out", metavar="OUT", help="a folder that does not exist yet")
@@ -43,6 +44,11 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--seed", type=int, default=None, help="the release's seed (default: random)")
     parser.add_argument("--kit-url", metavar="URL", help="where a learner without the kit (Colab) clones it from; "
                                                          "the notebooks' first cell names it")
+    return parser
+
+
+def main(argv: Sequence[str]) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     out = os.path.abspath(args.out)
     if os.path.exists(out):

@@ -5,7 +5,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from grader import catalog
 from grader.devices import CHOICES
@@ -15,8 +15,32 @@ from grader.learner import state
 from grader.usage import command_parser, positive, usage_error
 
 
+def list_parser() -> argparse.ArgumentParser:
+    return command_parser("list", "Each chapter and its exercises: status of the last grade, points, devices.")
+
+
+def hint_parser() -> argparse.ArgumentParser:
+    parser = command_parser("hint", "Show the next hint for an exercise, one at a time.")
+    parser.add_argument("exercise")
+    parser.add_argument("--all", action="store_true", help="show every hint at once")
+    return parser
+
+
+def watch_parser() -> argparse.ArgumentParser:
+    parser = command_parser("watch", "Grade an exercise now, then again each time its file is saved (Ctrl-C to stop).")
+    parser.add_argument("exercise", nargs="?", help="one exercise; every exercise file when omitted")
+    parser.add_argument("--target", default="exercises", help="the folder to watch (default: exercises)")
+    parser.add_argument("--interval", type=float, default=0.2, help=argparse.SUPPRESS)
+    return parser
+
+
+def build_parser(name: str) -> argparse.ArgumentParser:
+    """The parser of `python -m grader NAME`, NAME one of this module's commands (list, hint, watch)."""
+    return PARSERS[name]()
+
+
 def list_exercises(argv: Sequence[str]) -> int:
-    parser = command_parser("list", "Each chapter and its exercises: status of the last grade, points, devices.")
+    parser = build_parser("list")
     parser.parse_args(argv)
     last = state.load().get("last", {})
     print(f"{'#':>2}  {'exercise':<30} {'points':>9}  {'status':<13} devices")
@@ -41,9 +65,7 @@ def list_exercises(argv: Sequence[str]) -> int:
 
 
 def hint(argv: Sequence[str]) -> int:
-    parser = command_parser("hint", "Show the next hint for an exercise, one at a time.")
-    parser.add_argument("exercise")
-    parser.add_argument("--all", action="store_true", help="show every hint at once")
+    parser = build_parser("hint")
     args = parser.parse_args(argv)
     exercise = find(args.exercise)
     hints = exercise.hints
@@ -62,11 +84,8 @@ def hint(argv: Sequence[str]) -> int:
 
 
 def watch(argv: Sequence[str]) -> int:
-    parser = command_parser("watch", "Grade an exercise now, then again each time its file is saved (Ctrl-C to stop).")
-    parser.add_argument("exercise", nargs="?", help="one exercise; every exercise file when omitted")
-    parser.add_argument("--target", default="exercises", help="the folder to watch (default: exercises)")
-    parser.add_argument("--interval", type=float, default=0.2, help=argparse.SUPPRESS)
-    args, grader_args = parser.parse_known_args(argv)
+    parser = build_parser("watch")
+    args, grader_args = parser.parse_known_args(argv)  # the rest is passed on to the grader
     folder = os.path.join(KIT_ROOT, args.target) if args.target in ("exercises", "solutions") else args.target
     if not os.path.isdir(folder):
         raise SystemExit(usage_error(f"--target {args.target}: no such folder"))
@@ -168,4 +187,6 @@ def find(name: str) -> catalog.Exercise:
 
 
 
-COMMANDS = {"list": list_exercises, "hint": hint, "watch": watch}
+PARSERS: dict[str, Callable[[], argparse.ArgumentParser]] = {
+    "list": list_parser, "hint": hint_parser, "watch": watch_parser}
+COMMANDS: dict[str, Callable[[Sequence[str]], int]] = {"list": list_exercises, "hint": hint, "watch": watch}

@@ -8,6 +8,7 @@ for ex12, grader.learner.demo_accelerate with the learner's tokenization, DataLo
 Accelerate training loop and gathered accuracy.
 """
 
+import argparse
 import ast
 import os
 import random
@@ -27,13 +28,18 @@ NEGATIVE = "bad awful poor sad nasty gloomy dark cold loud rude sour dirty".spli
 NEUTRAL = "the a movie film day food room it was is very quite rather so this that".split()
 
 
-def main(argv: Sequence[str]) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = command_parser("demo", __doc__.splitlines()[0])
     parser.add_argument("exercise", choices=sorted(NEEDS), help="the exercise whose code the demo trains with")
     parser.add_argument("--nproc", type=int, default=2, help="number of processes (ranks), 1 to 8")
     parser.add_argument("--steps", type=int, default=40, help="ex07: optimizer steps")
     parser.add_argument("--epochs", type=int, default=4, help="ex12: epochs")
     parser.add_argument("--target", default="exercises", help="folder with your exNN_*.py files")
+    return parser
+
+
+def main(argv: Sequence[str]) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     if not 1 <= args.nproc <= 8:
         parser.error("--nproc must be between 1 and 8")

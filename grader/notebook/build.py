@@ -10,6 +10,7 @@ stubs are the same bytes.
 
 from __future__ import annotations
 
+import argparse
 import ast
 import os
 import re
@@ -240,13 +241,18 @@ def write_notebooks(out: str, chapters: Sequence[catalog.Chapter], force: bool =
     return paths
 
 
-def main(argv: Sequence[str]) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = command_parser("notebooks", "Write one Jupyter notebook per chapter, made from the stubs.")
     parser.add_argument("--out", default="notebooks", metavar="DIR", help="where to write them (default notebooks/)")
     parser.add_argument("--chapter", type=int, action="append", metavar="N", help="chapter N only; repeatable")
     parser.add_argument("--force", action="store_true", help="replace notebooks that exist already")
     parser.add_argument("--kit-url", metavar="URL", help="where a learner without the kit (Colab) clones it from; "
                                                          "the first cell names it")
+    return parser
+
+
+def main(argv: Sequence[str]) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     chapters = []
     for number in args.chapter or [c.number for c in catalog.CHAPTERS]:

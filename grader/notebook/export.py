@@ -14,6 +14,7 @@ is refused in one line, and grading goes on.
 
 from __future__ import annotations
 
+import argparse
 import ast
 import json
 import os
@@ -182,13 +183,18 @@ def _unstarted(source: str) -> set[str]:
     return found
 
 
-def main(argv: Sequence[str]) -> int:
+def build_parser() -> argparse.ArgumentParser:
     from grader.usage import command_parser
 
     parser = command_parser("export", "Write the exNN_*.py files a notebook stands for (its definitions).")
     parser.add_argument("notebook", metavar="NOTEBOOK.ipynb")
     parser.add_argument("--out", default=".", metavar="DIR", help="where to write them (default: here)")
     parser.add_argument("--force", action="store_true", help="replace files that exist already")
+    return parser
+
+
+def main(argv: Sequence[str]) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     if not os.path.isfile(args.notebook):
         parser.error(f"{args.notebook}: no such file")

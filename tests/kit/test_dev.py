@@ -337,6 +337,30 @@ def test_the_cli_reference_is_made_from_every_parser():
     assert "| `--timeout SECONDS` | `60` | the longest one check may run" in text
 
 
+def test_every_command_exposes_its_parser_and_dev_imports_no_command():
+    """grader.commands names each command's module; each gives the parser its main parses with, without running
+    anything; grader.dev reaches `python -m grader`'s own parser through grader.commands, never by an import."""
+    from grader import cli, commands
+
+    assert cli.command_names() == tuple(commands.COMMANDS)
+    assert commands.parser_of(None).prog == "python -m grader"
+    for name in commands.COMMANDS:
+        assert commands.parser_of(name).prog == f"python -m grader {name}", name
+    folder = os.path.join(KIT_ROOT, "grader", "dev")
+    for file in sorted(os.listdir(folder)):
+        if file.endswith(".py"):
+            with open(os.path.join(folder, file)) as handle:
+                tree = ast.parse(handle.read())
+            for node in ast.walk(tree):
+                if isinstance(node, ast.ImportFrom):
+                    imported = [f"{node.module}.{alias.name}" for alias in node.names]
+                elif isinstance(node, ast.Import):
+                    imported = [alias.name for alias in node.names]
+                else:
+                    continue
+                assert not any(name == "grader.cli" or name.startswith("grader.cli.") for name in imported), file
+
+
 def test_dev_check_names_a_stale_cli_reference_and_dev_update_rewrites_it(tmp_path):
     """A parser's help changed: dev check names the CLI reference, dev update rewrites it from the parsers, and
     then dev check is content."""

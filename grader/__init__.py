@@ -1,8 +1,9 @@
 """The kit's grader: property checks of the exercises, run in isolated workers, scored from a catalog.
 
-The package is grouped by concern: `sandbox/` runs untrusted code, `grading/` runs the checks and
-writes the reports, `homework/` makes the student release and the Gradescope bundle, `learner/`
-holds the commands beside grading; the check files' API is `checks`, `probing` and `models`, and
+The package is grouped by concern: `sandbox/` runs untrusted code, `grading/` runs the checks,
+`reports/` writes the reports, `batch/` grades a class (submissions, shards, regrades, merging),
+`service/` is the warm grading service, `homework/` makes the student release and the Gradescope
+bundle, `learner/` holds the commands beside grading; the check files' API is `checks`, `probing` and `models`, and
 the exercises are listed in `catalog.toml`.
 """
 

@@ -14,19 +14,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NoReturn, TextIO
 
-from grader import catalog, commands
+from grader import catalog, commands, text
+from grader.batch.shards import ShardError
 from grader.devices import CHOICES
-from grader.grading import class_report, engine, report, text, versions
+from grader.grading import engine, versions
 from grader.grading.options import Options
-from grader.grading.shards import ShardError
 from grader.learner import state
 from grader.records import CheckResult, Status, TargetResult
+from grader.reports import class_report, report
 from grader.usage import count, positive
 
 if TYPE_CHECKING:
-    from grader.grading.batch import Staged
-    from grader.grading.canvas import Student
-    from grader.grading.plan import Plan
+    from grader.batch.batch import Staged
+    from grader.batch.plan import Plan
+    from grader.reports.canvas import Student
     from grader.sandbox import Target
 
 
@@ -165,7 +166,7 @@ def parse_targets(args: argparse.Namespace, staged: Staged) -> list[Target]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from grader.grading.batch import Staged
+    from grader.batch.batch import Staged
 
     staged = Staged()
     try:
@@ -179,7 +180,7 @@ class Command:
     """A grading command line, checked: the engine's request, and what the reports need besides."""
 
     request: engine.Request
-    plan: Plan | None  # a --submissions run's (grading.plan)
+    plan: Plan | None  # a --submissions run's (batch.plan)
     students: dict[str, Student]  # --canvas: each submission folder's student
 
 
@@ -205,7 +206,7 @@ def make_command(args: argparse.Namespace, staged: Staged) -> Command:
         if args.seed is not None:
             raise UsageError("give --seed or --seed-file, not both")
         engine.read_seed_file(args.seed_file, read_it=False)  # its content is read once the fork servers are forked
-    from grader.grading.plan import Plan
+    from grader.batch.plan import Plan
 
     plan = Plan.make(args)  # --shard, --regrade (which may take the seed, profile and exercises of its file)
     try:
@@ -282,7 +283,7 @@ def write_reports(args: argparse.Namespace, outcome: engine.GradeOutcome, plan: 
 
         classroom.append(args.classroom, classroom.outputs(results[0]))
     if args.canvas:
-        from grader.grading import canvas
+        from grader.reports import canvas
 
         report.write(args.canvas, canvas.gradebook_csv(results, students))
     if args.csv:
@@ -311,7 +312,7 @@ def canvas_students(args: argparse.Namespace, targets: Sequence[Target]) -> dict
         return {}
     if not args.submissions:
         raise UsageError("--canvas writes a class's gradebook: give --submissions DIR")
-    from grader.grading import canvas
+    from grader.reports import canvas
 
     try:
         roster = canvas.read_roster(args.roster) if args.roster else None

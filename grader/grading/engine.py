@@ -1,7 +1,7 @@
 """The grading engine: one grade, set up in one place.
 
 Every grade in the kit goes through `Engine.grade(request)`: `python -m grader` (grader.cli),
-the grading service (grading.serve) and the recording of a student release
+the grading service (service.serve) and the recording of a student release
 (homework.release). The set-up runs in this order, once:
 
 1. the fork servers start (`Sandbox.warm_up`), so their imports run beside the grader's own;
@@ -10,7 +10,7 @@ the grading service (grading.serve) and the recording of a student release
 3. a secret seed is read from its file (now: a fork server forked before never holds it);
 4. the options are resolved (`options.resolve`: the seed, the profile, a release's recordings);
 5. the checks run (`runner.run`) in a `Session` the engine builds; or, for a batch graded by
-   several processes, in grader processes of their own (`batch.run_in_parallel`);
+   several processes, in grader processes of their own (`run_in_parallel`);
 6. the session is closed, unless the engine keeps it warm for its next request (`keep=True`,
    the grading service); `close()` ends it.
 
@@ -21,7 +21,12 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import json
 import os
+import shutil
+import subprocess
+import sys
+import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -36,6 +41,7 @@ from grader.sandbox import Sandbox
 
 if TYPE_CHECKING:
     from grader.grading.session import Session
+    from grader.sandbox import Target
 
 
 class RequestError(ValueError):
@@ -118,8 +124,6 @@ class Engine:
         if not options.targets:
             results: list[TargetResult] = []
         elif request.parallel:
-            from grader.grading.batch import run_in_parallel
-
             secret = request.seed_file is not None and options.seed == seed_read  # a release's own seed is none
             arguments = part_arguments(request, options, secret)
             results = run_in_parallel(options.targets, min(request.jobs, len(options.targets)), arguments)
@@ -211,3 +215,40 @@ def part_arguments(request: Request, options: Options, secret: bool) -> list[str
         arguments += ["--only-checks", os.path.abspath(request.only_checks_file)]
     return arguments
 
+
+def run_in_parallel(targets: Sequence[Target], jobs: int, arguments: Sequence[str],
+                    quiet: bool = True) -> list[TargetResult]:
+    """Grade `targets` in `jobs` grader processes, each given `arguments` besides its targets;
+    one TargetResult per target, in the order given. A part whose process fails leaves its
+    targets as results saying so (not graded), never the batch without a report."""
+    parts = [targets[i::jobs] for i in range(jobs)]
+    folder = tempfile.mkdtemp(prefix="grader-parts-")
+    running = []
+    for number, part in enumerate(parts):
+        if not part:
+            continue
+        report = os.path.join(folder, f"part-{number}.json")
+        members = os.path.join(folder, f"part-{number}")
+        for index, target in enumerate(part):  # named by position: the part's rows map back by it
+            shutil.copytree(target.path, os.path.join(members, f"{index:05d}"), symlinks=True)
+        command = [sys.executable, "-m", "grader", *arguments, "--submissions", members, "--json", report, "-q"]
+        output = open(os.path.join(folder, f"part-{number}.log"), "w")
+        running.append((part, report, output, subprocess.Popen(command, cwd=KIT_ROOT, stdout=output,
+                                                                   stderr=subprocess.STDOUT)))
+    results = {}
+    for part, report, output, process in running:
+        process.wait()
+        output.close()
+        try:
+            with open(report) as handle:
+                data = json.load(handle)
+        except (OSError, ValueError):
+            raise RuntimeError(f"a grader process failed (exit status {process.returncode}); "
+                               f"its log is {output.name}") from None
+        found = data["submissions"] if "submissions" in data else [data]
+        for row in found:
+            result = TargetResult.from_dict(row)
+            result.target = part[int(result.target)].label
+            results[result.target] = result
+    shutil.rmtree(folder, ignore_errors=True)
+    return [results[target.label] for target in targets]

@@ -23,11 +23,11 @@ from grader.grading import hypothesis_adapter, visibility
 from grader.grading.grade import Grade
 from grader.grading.options import Options, resolve
 from grader.grading.session import Session, exercise_of, resolve_target
-from grader.grading.text import one_line, shown
 from grader.layout import KIT_ROOT
 from grader.records import HINT, SMALLEST, CheckFailed, Failure, Status, Verdict, Visibility
 from grader.sandbox import Sandbox
 from grader.sandbox import missing as missing_layers
+from grader.text import one_line, shown
 
 if TYPE_CHECKING:
     from pluggy import Result
@@ -110,7 +110,7 @@ def _options_from_command_line(config: pytest.Config) -> Options:
 
 class OptionsCarrier:
     """How `python -m grader` hands its Options to this plugin; a grading service hands over its
-    live session too (grading.serve), which then outlives the run."""
+    live session too (service.serve), which then outlives the run."""
 
     def __init__(self, options: Options, session: Session | None = None) -> None:
         self.options = options

@@ -21,8 +21,8 @@ from collections.abc import Iterator, Sequence
 
 from grader import catalog
 from grader.grading import versions
-from grader.grading.report import FORMATS, VISIBILITIES
 from grader.layout import KIT_ROOT
+from grader.reports.report import FORMATS, VISIBILITIES
 from grader.usage import command_parser, positive
 
 KIT_FILES = ("pyproject.toml", "conftest.py", "README.md")

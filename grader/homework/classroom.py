@@ -64,8 +64,7 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from grader import catalog
-from grader.grading import text
+from grader import catalog, text
 from grader.layout import KIT_ROOT
 from grader.records import Status, TargetResult
 
@@ -277,7 +276,7 @@ def build_result_parser() -> argparse.ArgumentParser:
 
 
 def result_main(argv: Sequence[str]) -> int:
-    from grader.grading import report
+    from grader.reports import report
 
     parser = build_result_parser()
     args = parser.parse_args(argv)
@@ -422,8 +421,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str]) -> int:
     if argv[:1] == ["result"]:
         return result_main(argv[1:])
-    from grader.grading import report
     from grader.grading.recordings import Recordings
+    from grader.reports import report
 
     parser = build_parser()
     args = parser.parse_args(argv)

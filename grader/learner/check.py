@@ -1,7 +1,7 @@
 """`check("ex04")` in a notebook: grade the functions the learner defined in the kernel.
 
 The learner's cells become a module (`cells.module_source`: the definitions alone), written as
-`exNN_name.py` into a private folder that the kernel's grading service grades (grading.service):
+`exNN_name.py` into a private folder that the kernel's grading service grades (service.service):
 in the same sandboxed workers and with the same checks as `python -m grader`. The kernel never
 runs the checks itself and never forks (it may have touched CUDA): the service is a process of its
 own, started on first use, kept warm for the next check and ended with the kernel.
@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from grader import catalog
-from grader.grading.service import GradeRequest, Service, ServiceError
 from grader.layout import KIT_ROOT
 from grader.notebook import cells as notebook_cells
 from grader.records import HINT, SMALLEST, CheckResult, Status, TargetResult
+from grader.service.service import GradeRequest, Service, ServiceError
 
 LABEL = "notebook"
 MARKS = {Status.PASSED: "✓", Status.NOT_STARTED: "–", Status.MISSING: "m", Status.NOT_GRADED: "?"}
@@ -80,7 +80,8 @@ class CheckReport:
         return bool(self.checks) and all(row.passed for row in self.checks)
 
     def __str__(self) -> str:
-        from grader.grading import report, text
+        from grader import text
+        from grader.reports import report
 
         lines = [report.terminal(self.result)]
         lines += [f"missing from the notebook: {', '.join(names)} ({exercise})"

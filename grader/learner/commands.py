@@ -9,9 +9,9 @@ from collections.abc import Callable, Sequence
 
 from grader import catalog
 from grader.devices import CHOICES
-from grader.grading.service import GradeRequest, Service, ServiceError
 from grader.layout import KIT_ROOT
 from grader.learner import state
+from grader.service.service import GradeRequest, Service, ServiceError
 from grader.usage import command_parser, positive, usage_error
 
 
@@ -145,7 +145,7 @@ def _warm_options(grader_args: Sequence[str]) -> argparse.Namespace | None:
 
 def _grade_warm(service: Service, request: GradeRequest, verbose: bool) -> None:
     """Grade through the warm service and print what `python -m grader` prints: the table, the sandbox."""
-    from grader.grading import report
+    from grader.reports import report
 
     try:
         reply = service.grade(request)

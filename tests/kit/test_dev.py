@@ -366,7 +366,7 @@ def test_dev_check_names_a_stale_cli_reference_and_dev_update_rewrites_it(tmp_pa
     then dev check is content."""
     kit = kit_files(tmp_path / "kit")
     where = holding(kit, blocks.CLI)
-    merge = kit / "grader" / "grading" / "merge.py"
+    merge = kit / "grader" / "batch" / "merge.py"
     merge.write_text(merge.read_text().replace('help="write the class\'s CSV summary"',
                                                'help="write the class\'s CSV summary, a row a student"'))
     check = dev_check(kit, "--no-grade")

@@ -153,7 +153,7 @@ def test_every_process_group_check_is_kept_off_mps():
 
 
 def test_the_report_names_the_checks_kept_off_a_device():
-    from grader.grading import report
+    from grader.reports import report
 
     kept = ["ex05 test_a: not on mps (gloo)", "ex07 test_b: not on mps (gloo)", "ex12 test_c: not on mps (float64)"]
     result = TargetResult("solutions", [], 0.0, kept_off=kept)

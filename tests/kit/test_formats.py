@@ -23,9 +23,10 @@ from hypothesis import strategies as st
 
 from grader import catalog
 from grader.dev import check as dev
-from grader.grading import canvas, markdown, report, visibility
+from grader.grading import visibility
 from grader.homework import classroom
 from grader.records import CheckResult, Failure, Status, TargetResult, Visibility
+from grader.reports import canvas, markdown, report
 from tests.kit import ahead
 from tests.kit.harness import KIT_ROOT, SEED, grader, mutate, reference_source
 

@@ -18,7 +18,8 @@ import zipfile
 import pytest
 import torch
 
-from grader.grading import report, text
+from grader import text
+from grader.reports import report
 from grader.sandbox import wire
 from tests.kit import ahead, gradescope
 from tests.kit.harness import KIT_ROOT, SEED, grader, mutate

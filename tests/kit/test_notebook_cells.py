@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from grader.grading import submissions
+from grader.batch import submissions
 from grader.notebook import export
 from grader.notebook.cells import defined_names, module_source
 from tests.kit.harness import KIT_ROOT
@@ -62,7 +62,7 @@ def _normalized_apart(folder):
     kernel's high-water mark of its own memory, which ru_maxrss is not in a process forked from a larger one)."""
     if not os.path.exists("/proc/self/status"):
         pytest.skip("no /proc here to read a process's peak memory from")
-    code = ("import json, sys\nfrom grader.grading.submissions import normalize\n"
+    code = ("import json, sys\nfrom grader.batch.submissions import normalize\n"
             f"found = normalize(sys.argv[1], [{EX!r}])\n"
             "peak = next(int(line.split()[1]) for line in open('/proc/self/status') if line.startswith('VmHWM'))\n"
             "print(json.dumps([found.notes, found.problem, peak >> 10]))")

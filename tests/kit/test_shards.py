@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from grader.grading import shards
+from grader.batch import shards
 from tests.kit import ahead, harness
 from tests.kit.harness import KIT_ROOT, SEED, mutate, reference_source
 

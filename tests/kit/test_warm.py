@@ -13,9 +13,9 @@ import textwrap
 
 import pytest
 
-from grader.grading.service import GradeRequest, Service
 from grader.learner import check as notebook
 from grader.records import CheckResult, ExerciseResult, Failure, Status, TargetResult
+from grader.service.service import GradeRequest, Service
 from tests.kit.harness import KIT_ROOT, mutate, needs, reference_source
 
 EXERCISE = "ex04_sharding"
@@ -211,7 +211,7 @@ def test_the_report_escapes_what_a_submission_wrote_and_names_expected_and_recei
 
 def test_check_outside_a_kernel_says_so_in_one_line_and_importing_grader_starts_nothing(tmp_path):
     code = ("import sys, grader\n"
-            "print(sorted(m for m in ('torch', 'IPython', 'grader.grading.service') if m in sys.modules))\n"
+            "print(sorted(m for m in ('torch', 'IPython', 'grader.service.service') if m in sys.modules))\n"
             "from grader import check\n"
             "print('torch' in sys.modules)\n"
             "try:\n    check('ex04')\n"

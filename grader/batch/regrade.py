@@ -21,7 +21,8 @@ import os
 from collections.abc import Sequence
 from typing import cast
 
-from grader.grading import shards, text
+from grader import text
+from grader.batch import shards
 from grader.records import TargetResult
 
 

@@ -11,9 +11,10 @@ import argparse
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
-from grader import catalog
-from grader.grading import regrade, shards, text, versions
-from grader.grading.regrade import Previous
+from grader import catalog, text
+from grader.batch import regrade, shards
+from grader.batch.regrade import Previous
+from grader.grading import versions
 from grader.layout import KIT_ROOT
 from grader.records import TargetResult
 

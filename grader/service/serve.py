@@ -1,4 +1,4 @@
-"""`python -m grader serve`: the grading service's process (see grading.service for the client).
+"""`python -m grader serve`: the grading service's process (see service.service for the client).
 
 It reads one GradeRequest a line on stdin and writes one GradeReply a line on stdout, until stdin
 ends. One grading session lives across the requests: its fork servers, the reference's warm
@@ -21,9 +21,9 @@ from typing import TextIO
 
 from grader.grading.engine import Engine, Request, exercises_named
 from grader.grading.options import Options
-from grader.grading.service import GradeReply, GradeRequest
 from grader.records import TargetResult
 from grader.sandbox import Sandbox, Target
+from grader.service.service import GradeReply, GradeRequest
 
 
 class Warm:

@@ -2,7 +2,7 @@
 
 Where the same learner grades again and again (a notebook kernel's `check()`, `watch` after each
 save), starting a grader each time costs its imports and its fork servers (4-5 s) before the
-first check. The service (`python -m grader serve`, grading.serve) keeps its fork servers, the
+first check. The service (`python -m grader serve`, service.serve) keeps its fork servers, the
 reference's warm workers and observations between requests; each request grades a fresh copy of
 its folder in fresh workers. The client starts it with subprocess (fork and exec: a kernel that
 has touched CUDA never forks workers) and speaks JSON lines over its stdin and stdout: one

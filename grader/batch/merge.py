@@ -16,8 +16,9 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn, TypedDict, cast
 
-from grader.grading import canvas, class_report, report, shards
+from grader.batch import shards
 from grader.records import TargetResult
+from grader.reports import canvas, class_report, report
 
 
 class MergeError(Exception):

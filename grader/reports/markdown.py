@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from grader.grading import text
+from grader import text
 from grader.records import SMALLEST, CheckResult, Status
 
 

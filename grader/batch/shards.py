@@ -16,7 +16,7 @@ find equal (`record`): the shard, the sorted names of the whole class, the seed,
 devices, the exercises graded and the kit (its version and a digest of what a grade depends on);
 its CSV carries the seed, profile, devices and kit as its last columns.
 
-`grading.plan` joins these records with a regrade's previous file (`grading.regrade`); this module
+`batch.plan` joins these records with a regrade's previous file (`batch.regrade`); this module
 imports neither.
 """
 
@@ -190,7 +190,7 @@ def _shown(value: object) -> str:
 
 def report_json(results: Sequence[TargetResult], versions_part: dict[str, Any], rec: BatchRecord) -> dict[str, Any]:
     """A batch's JSON report: as `report.as_json` writes it, with the batch's record."""
-    from grader.grading import text
+    from grader import text
 
     data = results[0].as_dict() if len(results) == 1 else {"submissions": [r.as_dict() for r in results]}
     return text.clean(data | versions_part | {"batch": rec})
@@ -212,7 +212,7 @@ def report_csv(results: Sequence[TargetResult], rec: BatchRecord,
     import csv
     import io
 
-    from grader.grading import report
+    from grader.reports import report
 
     rows = list(csv.reader(io.StringIO(report.summary_csv(results)))) if results else []
     header = csv_header(rec["exercises"])

@@ -18,7 +18,7 @@ import io
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from grader.grading import text
+from grader import text
 from grader.records import TargetResult
 
 STUDENT_COLUMNS = ("Student", "ID", "SIS User ID", "SIS Login ID", "Section")

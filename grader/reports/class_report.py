@@ -17,9 +17,9 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from grader.grading import report as reports
-from grader.grading import text
+from grader import text
 from grader.records import CheckResult, ReviewFlag, Status, TargetResult
+from grader.reports import report as reports
 
 BINS = 10  # a histogram's bars: tenths of the exercise's points
 SHOWN_CHECKS = 5  # the checks most failed, per exercise

@@ -14,9 +14,11 @@ import tempfile
 from collections.abc import Sequence
 from typing import Any
 
+from grader import text
 from grader.devices import kept_off_line
-from grader.grading import markdown, text, versions
+from grader.grading import versions
 from grader.records import CheckResult, ExerciseResult, Layer, Status, TargetResult, Visibility
+from grader.reports import markdown
 
 REPEATING = (Status.NOT_STARTED, Status.MISSING, Status.IMPORT_ERROR, Status.USES_REFERENCE)
 

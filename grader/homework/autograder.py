@@ -97,8 +97,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="when students see each public check's result (Gradescope's test visibility)")
     parser.add_argument("--hidden-visibility", choices=VISIBILITIES, default="after_due_date",
                         help="when students see each hidden check's result (default after_due_date)")
-    parser.add_argument("--format", choices=FORMATS, default="md",
-                        help="each check's output on Gradescope: md (code blocks) or text")
+    parser.add_argument("--gradescope-format", "--format", dest="format", choices=FORMATS, default="md",
+                        help="each check's output on Gradescope: md (code blocks) or text (the grader's own "
+                             "--gradescope-format, which the bundle passes on)")
     parser.add_argument("--seed", type=int, default=None, help="the grading seed (default: a secret random one)")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds one check may run")
     parser.add_argument("--budget", type=positive, default=BUDGET, metavar="SECONDS",

@@ -285,3 +285,13 @@ def test_a_small_box_grades_across_fork_servers(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(report.read_text())
     assert result["score"] == result["max_score"] > 0, [e["status"] for e in result["exercises"]]
+
+
+def test_the_bundle_and_the_grader_spell_gradescopes_output_format_alike():
+    """`--gradescope-format` on the bundle, as on the grader it passes it to (`--format`, its older name, too)."""
+    from grader.homework.autograder import build_parser
+
+    parser = build_parser()
+    assert parser.parse_args(["out.zip", "--gradescope-format", "text"]).format == "text"
+    assert parser.parse_args(["out.zip", "--format", "text"]).format == "text"
+    assert parser.parse_args(["out.zip"]).format == "md"

@@ -394,8 +394,9 @@ def layers(abi: int | None = None, switch_user: bool | None = None, container: s
               "new namespaces" if seccomp else _seccomp_missing(seccomp_why), None if seccomp else seccomp_why),
         Layer("container", container != "none", describe_container(container),
               None if container != "none" else _root_layer_absence("container")),
-        Layer("limits", host.LINUX, f"output {OUTPUT_LIMIT // 2**20} MB, no core dumps, address space "
-              f"{MEMORY_LIMIT // 2**30} GiB a CPU worker" + ("" if host.LINUX else f" (not enforced by {host.NAME})"),
+        Layer("limits", host.LINUX, f"output {OUTPUT_LIMIT // 2**20} MB, no core dumps, " + (
+              f"address space {MEMORY_LIMIT // 2**30} GiB a CPU worker" if host.LINUX else
+              f"no address-space limit ({host.NAME} accepts one and does not enforce it)"),
               None if host.LINUX else Absence.OTHER_SYSTEM),
         Layer("private copies", True, "the reference copied before any submission runs; each submission graded "
               "from a copy of its own with a scratch dir of its own"),

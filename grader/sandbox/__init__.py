@@ -125,14 +125,11 @@ class Sandbox:
         besides the interpreter (the grader package, the check files)."""
         adopt_orphans()
         memory.prefer_killing_others()
-        self.abi = 0 if namespaces.disabled("landlock") else landlock.abi_version()
+        self.abi = _landlock()[0]
         self.namespaces = namespaces.available()
-        self.seccomp = syscall_filter.available() and not namespaces.disabled("seccomp")
+        self.seccomp = _seccomp_absence() is None
         self.readable = tuple(readable) + _interpreter_paths()
-        # A user of its own needs the interpreter within its reach: through the namespaces, or because
-        # every folder above it lets others in (Gradescope's venv does; a root-only home does not).
-        self.switch_user = identity.available() and not namespaces.disabled("user") \
-            and (self.namespaces or identity.reachable_by_others(self.readable))
+        self.switch_user = _may_switch_user(self.namespaces, self.readable)
         self.containers = Containers(self.switch_user)
         self.memory_limit = memory_limit
         self.rundir = tempfile.mkdtemp(prefix="grader-")
@@ -366,16 +363,13 @@ def layers(abi: int | None = None, switch_user: bool | None = None, container: s
     """The sandbox's layers on this machine, each active or not, and why not (`Absence`), as the report
     names them."""
     bounded_scratch = _may_bound_scratch() if bounded_scratch is None else bounded_scratch
-    landlock_abi, landlock_why, landlock_words = landlock.probe()
-    if namespaces.disabled("landlock"):
-        landlock_abi, landlock_why, landlock_words = 0, Absence.LEFT_OFF, namespaces.DISABLE
+    landlock_abi, landlock_why, landlock_words = _landlock()
     abi = landlock_abi if abi is None else abi
     own_namespaces = namespaces.available() if own_namespaces is None else own_namespaces
     if switch_user is None:
-        switch_user = identity.available() and not namespaces.disabled("user") \
-            and (own_namespaces or identity.reachable_by_others(_interpreter_paths()))
+        switch_user = _may_switch_user(own_namespaces, _interpreter_paths())
     container = available_kind(switch_user) if container is None else container
-    seccomp_why = Absence.LEFT_OFF if namespaces.disabled("seccomp") else syscall_filter.absence()
+    seccomp_why = _seccomp_absence()
     seccomp = seccomp_why is None if seccomp is None else seccomp
     hook = "an audit hook guards Python-level file access"
     if abi:
@@ -410,6 +404,24 @@ def layers(abi: int | None = None, switch_user: bool | None = None, container: s
                if AUTHENTICATED else "") + ("abstract sockets out of a sandboxed worker's scope" if ABSTRACT_ADDRESSES
                                             else "sockets only the grader's user may open")),
     ]
+
+
+def _landlock() -> tuple[int, Absence | None, str]:
+    """Landlock's ABI here, and why there is none (landlock.probe), unless it was left off."""
+    if namespaces.disabled("landlock"):
+        return 0, Absence.LEFT_OFF, namespaces.DISABLE
+    return landlock.probe()
+
+
+def _seccomp_absence() -> Absence | None:
+    return Absence.LEFT_OFF if namespaces.disabled("seccomp") else syscall_filter.absence()
+
+
+def _may_switch_user(own_namespaces: bool, readable: Iterable[str]) -> bool:
+    """A user of its own needs root on Linux and the interpreter within its reach: through the namespaces, or
+    because every folder above it lets others in (Gradescope's venv does; a root-only home does not)."""
+    return identity.available() and not namespaces.disabled("user") \
+        and (own_namespaces or identity.reachable_by_others(readable))
 
 
 def _user_layer(switch_user: bool, own_namespaces: bool) -> tuple[str, Absence | None]:

@@ -8,7 +8,9 @@ without averaging the replicas drift apart. After local_sgd_train:
 - the number returned is the number of rounds, ceil(len(batches) / local_steps), as an int;
   collectives (counted by wrapping torch.distributed's functions inside the probe) happen only
   on round boundaries, at least one per round, none before the first step (a round starts
-  with local steps), and the ranks agree after every round;
+  with local steps), none between a step's forward pass and its optimizer step, and the ranks
+  agree after every round; with no batches, at most one average of the still-equal parameters
+  (as Accelerate's LocalSGD makes on exit);
 - the BatchNorm buffers and the optimizer's state (momentum, AdamW's moments) are never
   touched between the optimizer steps: they stay each rank's own.
 
@@ -164,7 +166,8 @@ def probe_local_sgd(ctx, case):
     model = training.tiny_mlp(case["in_features"], case["hidden"], case["out_features"], case["seed"], device, batch_norm=True)
     optimizer = training.optimizer(case["optimizer"], model)
     record = {"before_step": [], "after_step": [], "collectives_before_step": [], "collectives_after_step": [],
-              "state_before_step": [], "state_after_step": [], "buffers_after_step": [], "buffers_at_forward": []}
+              "state_before_step": [], "state_after_step": [], "buffers_after_step": [], "buffers_at_forward": [],
+              "collectives_at_forward": [], "parameters": len(list(model.parameters()))}
     with _Counter(ctx.module) as counter:
         def before(*_):
             record["before_step"].append(training.parameters(model))
@@ -179,7 +182,12 @@ def probe_local_sgd(ctx, case):
 
         optimizer.register_step_pre_hook(before)
         optimizer.register_step_post_hook(after)
-        model.register_forward_pre_hook(lambda *_: record["buffers_at_forward"].append(_buffers(model)))
+        def forward(*_):
+            record["buffers_at_forward"].append(_buffers(model))
+            # (steps taken so far, collectives made so far)
+            record["collectives_at_forward"].append([len(record["after_step"]), counter.count])
+
+        model.register_forward_pre_hook(forward)
         try:
             result = ctx.module.local_sgd_train(model, optimizer, _batches(case, ctx.rank, device),
                                                 getattr(torch.nn.functional, case["loss"]), case["local_steps"])
@@ -349,24 +357,42 @@ def test_averages_only_at_round_boundaries(grade, case):
         if len(got["after_step"]) != n:
             fail(f"{describe(case)}: rank {rank}'s optimizer stepped {len(got['after_step'])} times, expected {n}",
                  hint="one optimizer.step() per batch")
-        first = got["collectives_before_step"][0] if got["collectives_before_step"] else got["collectives"]
-        if first:
-            fail(f"{describe(case)}: rank {rank} made {first} collective(s) before its first step"
-                 + (" (there are no batches)" if not n else f" (rounds end after steps {ends})"),
+        # the collectives made before step k began: at its first forward pass (at its optimizer step without one)
+        starts = []
+        for k in range(1, n + 1):
+            counts = [count for taken, count in got["collectives_at_forward"] if taken == k - 1]
+            starts.append(counts[0] if counts else got["collectives_before_step"][k - 1])
+        first = starts[0] if n else got["collectives"]
+        if not n and first > got["parameters"]:
+            # one average of the still-equal parameters (Accelerate's LocalSGD makes one on exit) is harmless
+            fail(f"{describe(case)}: rank {rank} made {first} collective(s) with no batches, more than one average "
+                 f"of its {got['parameters']} parameters")
+        if n and first:
+            fail(f"{describe(case)}: rank {rank} made {first} collective(s) before its first step "
+                 f"(rounds end after steps {ends})",
                  hint="a round starts with local steps and ends with the average: average after every "
                       "local_steps-th step and after the last, not also at the start of a round (the ranks start "
                       "equal, and that average is a collective a round for nothing)")
-        # collectives made in the gap after step k (before the next step, or before returning)
+        # collectives made inside step k: from its forward pass to its optimizer step
+        inside = [k for k in range(1, n + 1) if got["collectives_before_step"][k - 1] > starts[k - 1]]
+        if inside:
+            fail(f"{describe(case)}: rank {rank} made collectives between the forward pass and optimizer.step() of "
+                 f"step(s) {inside} (rounds end after steps {ends})",
+                 hint=(MODE_HINTS["average_gradients"] if len(inside) == n > len(ends) else
+                       "a collective before optimizer.step() of a round's last step: average the parameters AFTER "
+                       "optimizer.step(), so that the round's last update is averaged too and the ranks end the "
+                       "round equal"))
+        # collectives made in the gap after step k (before the next step begins, or before returning)
         marks = got["collectives_after_step"]
-        nexts = got["collectives_before_step"][1:] + [got["collectives"]]
+        nexts = starts[1:] + [got["collectives"]]
         gaps = {k: nexts[k - 1] - marks[k - 1] for k in range(1, n + 1)}
         busy = [k for k, made in gaps.items() if made and k not in ends]
         if busy:
             made = [k for k, count in gaps.items() if count]
             fail(f"{describe(case)}: rank {rank} made collectives after step(s) {busy}, which end no round "
                  f"(rounds end after steps {ends}; it communicated after steps {made})",
-                 hint=("communicate only at the end of a round: a collective on every step (averaging every step, "
-                       "or averaging gradients as data parallelism does) is the communication local SGD saves"
+                 hint=("communicate only at the end of a round: a collective after every step (the parameters "
+                       "averaged after every step) is the communication local SGD saves"
                        if len(made) == n else
                        "a round ends after steps local_steps, 2 * local_steps, ... counted from 1 (and after the "
                        "last): step % local_steps == 0 with enumerate(batches, start=1), or (i + 1) % local_steps == "

@@ -66,6 +66,32 @@ def local_sgd_train(model, optimizer, batches, loss_fn, local_steps):
     return math.ceil(len(batches) / local_steps)
 '''
 
+# the parameters averaged before the step that ends a round: that step's update is never averaged
+AVERAGE_BEFORE_STEP = mutate(EX, ("        optimizer.step()\n", ""),
+                             ("            rounds += 1\n", "            rounds += 1\n        optimizer.step()\n"))
+
+# Accelerate's own LocalSGD over a DDP wrapper (for no_sync): it averages every local_sgd_steps steps and once more
+# on exit, also when there are no batches (the parameters are still equal then)
+ACCELERATE_LOCAL_SGD = '''
+import math
+
+from accelerate import Accelerator
+from accelerate.local_sgd import LocalSGD
+from torch.nn.parallel import DistributedDataParallel
+
+
+def local_sgd_train(model, optimizer, batches, loss_fn, local_steps):
+    accelerator = Accelerator(cpu=next(model.parameters()).device.type == "cpu")
+    ddp_model = DistributedDataParallel(model)
+    with LocalSGD(accelerator=accelerator, model=ddp_model, local_sgd_steps=local_steps) as local_sgd:
+        for inputs, targets in batches:
+            optimizer.zero_grad()
+            loss_fn(ddp_model(inputs), targets).backward()
+            optimizer.step()
+            local_sgd.step()
+    return math.ceil(len(batches) / local_steps)
+'''
+
 PARAMETER_CHECK = "test_parameters_match_a_simulation_of_the_replicas"
 ROUNDS_CHECK = "test_averages_only_at_round_boundaries"
 STATE_CHECK = "test_buffers_and_optimizer_state_stay_each_ranks_own"
@@ -74,8 +100,15 @@ STATE_CHECK = "test_buffers_and_optimizer_state_stay_each_ranks_own"
 WRONG = [
     Wrong("average_gradients", AVERAGE_GRADIENTS, PARAMETER_CHECK,
           diagnosis="the gradients were averaged on every step"),
+    # the same, told by its collectives: inside every step, not at the start of a round
+    Wrong("average_gradients_collectives", AVERAGE_GRADIENTS, ROUNDS_CHECK,
+          diagnosis="the gradients were averaged on every step"),
+    # the parameters averaged before optimizer.step() of a round's last step
+    Wrong("average_before_step", AVERAGE_BEFORE_STEP, ROUNDS_CHECK, diagnosis="AFTER optimizer.step()"),
     # averaging after every step: all the communication local SGD saves
     Wrong("every_step", mutate(EX, (BOUNDARY, "if True:")), PARAMETER_CHECK, diagnosis="averaged after every step"),
+    Wrong("every_step_collectives", mutate(EX, (BOUNDARY, "if True:")), ROUNDS_CHECK,
+          diagnosis="a collective after every step"),
     # no average after a short last round
     Wrong("no_final_round", mutate(EX, (BOUNDARY, "if step % local_steps == 0:")), PARAMETER_CHECK,
           diagnosis="no average after the last step"),
@@ -112,6 +145,11 @@ WRONG = [
           PARAMETER_CHECK, diagnosis="every rank took rank 0's parameters"),
     # no zero_grad: each step's gradient adds to all the earlier ones
     Wrong("no_zero_grad", mutate(EX, ("        optimizer.zero_grad(set_to_none=True)\n", "")), PARAMETER_CHECK),
+    # with no batches, two averages: more than the one (of still-equal parameters) the contract allows
+    Wrong("two_averages_with_no_batches",
+          mutate(EX, ("    return rounds", "    if not batches:\n        _average_parameters(model)\n"
+                                          "        _average_parameters(model)\n    return rounds")),
+          ROUNDS_CHECK, diagnosis="more than one average"),
     # the number of rounds as a float
     Wrong("returns_float", mutate(EX, ("    return rounds", "    return float(rounds)")), ROUNDS_CHECK),
 ]
@@ -123,4 +161,6 @@ RIGHT = [
     Right("average_later", AVERAGE_LATER),
     # ReduceOp.AVG on the parameters themselves
     Right("reduce_op_avg", mutate(EX, (AVERAGE, "            dist.all_reduce(param, op=dist.ReduceOp.AVG)\n"))),
+    # Accelerate's LocalSGD, with its extra average on exit
+    Right("accelerate_local_sgd", ACCELERATE_LOCAL_SGD),
 ]

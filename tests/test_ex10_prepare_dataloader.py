@@ -21,6 +21,9 @@ per-sample results and accelerate's own BatchSamplerShard.
 Measured inside the workers, by hooks on the model: the mode it ran its forward passes in
 (eval), whether their outputs carried autograd history (no), whether any .grad appeared, and
 which samples each rank's forward passes got (its own share, as the prepared loader deals it).
+A run that treats a batch as a dict or a BatchEncoding (an AttributeError for .items(),
+.keys(), .values() or .to() on the batch, a list) is told that a batch is an (inputs, labels)
+pair.
 """
 
 import math
@@ -35,6 +38,7 @@ from grader.checks import example, expect_equal, explicit_examples, fail
 from grader.probing import InvalidResult
 
 HIDDEN = 8
+MAPPING_METHODS = ("items", "keys", "values", "to")
 
 
 # --- inputs -------------------------------------------------------------------------------
@@ -208,7 +212,13 @@ def probe_evaluate(ctx, case):
 
     hooks = [model.register_forward_pre_hook(before, with_kwargs=True), model.register_forward_hook(after)]
     loader = DataLoader(dataset, batch_size=case["batch_size"])
-    result = ctx.module.evaluate_accuracy(accelerator, model, loader)
+    try:
+        result = ctx.module.evaluate_accuracy(accelerator, model, loader)
+    except AttributeError as error:
+        # a batch treated as a dict (batch.items()) or a BatchEncoding (batch.to(device)): it is a list
+        if error.name in MAPPING_METHODS and isinstance(error.obj, list | tuple):
+            return {"batch_as_mapping": f"{type(error).__name__}: {error}"[:200]}
+        raise
     for hook in hooks:
         hook.remove()
     record["type"] = f"{type(result).__module__}.{type(result).__qualname__}"
@@ -306,7 +316,19 @@ def _accuracy_hint(case, baseline, accuracies, rows):
             "accelerator.gather_for_metrics, and divide the number right by the number gathered")
 
 
+def _batch_as_mapping(case, actual, processes):
+    """Fail a run that treated a batch as a dict, naming what a batch is."""
+    for rank, observed in enumerate(actual):
+        if "batch_as_mapping" in observed:
+            who = f"rank {rank} raised" if processes > 1 else "raised"
+            fail(f"{describe_eval(case, processes)}: {who} {observed['batch_as_mapping']} (the batch is a list)",
+                 hint="a batch is an (inputs, labels) pair, as the DataLoader collates a TensorDataset's samples, "
+                      "not a dict of named tensors like a tokenizer's: for inputs, labels in dataloader: ... "
+                      "model(inputs)")
+
+
 def _check_accuracy(grade, case, processes, actual, expected):
+    _batch_as_mapping(case, actual, processes)
     baseline = grade.reference(probe_baseline, case)
     what = describe_eval(case, processes)
     for rank, observed in enumerate(actual):
@@ -350,6 +372,7 @@ def test_evaluate_accuracy_on_the_accelerators_device(grade, case):
 def test_evaluate_accuracy_predicts_in_eval_mode_without_gradients(grade, case):
     actual = grade.run(probe_evaluate, case, world_size=case["world_size"])
     actual = [actual] if case["world_size"] == 1 else actual
+    _batch_as_mapping(case, actual, case["world_size"])
     what = describe_eval(case)
     for rank, observed in enumerate(actual):
         who = f"{what}: rank {rank}" if case["world_size"] > 1 else what
@@ -377,6 +400,7 @@ def test_evaluate_accuracy_each_rank_predicts_its_own_share(grade, case):
     if case["world_size"] == 1:
         return  # one process predicts every sample (the cases are the other checks', their runs reused)
     expected, actual = grade.compare(probe_evaluate, case, world_size=case["world_size"])
+    _batch_as_mapping(case, actual, case["world_size"])
     what = describe_eval(case)
     for rank, (observed, want) in enumerate(zip(actual, expected)):
         if sorted(observed["rows"]) == list(range(case["size"])) != sorted(want["rows"]):

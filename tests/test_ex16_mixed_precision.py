@@ -19,7 +19,10 @@ its start (PyTorch's AMP recipe) or after its step (to None or zeros), so the gr
 a call are none, zeros, or that call's own (computed by the probe from the parameters and scale
 before the call); the weights stay float32. A wrong step is compared with what each usual mistake gives (no scaler.scale, the
 forward outside autocast, optimizer.step instead of scaler.step, zero_grad forgotten), so each
-gets its own hint.
+gets its own hint. The probe also counts each call's use of the scaler it passes (scale, step,
+update), and sees every GradScaler the call builds and any the module holds: a step that scales
+nothing, one that uses a GradScaler of its own (a bare GradScaler() is CUDA's, disabled on a
+host without CUDA) and a scaler.step without scaler.scale are each told so.
 """
 
 import math
@@ -219,9 +222,47 @@ def _own_gradients(case, device, parameters, scale, inputs, targets, dtype):
     return {name: p.grad.detach().cpu().clone() for name, p in model.named_parameters()}
 
 
-def _loop(case, device, step_fn, own=False):
+class _ScalerWatch:
+    """While installed: how often the call used the scaler it was given (scale, step, update), and every
+    GradScaler the call built of its own (whether it is enabled: a bare GradScaler() means CUDA, and is disabled
+    without one)."""
+
+    def __init__(self, scaler):
+        import torch
+
+        self.scaler, self.calls, self.made = scaler, dict(scale=0, step=0, update=0), []
+        self.base = torch.amp.grad_scaler.GradScaler
+        self.init = self.base.__init__
+        for name in self.calls:
+            setattr(scaler, name, self._counted(name, getattr(scaler, name)))
+
+    def _counted(self, name, method):
+        def call(*args, **kwargs):
+            self.calls[name] += 1
+            return method(*args, **kwargs)
+
+        return call
+
+    def __enter__(self):
+        init, made = self.init, self.made
+
+        def watched(scaler, *args, **kwargs):
+            init(scaler, *args, **kwargs)
+            made.append(bool(scaler.is_enabled()))
+
+        self.calls.update(scale=0, step=0, update=0)
+        self.made.clear()
+        self.base.__init__ = watched
+        return self
+
+    def __exit__(self, *exc):
+        self.base.__init__ = self.init
+
+
+def _loop(case, device, step_fn, module=None):
     """Run step_fn(model, optimizer, scaler, inputs, targets, loss_fn, dtype) case['steps'] times; record after each
-    (with `own`, also each call's own gradients, beside the non-zero gradients it left)."""
+    (for the module under test, also each call's own gradients beside the non-zero gradients it left, and its use of
+    GradScalers)."""
     import torch
 
     model = _step_model(case, device)
@@ -229,11 +270,26 @@ def _loop(case, device, step_fn, own=False):
     scaler = torch.amp.GradScaler(device.type, init_scale=case["init_scale"], growth_interval=case["growth_interval"])
     dtype = getattr(torch, case["dtype"])
     record = {"losses": [], "loss_types": [], "parameters": [], "scales": [], "trackers": [], "grads_left": [],
-              "weight_dtypes": [], "left": [], "own": []}
+              "weight_dtypes": [], "left": [], "own": [], "scaler_calls": [], "scalers_made": []}
+    own = module is not None
+    watch = _ScalerWatch(scaler) if own else None
     for step in range(case["steps"]):
         inputs, targets = _batch(case, step, device)
         before = ({name: p.detach().clone() for name, p in model.named_parameters()}, float(scaler.get_scale()))
-        loss = step_fn(model, optimizer, scaler, inputs, targets, training.loss_fn(case["loss"], case["loss_kind"]), dtype)
+        loss_fn = training.loss_fn(case["loss"], case["loss_kind"])
+        if own:
+            with watch:
+                try:
+                    loss = step_fn(model, optimizer, scaler, inputs, targets, loss_fn, dtype)
+                except Exception as error:
+                    if not watch.calls["step"] or watch.calls["scale"]:
+                        raise
+                    # scaler.step with no scaler.scale before it in the call: GradScaler refuses
+                    return {"step_without_scale": f"{type(error).__name__}: {error}"[:300]}
+            record["scaler_calls"].append(dict(watch.calls))
+            record["scalers_made"].append(list(watch.made))
+        else:
+            loss = step_fn(model, optimizer, scaler, inputs, targets, loss_fn, dtype)
         if own:
             record["own"].append(_own_gradients(case, device, *before, *_batch(case, step, device), dtype))
             record["left"].append({name: p.grad.detach().cpu().clone() for name, p in model.named_parameters()
@@ -246,12 +302,16 @@ def _loop(case, device, step_fn, own=False):
         record["grads_left"].append(sorted(name for name, p in model.named_parameters()
                                            if p.grad is not None and bool((p.grad != 0).any())))
         record["weight_dtypes"].append(sorted({str(p.dtype) for p in model.parameters()}))
+    if own:
+        # the GradScalers the module made when it was imported: whether each is enabled
+        record["module_scalers"] = [bool(value.is_enabled()) for value in vars(module).values()
+                                    if isinstance(value, torch.amp.GradScaler)]
     return record
 
 
 def probe_steps(ctx, case):
     """The module's scaled_step, called case['steps'] times on one model, optimizer and scaler."""
-    return _loop(case, ctx.torch_device(), ctx.module.scaled_step, own=True)
+    return _loop(case, ctx.torch_device(), ctx.module.scaled_step, ctx.module)
 
 
 def _right_step(model, optimizer, scaler, inputs, targets, loss_fn, dtype):
@@ -392,14 +452,44 @@ MISTAKE_HINTS = {
     "no_zero_grad": ("the gradients of earlier calls were added in: clear them in every call, at its start (as "
                      "PyTorch's AMP recipe does) or after the step (optimizer.zero_grad())"),
 }
+SCALER_HINTS = {
+    "disabled": ("scaled_step used a GradScaler of its own, not the one passed in: a bare GradScaler() means CUDA and "
+                 "disables itself on a machine without one (no scaling, and a step on inf gradients is not skipped); "
+                 "use the scaler passed in, which the caller built for the device (GradScaler(\"cpu\") on a CPU)"),
+    "own": ("scaled_step used a GradScaler of its own, not the one passed in: a new one starts from its own initial "
+            "scale, and the caller's never moves; use the scaler passed in"),
+    "unused": ("no loss scaling at all: the scaler passed in was never used; back-propagate the scaled loss, "
+               "scaler.scale(loss).backward(), then scaler.step(optimizer) and scaler.update()"),
+    "step_without_scale": ("scaler.step(optimizer) came without scaler.scale(loss) in the same call: back-propagate "
+                           "the scaled loss, scaler.scale(loss).backward(), and GradScaler unscales it in step"),
+}
 STEP_HINT = ("loss under torch.autocast(inputs.device.type, dtype=dtype), then scaler.scale(loss).backward(), "
              "scaler.step(optimizer), scaler.update(); the gradients cleared at the start of the call or after the "
              "step")
 
 
+def _steps_without_scale(case, actual):
+    """Fail a run whose scaler.step raised because the call made no scaler.scale before it."""
+    if "step_without_scale" in actual:
+        fail(f"{describe_steps(case)}: raised {actual['step_without_scale']} (scaler.step was called, scaler.scale "
+             "never)", hint=SCALER_HINTS["step_without_scale"])
+
+
+def _scaler_hint(actual, step):
+    """The hint for a call that used a GradScaler of its own, or none at all; else None."""
+    calls = actual["scaler_calls"][step]
+    unused = not calls["scale"] and not calls["step"]
+    own = actual["scalers_made"][step] + (actual["module_scalers"] if unused else [])
+    if own:
+        return SCALER_HINTS["own" if all(own) else "disabled"]
+    return SCALER_HINTS["unused"] if unused else None
+
+
 def _step_diagnosis(grade, case, actual, baseline, step):
     """The hint for the first call whose parameters are wrong."""
     got = actual["parameters"][step]
+    if _scaler_hint(actual, step):
+        return _scaler_hint(actual, step)
     if any(dtype != "torch.float32" for dtype in actual["weight_dtypes"][step]):
         return "the weights stay float32: do not call model.half() or model.to(dtype); autocast does the casting"
     if case["overflow_step"] == step:
@@ -417,6 +507,7 @@ def _step_diagnosis(grade, case, actual, baseline, step):
 @with_step_examples
 def test_scaled_step_matches_a_grad_scaler_loop(grade, case):
     expected, actual = grade.compare(probe_steps, case)
+    _steps_without_scale(case, actual)
     baseline = grade.reference(probe_baseline, case)
     what = describe_steps(case)
     for step in range(case["steps"]):
@@ -431,7 +522,9 @@ def test_scaled_step_matches_a_grad_scaler_loop(grade, case):
             scale, tracker = actual["scales"][step], actual["trackers"][step]
             if (scale, tracker) != (want["scales"][step], want["trackers"][step]):
                 previous = actual["scales"][step - 1] if step else case["init_scale"]
-                if scale == previous and tracker == (actual["trackers"][step - 1] if step else 0):
+                if _scaler_hint(actual, step):
+                    hint = _scaler_hint(actual, step)
+                elif scale == previous and tracker == (actual["trackers"][step - 1] if step else 0):
                     hint = ("the scaler did not move: call scaler.update() after scaler.step(optimizer); it halves the "
                             "scale after an overflow and doubles it after growth_interval clean steps")
                 else:
@@ -444,18 +537,21 @@ def test_scaled_step_matches_a_grad_scaler_loop(grade, case):
 @with_overflow_examples
 def test_an_overflowing_step_is_skipped_and_the_scale_lowered(grade, case):
     actual = grade.run(probe_steps, case)
+    _steps_without_scale(case, actual)
     baseline = grade.reference(probe_baseline, case)
     step = case["overflow_step"]
     what = f"{describe_steps(case)}: call {step + 1}, whose gradients overflow"
     before = actual["parameters"][step - 1] if step else _initial(grade, case)
     got = actual["parameters"][step]
     if not training.same_parameters(got, before):
-        fail(f"{what}: the parameters changed; the step must be skipped", hint=MISTAKE_HINTS["optimizer_step"])
+        fail(f"{what}: the parameters changed; the step must be skipped",
+             hint=_scaler_hint(actual, step) or MISTAKE_HINTS["optimizer_step"])
     previous = actual["scales"][step - 1] if step else case["init_scale"]
     expect_equal([actual["scales"][step], actual["trackers"][step]], [baseline["scales"][step], 0],
                  f"{what}: the scaler's [scale, growth tracker] afterwards (the scale was {previous:g} before)",
-                 hint="call scaler.update() after scaler.step(optimizer): after an overflow it multiplies the scale by "
-                      "the backoff factor (0.5) and resets the growth tracker")
+                 hint=_scaler_hint(actual, step) or
+                 "call scaler.update() after scaler.step(optimizer): after an overflow it multiplies the scale by "
+                 "the backoff factor (0.5) and resets the growth tracker")
 
 
 def _initial(grade, case):
@@ -479,6 +575,7 @@ def _same_loss(got, want):
 @with_step_examples
 def test_scaled_step_returns_the_loss(grade, case):
     expected, actual = grade.compare(probe_steps, case)
+    _steps_without_scale(case, actual)
     baseline = grade.reference(probe_baseline, case)
     what = describe_steps(case)
     for step in range(case["steps"]):
@@ -501,7 +598,11 @@ def _loss_hint(grade, case, actual, step, got, wanted):
         return "return the loss itself (loss.item()), not the scaled loss scaler.scale(loss)"
     overflowed = case["overflow_step"] is not None and case["overflow_step"] < step
     if math.isnan(got) and overflowed and any(value.isnan().any() for value in actual["parameters"][step - 1].values()):
-        return "the parameters became NaN after the overflowing call: " + MISTAKE_HINTS["optimizer_step"]
+        return ("the parameters became NaN after the overflowing call: "
+                + (_scaler_hint(actual, case["overflow_step"]) or MISTAKE_HINTS["optimizer_step"]))
+    scalers = [_scaler_hint(actual, earlier) for earlier in range(step + 1) if _scaler_hint(actual, earlier)]
+    if scalers:
+        return scalers[0]
     if math.isfinite(got):
         for name, record in grade.reference(probe_mistakes, case).items():
             if _same_loss(got, record["losses"][step]):
@@ -514,6 +615,7 @@ def _loss_hint(grade, case, actual, step, got, wanted):
 @with_step_examples
 def test_scaled_step_clears_gradients_and_keeps_float32_weights(grade, case):
     actual = grade.run(probe_steps, case)
+    _steps_without_scale(case, actual)
     what = describe_steps(case)
     for step in range(case["steps"]):
         if actual["weight_dtypes"][step] != ["torch.float32"]:

@@ -37,6 +37,23 @@ GATHER_AFTER_THE_LOOP = '''
 '''
 
 
+# a transformers-style loop: the batch taken for a dict of named tensors, moved and unpacked into the model
+BATCH_AS_DICT = '''
+    dataloader = accelerator.prepare(dataloader)
+    model.eval()
+    correct, total = 0, 0
+    with torch.no_grad():
+        for batch in dataloader:
+            batch = {k: v.to(accelerator.device) for k, v in batch.items()}
+            labels = batch.pop("labels")
+            predictions = model(**batch).argmax(dim=-1)
+            predictions, labels = accelerator.gather_for_metrics((predictions, labels))
+            correct += int((predictions == labels).sum())
+            total += labels.numel()
+    return correct / total
+'''
+
+
 def _evaluate(body):
     """The reference's make_dataloader with another evaluate_accuracy body."""
     source = mutate(EX)
@@ -72,6 +89,9 @@ WRONG = [
     Wrong("gather_after_the_loop", _evaluate(GATHER_AFTER_THE_LOOP),
           "test_evaluate_accuracy_counts_every_sample_once_on_every_rank",
           diagnosis="gather_for_metrics (it drops them)"),
+    # each batch treated as a dict, as in a transformers loop: an AttributeError on .items()
+    Wrong("batch_as_dict", _evaluate(BATCH_AS_DICT), "test_evaluate_accuracy_counts_every_sample_once_on_every_rank",
+          diagnosis="a batch is an (inputs, labels) pair"),
     # model.eval() forgotten
     Wrong("train_mode", mutate(EX, ("    model.eval()\n", "")),
           "test_evaluate_accuracy_predicts_in_eval_mode_without_gradients", diagnosis="model.eval()"),

@@ -21,6 +21,18 @@ LOOP, OVERFLOW, LOSS, CLEARS = ("test_scaled_step_matches_a_grad_scaler_loop",
                                 "test_scaled_step_clears_gradients_and_keeps_float32_weights")
 
 
+# no scaler at all: a plain float32-style step under autocast
+NO_SCALER = mutate(EX, (BACKWARD, "    loss.backward()"), (SCALER_STEP, "    optimizer.step()"), (UPDATE, ""))
+# the course's bare GradScaler(), built in the step instead of the one passed in: CUDA's, disabled on a CPU host
+BARE_SCALER = mutate(EX, (STEP_AUTOCAST, "    scaler = torch.amp.GradScaler()\n" + STEP_AUTOCAST))
+# the same, built once when the module is imported
+BARE_SCALER_MODULE = mutate(EX, ("import torch\n", "import torch\n\namp_scaler = torch.amp.GradScaler()\n"),
+                            (BACKWARD, "    amp_scaler.scale(loss).backward()"),
+                            (SCALER_STEP, "    amp_scaler.step(optimizer)"), (UPDATE, "    amp_scaler.update()"))
+# a scaler for the right device, but a new one every call: the caller's never moves
+OWN_SCALER = mutate(EX, (STEP_AUTOCAST, "    scaler = torch.amp.GradScaler(inputs.device.type)\n" + STEP_AUTOCAST))
+
+
 WRONG = [
     # the forward pass without autocast: float32 output
     Wrong("forward_outside_autocast", mutate(EX, (FORWARD, "    return model(inputs)\n")), MATCHES,
@@ -62,7 +74,18 @@ WRONG = [
     Wrong("backward_unscaled", mutate(EX, (BACKWARD, "    scaler.scale(loss)\n    loss.backward()")), LOOP,
           diagnosis="without scaler.scale"),
     # no scaler.scale at all: GradScaler refuses to step
-    Wrong("no_scale", mutate(EX, (BACKWARD, "    loss.backward()")), LOOP),
+    Wrong("no_scale", mutate(EX, (BACKWARD, "    loss.backward()")), LOOP,
+          diagnosis="came without scaler.scale(loss) in the same call"),
+    # no loss scaling at all: each check that sees it names the scaler left unused
+    Wrong("no_scaler_at_all", NO_SCALER, LOOP, diagnosis="no loss scaling at all"),
+    Wrong("no_scaler_at_all_overflow", NO_SCALER, OVERFLOW, diagnosis="no loss scaling at all"),
+    Wrong("no_scaler_at_all_loss", NO_SCALER, LOSS, diagnosis="no loss scaling at all"),
+    # a bare GradScaler() (CUDA's) of its own, in the step or at import: disabled here, on the CPU
+    Wrong("bare_grad_scaler", BARE_SCALER, OVERFLOW, diagnosis="a bare GradScaler() means CUDA"),
+    Wrong("bare_grad_scaler_module", BARE_SCALER_MODULE, OVERFLOW, diagnosis="a bare GradScaler() means CUDA"),
+    # a GradScaler of its own for the device, made every call
+    Wrong("own_grad_scaler", OWN_SCALER, LOOP, diagnosis="the caller's never moves"),
+    Wrong("own_grad_scaler_loss", OWN_SCALER, LOSS, diagnosis="the caller's never moves"),
     # the weights cast to the low precision in the training step
     Wrong("weights_cast_in_step", mutate(EX, (STEP_AUTOCAST, "    model.to(dtype)\n" + STEP_AUTOCAST)), CLEARS,
           diagnosis="the weights stay float32"),

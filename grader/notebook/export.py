@@ -4,7 +4,8 @@ A notebook covers a chapter or one exercise. It stands for each exercise of the 
 functions (the stub's names) it defines, and each of those files holds the notebook's definitions
 (`cells.module_source`), the very module `check()` grades in a live kernel: a helper or a
 constant the learner wrote in any cell stays available to every function. An .ipynb is read as
-plain JSON, so grading one needs no Jupyter package (Gradescope's image).
+plain JSON and its cells as IPython runs them (IPython's transformer, a core dependency of the kit),
+so grading one needs no Jupyter package (Gradescope's image).
 
 A handed-in notebook is read by a process of its own, bounded in memory and time: Python's parser
 builds up to a kilobyte of tree a byte of code, and JSON tens of bytes a byte, so a few megabytes
@@ -27,6 +28,7 @@ from functools import cache
 from grader import catalog
 from grader.layout import GRADER_DIR, KIT_ROOT
 from grader.notebook.cells import defined_names, module_source
+from grader.notebook.places import Cell
 
 MAX_BYTES = 64 * 2**20  # a notebook file, its outputs (plots) included
 MAX_SOURCE = 2**20  # its definitions: the module graded, which the grading process holds and a worker imports
@@ -74,8 +76,9 @@ def stub_names(exercise_id: str) -> frozenset[str]:
         return frozenset()
 
 
-def code_cells(path: str) -> list[str]:
-    """The sources of a notebook file's code cells, in order; NotebookError if it is no notebook."""
+def code_cells(path: str) -> list[Cell]:
+    """A notebook file's code cells, in order, each named by the execution count it stored (as the kernel
+    named it) or else by its position among the notebook's cells; NotebookError if it is no notebook."""
     try:
         if os.path.getsize(path) > MAX_BYTES:
             raise NotebookError(f"larger than {MAX_BYTES // 2**20} MiB (clear its outputs)")
@@ -93,7 +96,7 @@ def code_cells(path: str) -> list[str]:
         raise NotebookError("not a notebook: no list of cells")
     if data.get("nbformat") != 4:
         raise NotebookError(f"not a version 4 notebook (nbformat {data.get('nbformat')!r})")
-    sources = []
+    found = []
     for number, cell in enumerate(data["cells"], 1):
         if not isinstance(cell, dict):
             raise NotebookError(f"cell {number} is not a cell")
@@ -104,8 +107,12 @@ def code_cells(path: str) -> list[str]:
             source = "".join(source)
         if not isinstance(source, str):
             raise NotebookError(f"cell {number}: its source is not text")
-        sources.append(source)
-    return sources
+        count = cell.get("execution_count")
+        if isinstance(count, int) and not isinstance(count, bool) and count > 0:  # as the kernel named it
+            found.append(Cell.run(count, source))
+        else:
+            found.append(Cell.at(number, source))
+    return found
 
 
 def export(path: str, exercise_ids: Sequence[str] | None = None) -> list[Exported]:

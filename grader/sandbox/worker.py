@@ -13,8 +13,10 @@ worker's own account (see `evidence` in the check results).
 from __future__ import annotations
 
 import datetime
+import functools
 import importlib.abc
 import importlib.machinery
+import linecache
 import os
 import signal
 import sys
@@ -26,6 +28,7 @@ from dataclasses import dataclass
 from importlib.util import module_from_spec, spec_from_file_location
 from typing import TYPE_CHECKING, Any
 
+from grader.notebook import places
 from grader.sandbox import confinement as confine
 from grader.sandbox import host, memory
 from grader.sandbox.wire import InvalidResult, encode, validate
@@ -335,7 +338,7 @@ def _classify(error: BaseException, module_file: str, spec: WorkerSpec) -> dict[
     frames = traceback.extract_tb(error.__traceback__)
     own = [f for f in frames if os.path.realpath(f.filename) == os.path.realpath(module_file)]
     message = _one_line(error, module_file, spec)
-    full = _shown("".join(traceback.format_exception(error)), spec)
+    full = _shown(_traceback(error, module_file), spec)
     raised_here = bool(frames) and os.path.realpath(frames[-1].filename) == os.path.realpath(module_file)
     cause = _cause(error, spec)
     if isinstance(error, NotImplementedError) and raised_here:  # the stub's own raise, not torch's
@@ -358,19 +361,74 @@ def _cause(error: BaseException, spec: WorkerSpec) -> str:
 def _one_line(error: BaseException, module_file: str, spec: WorkerSpec, importing: bool = False) -> str:
     """The learner's own frame and the error, in one line."""
     frames = traceback.extract_tb(error.__traceback__)
+    said: object = error
     if isinstance(error, SyntaxError) and error.filename:
-        where = f"{os.path.basename(error.filename)}:{error.lineno}: "
+        where = f"{_place(error.filename, error.lineno or 0, module_file)}: "
+        if _cell_place(error.filename, error.lineno or 0, module_file):  # not the module's file and line again
+            said = error.msg
     else:
         own = [f for f in frames if os.path.realpath(f.filename) == os.path.realpath(module_file)]
-        where = f"{os.path.basename(own[-1].filename)}:{own[-1].lineno} in {own[-1].name}: " if own else ""
+        where = f"{_place(own[-1].filename, own[-1].lineno or 0, module_file)} in {own[-1].name}: " if own else ""
     if isinstance(error, SystemExit):
         text = f"called sys.exit({error.code!r})" + (" while being imported" if importing else "")
     elif _reaches_reference(error, spec):
         text = f"{type(error).__name__}: {confine.REFERENCE_BLOCKED}"
     else:
-        text = f"{type(error).__name__}: {error}".strip().rstrip(":")
+        text = f"{type(error).__name__}: {said}".strip().rstrip(":")
     text = " ".join(_shown(text, spec).split())
     return (where + text)[:MESSAGE_LIMIT]
+
+
+def _place(filename: str, line: int, module_file: str) -> str:
+    """Where a line is, as the learner finds it: in the module made from notebook cells, the cell and its
+    line (`Cell In[7], line 3`); anywhere else the file's name and line."""
+    found = _cell_place(filename, line, module_file)
+    return str(found) if found else f"{os.path.basename(filename)}:{line}"
+
+
+def _cell_place(filename: str, line: int, module_file: str) -> places.Place | None:
+    """The cell a line of the graded module was taken from (its markers, places.place); None elsewhere."""
+    if os.path.realpath(filename) != os.path.realpath(module_file):
+        return None
+    try:
+        stamp = os.stat(module_file)
+    except OSError:
+        return None
+    return _markers(module_file, stamp.st_mtime_ns, stamp.st_size).place(line)
+
+
+@functools.lru_cache(maxsize=4)
+def _markers(module_file: str, mtime: int, size: int) -> places.Markers:
+    """The graded module's markers, read once for all the frames of its errors (a file written anew, with
+    another stamp, is read anew)."""
+    linecache.checkcache(module_file)
+    return places.Markers.of("".join(linecache.getlines(module_file)))
+
+
+def _traceback(error: BaseException, module_file: str) -> str:
+    """The whole traceback, its frames in the graded module named by their cells, as IPython names them."""
+    shown = traceback.TracebackException.from_exception(error)
+    seen: set[int] = set()
+    todo = [shown]
+    while todo:
+        one = todo.pop()
+        if id(one) in seen:
+            continue
+        seen.add(id(one))
+        one.stack = traceback.StackSummary.from_list([_placed(frame, module_file) for frame in one.stack])
+        syntax = _cell_place(one.filename, int(one.lineno or 0), module_file) \
+            if isinstance(getattr(one, "filename", None), str) else None  # only a SyntaxError's has a file
+        if syntax is not None:
+            one.filename, one.lineno = syntax.cell, str(syntax.line)
+        todo += [e for e in (one.__cause__, one.__context__, *(getattr(one, "exceptions", None) or ())) if e]
+    return "".join(shown.format())
+
+
+def _placed(frame: traceback.FrameSummary, module_file: str) -> traceback.FrameSummary:
+    found = _cell_place(frame.filename, frame.lineno or 0, module_file)
+    if found is None:
+        return frame
+    return traceback.FrameSummary(found.cell, found.line, frame.name, lookup_line=False, line=frame.line)
 
 
 def _reaches_reference(error: BaseException, spec: WorkerSpec) -> bool:

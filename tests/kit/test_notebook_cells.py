@@ -1,27 +1,41 @@
-"""A notebook's cells as the module the grader grades (grader.notebook.cells): definitions only."""
+"""A notebook's cells as the module the grader grades (grader.notebook.cells): definitions only, each
+statement by its own source text, read as IPython runs the cell, each run headed by its cell's place."""
 
 import json
 import os
 import pathlib
 import subprocess
 import sys
+import traceback
 
 import pytest
 
 from grader.batch import submissions
 from grader.notebook import export
-from grader.notebook.cells import defined_names, module_source
-from tests.kit.harness import KIT_ROOT
+from grader.notebook.cells import Cell, defined_names, module_source
+from grader.notebook.places import Place, place
+from tests.kit.harness import KIT_ROOT, needs
+
+
+def cells(*sources):
+    """Cells as a kernel ran them, In[1] onwards."""
+    return [Cell.run(count, source) for count, source in enumerate(sources, 1)]
+
+
+def run(source, filename="<notebook>"):
+    namespace = {}
+    exec(compile(source, filename, "exec"), namespace)
+    return namespace
 
 
 def test_definitions_are_kept_and_actions_dropped():
-    source = module_source([
+    source = module_source(cells(
         "import torch\n%matplotlib inline\nEPS = 1e-8\nx = torch.zeros(3)\nprint(x)",
         "import functools\n@functools.lru_cache()\ndef f(a):\n    # a comment\n    return a + EPS\nf(1)",
         "while True:\n    pass",  # a cell that hangs in the kernel costs nothing where the module is imported
         "raise RuntimeError('a cell that raises')",
         "class Model:\n    pass",
-    ])
+    ))
     assert "import torch" in source and "EPS = 1e-8" in source and "x = torch.zeros(3)" not in source
     assert "@functools.lru_cache()\ndef f(a):\n    # a comment\n    return a + EPS" in source
     assert "while True" not in source and "raise" not in source and "print" not in source and "f(1)" not in source
@@ -30,18 +44,115 @@ def test_definitions_are_kept_and_actions_dropped():
 
 
 def test_a_later_definition_comes_after_an_earlier_one_as_in_the_kernel():
-    source = module_source(["def f():\n    return 1", "def f():\n    return 2"])
-    namespace = {}
-    exec(compile(source, "<notebook>", "exec"), namespace)
-    assert namespace["f"]() == 2
+    source = module_source(cells("def f():\n    return 1", "def f():\n    return 2"))
+    assert run(source)["f"]() == 2
 
 
 def test_magics_shell_lines_broken_cells_and_the_grader_are_left_out():
-    source = module_source(["!pip install torch\ndef f():\n    return 1", "%%bash\nls", "def broken(:",
-                            "%%time\ndef g():\n    return 2", "from grader import check\nimport grader\ncheck('ex04')"])
+    source = module_source(cells("!pip install torch\ndef f():\n    return 1", "%%bash\nls", "def broken(:",
+                                 "%%time\ndef g():\n    return 2",
+                                 "from grader import check\nimport grader\ncheck('ex04')"))
     assert defined_names(source) == {"f", "g"}
     assert "pip" not in source and "ls" not in source.split() and "grader" not in source
-    assert module_source([]) == "" and module_source(["print(1)"]) == ""
+    assert module_source([]) == "" and module_source(cells("print(1)")) == ""
+
+
+# --- each statement by its own text (a `;` line kept its call, a `!=` line lost its whole cell) ---------
+
+def test_a_call_joined_to_a_definition_by_a_semicolon_is_left_out():
+    """`r = check('ex04'); a = r` ran check() at import; `a = r` alone reads a name only the call defined."""
+    source = module_source(cells("r = check('ex04'); a = r", "EPS = 1e-8; x = train(); TOL = EPS * 2; y = x",
+                                 "def f():\n    return TOL"))
+    assert "check" not in source and "train" not in source and "a = r" not in source and "y = x" not in source
+    assert "EPS = 1e-8" in source and "TOL = EPS * 2" in source
+    assert run(source)["f"]() == 2e-8
+
+
+def test_a_statement_after_an_import_or_a_definition_on_its_line_is_left_out():
+    source = module_source(cells("import math; model = load()", "EPS = 1e-8; net = build(EPS)",
+                                 "from math import *; PI = pi; go()", "def f(): return math.pi; print(f())"))
+    assert "load" not in source and "build" not in source and "go()" not in source
+    namespace = run(source)
+    assert namespace["PI"] == namespace["math"].pi and namespace["EPS"] == 1e-8
+    assert "print(f())" in source  # the body of a one-line definition: its own, not a statement after it
+
+
+def test_decorators_and_statements_over_several_lines_are_kept_whole():
+    source = module_source(cells("import functools\n\n@functools.lru_cache(\n    maxsize=None)\n"
+                                 "def f(a):\n    return a\nSIZES = (1,\n         2); go()\n"
+                                 "TEXT = '''one\n!two\n%three'''"))
+    assert "@functools.lru_cache(\n    maxsize=None)\ndef f(a):" in source and "go()" not in source
+    namespace = run(source)
+    assert namespace["SIZES"] == (1, 2) and namespace["TEXT"] == "one\n!two\n%three"
+    assert namespace["f"].cache_info().maxsize is None
+
+
+def test_a_continuation_line_that_begins_with_an_operator_stays():
+    """Black puts a long condition's operator first on its line: `!= b`, `% b` are Python, not IPython's."""
+    source = module_source(cells("def differs(a, b):\n    return (\n        a\n        != b\n    )\n",
+                                 "def rest(a, b):\n    return (a\n            % b)\nLIMIT = 3 \\\n!= 4"))
+    namespace = run(source)
+    assert namespace["differs"](1, 2) is True and namespace["rest"](7, 4) == 3 and namespace["LIMIT"] is True
+
+
+def test_magics_are_read_by_ipythons_own_transformer():
+    """A magic or a shell escape wherever IPython reads one (an assignment, a help request, indented in a
+    block) is a call, an action; a cell magic that runs Python keeps its body; any other drops the cell."""
+    source = module_source(cells("x = %time 1\nfiles = !ls\nlen?\nX = 1",
+                                 "if True:\n    !echo hi\nY = 2",
+                                 "%%timeit -n 1\nZ = 3", "%%capture out\nW = 4", "%%prun\nV = 5",
+                                 "%%writefile notes.py\nU = 6", "%%bash\nT = 7"))
+    namespace = run(source)
+    assert {"X", "Y", "Z", "W", "V"} <= set(namespace) and not {"x", "files", "U", "T"} & set(namespace)
+    assert "get_ipython" not in source
+
+
+# --- the module names its cells: an error there is reported at the learner's cell and line -------------
+
+def test_each_line_of_the_module_maps_to_its_cell_and_line(tmp_path):
+    cell = "x = load()\n\ndef f(a):\n    b = a\n    return b / 0\n"  # raises on the cell's line 5
+    source = module_source([Cell.run(3, "import os; y = 1"), Cell.run(7, cell), Cell.at(9, "r = f(1); Z = 2")])
+    with pytest.raises(ZeroDivisionError) as raised:
+        run(source)["f"](1)
+    line = traceback.extract_tb(raised.value.__traceback__)[-1].lineno
+    assert place(source, line) == Place("Cell In[7]", 5) and str(place(source, line)) == "Cell In[7], line 5"
+    lines = source.split("\n")
+    assert place(source, lines.index("Z = 2") + 1) == Place("cell 9", 1)
+    assert place(source, lines.index("import os") + 1) == Place("Cell In[3]", 1)
+    assert place("def f():\n    return 1\n", 2) is None  # a file written by hand: no cell to name
+    assert module_source([Cell("", "def f(): pass\nrun()")]) == "def f(): pass\n"  # text that is no cell
+
+
+def test_a_line_is_the_one_ipythons_own_traceback_gives():
+    """IPython compiles a cell as its transformer leaves it (leading blank lines dropped, a shell escape over
+    several lines made one): the place is the line IPython's own traceback names in the same cell."""
+    needs("IPython", "the lines are not compared with IPython's own")
+    from IPython.core.interactiveshell import InteractiveShell
+    from IPython.utils.capture import capture_output
+
+    cell = "\n\n!echo one \\\n  two\n%time X = 1\nresult = 1; Y = 2\ndef f(a):\n    b = a\n    return b / 0\nf(1)\n"
+    shell = InteractiveShell.instance()
+    with capture_output():
+        ran = shell.run_cell(cell, store_history=True)
+    assert isinstance(ran.error_in_exec, ZeroDivisionError)
+    ipython_line = traceback.extract_tb(ran.error_in_exec.__traceback__)[-1].lineno
+    source = module_source([Cell.run(ran.execution_count, cell)])
+    with pytest.raises(ZeroDivisionError) as raised:
+        run(source)["f"](1)
+    line = traceback.extract_tb(raised.value.__traceback__)[-1].lineno
+    assert place(source, line) == Place(f"Cell In[{ran.execution_count}]", ipython_line) and ipython_line == 6
+
+
+def test_a_notebook_file_names_a_cell_by_its_stored_count_or_its_position(tmp_path):
+    notebook = tmp_path / "lesson.ipynb"
+    notebook.write_text(json.dumps({"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [
+        {"cell_type": "markdown", "source": "# ex04", "metadata": {}},
+        {"cell_type": "code", "source": "A = 1", "metadata": {}, "outputs": [], "execution_count": 7},
+        {"cell_type": "code", "source": ["B = 2\n", "C = 3"], "metadata": {}, "outputs": [], "execution_count": None},
+        {"cell_type": "code", "source": "D = 4", "metadata": {}, "outputs": [], "execution_count": True},
+    ]}))
+    assert export.code_cells(str(notebook)) == [Cell("Cell In[7]", "A = 1"), Cell("cell 3", "B = 2\nC = 3"),
+                                                Cell("cell 4", "D = 4")]
 
 
 # --- a notebook handed in is read within bounds (issue 31) ------------------------------------------

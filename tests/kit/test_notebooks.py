@@ -18,7 +18,7 @@ import pytest
 from grader import catalog
 from grader.homework.release import copy_kit
 from grader.notebook.build import KIT_URL_PLACEHOLDER, chapter_notebook, notebook_name, setup_source
-from grader.notebook.cells import module_source
+from grader.notebook.cells import Cell, module_source
 from tests.kit import ahead
 from tests.kit.catches import ex19_quantize_blockwise as ex19_catches
 from tests.kit.harness import KIT_ROOT, SEED, grader, needs
@@ -107,7 +107,8 @@ def test_the_first_code_cell_is_the_setup_cell_and_a_url_is_named_only_as_a_url(
 
 def test_the_setup_cell_is_never_the_learners_definitions():
     """A `try` statement: check() and export drop it (test_export_writes_the_files... shows an export without it)."""
-    assert module_source([setup_source()]) == "" and module_source([setup_source("https://x.org/k.git")]) == ""
+    assert module_source([Cell.run(1, setup_source())]) == ""
+    assert module_source([Cell.run(1, setup_source("https://x.org/k.git"))]) == ""
 
 
 def run_setup(monkeypatch, cwd, home, importable=False, source=None):

@@ -37,6 +37,9 @@ class Status(enum.Enum):
     FAILED = ("failed", False, 10)
     NOT_GRADED = ("not graded", True, -1)  # the grader's own failure: it outweighs anything a rank did
 
+    def __repr__(self) -> str:  # a record's repr reads the word a report prints (`passed`), not the tuple
+        return self.label
+
     @property
     def label(self) -> str:
         return self.value[0]

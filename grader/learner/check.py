@@ -16,13 +16,14 @@ import os
 import shutil
 import sys
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from grader import catalog
 from grader.layout import KIT_ROOT
 from grader.notebook import cells as notebook_cells
+from grader.notebook.places import Cell
 from grader.records import HINT, SMALLEST, CheckResult, Status, TargetResult
 from grader.service.service import GradeRequest, Service, ServiceError
 
@@ -60,12 +61,17 @@ class CheckRow:
 
 @dataclass
 class CheckReport:
-    """What `check()` returns: the score, a row per check, and the table (HTML in Jupyter, text elsewhere)."""
+    """What `check()` returns: the score, a row per check, and the table (HTML in Jupyter, text elsewhere).
+
+    In an IPython kernel check() shows the table when it is called, whether or not its report is
+    assigned (`r = check("ex04"); r.score`); the report remembers the cell (execution count) it was
+    shown in, so that as that cell's last value it is not shown twice, and `r` in a later cell shows it."""
 
     result: TargetResult = field(repr=False)
     checks: list[CheckRow]
     missing: dict[str, list[str]] = field(default_factory=dict)  # exercise -> functions the notebook lacks
     notes: list[str] = field(default_factory=list)
+    shown_at: int | None = field(default=None, repr=False, compare=False)  # the execution count it was shown at
 
     @property
     def score(self) -> float:
@@ -89,7 +95,23 @@ class CheckReport:
         lines += [text.one_line(note) for note in self.notes]
         return "\n".join(lines)
 
-    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:  # IPython in a terminal: the table
+    def show(self) -> None:
+        """Show the table in the IPython kernel this runs in (HTML in Jupyter, text in a terminal); outside
+        one, nothing."""
+        shell = _shell()
+        if shell is None:
+            return
+        from IPython.display import display
+
+        display({"text/plain": str(self), "text/html": self._repr_html_()}, raw=True)
+        self.shown_at = shell.execution_count
+
+    def _ipython_display_(self) -> None:  # how IPython shows the report (a cell's value, display(r))
+        shell = _shell()
+        if shell is None or self.shown_at != shell.execution_count:
+            self.show()
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:  # the table where IPython prints it in a list
         printer.text(str(self))
 
     def _repr_html_(self) -> str:
@@ -142,14 +164,16 @@ def service() -> Service:
 
 def check(exercise: str | int, *, source: str | None = None, path: str | None = None, device: str = "all",
           profile: str = "", timeout: float = 60.0, details: bool = False) -> CheckReport:
-    """Grade one exercise (`"ex04"`, `4`) as the notebook defines it; the report shows as a table.
+    """Grade one exercise (`"ex04"`, `4`) as the notebook defines it; in a kernel its report shows as a table.
 
     The code is the kernel's executed cells; `source` (a module's text) or `path` (a .py or .ipynb
     file) grade that instead, also outside a notebook."""
     chosen = catalog.find(exercise)
     if chosen is None:
         raise CheckError(catalog.unknown(str(exercise)))
-    return _grade([chosen], _code(source, path), device, profile, timeout, details, required=True)
+    report = _grade([chosen], _code(source, path), device, profile, timeout, details, required=True)
+    report.show()
+    return report
 
 
 def check_all(chapter: int | str | None = None, *, source: str | None = None, path: str | None = None,
@@ -168,7 +192,9 @@ def check_all(chapter: int | str | None = None, *, source: str | None = None, pa
         if found is None:
             raise CheckError(catalog.unknown(chapter if isinstance(chapter, str) else f"chapter{chapter}"))
         chosen = list(found.exercises)
-    return _grade(chosen, code, device, profile, timeout, details, required=False)
+    report = _grade(chosen, code, device, profile, timeout, details, required=False)
+    report.show()
+    return report
 
 
 def needed(exercise: catalog.Exercise) -> list[str]:
@@ -246,14 +272,15 @@ def _code(source: str | None, path: str | None) -> str:
     if source is not None and path is not None:
         raise CheckError("give source= or path=, not both")
     if source is not None:
-        return notebook_cells.module_source([source])
+        return notebook_cells.module_source([Cell("", source)])
     if path is not None:
         return notebook_cells.module_source(_file_cells(path))
     return notebook_cells.module_source(_kernel_cells())
 
 
-def _file_cells(path: str) -> list[str]:
-    """A .py file as one cell; a notebook's code cells, read as its export to exercise files reads them."""
+def _file_cells(path: str) -> list[Cell]:
+    """A .py file as one cell (no cell to name: places are the module's lines); a notebook's code cells,
+    read as its export to exercise files reads them."""
     from grader.notebook import export
 
     if path.endswith(".ipynb"):
@@ -263,21 +290,28 @@ def _file_cells(path: str) -> list[str]:
             raise CheckError(f"{path}: {error}") from None
     try:
         with open(path) as handle:
-            return [handle.read()]
+            return [Cell("", handle.read())]
     except OSError as error:
         raise CheckError(f"{path}: {error.strerror}") from None
 
 
-def _kernel_cells() -> Iterable[str]:
-    """The cells the kernel has run, in order, as typed (magics included: module_source drops them)."""
-    shell = None
-    if "IPython" in sys.modules:
-        from IPython import get_ipython
-
-        shell = get_ipython()
+def _kernel_cells() -> list[Cell]:
+    """The cells the kernel has run, in order, as typed (magics included: module_source drops them), each
+    named by its execution count: the history's index (In[0] is empty)."""
+    shell = _shell()
     if shell is None:
         raise CheckError("check() reads the cells of a notebook kernel (Jupyter, IPython); "
                          "outside one, pass source= or path=")
     history = getattr(shell, "history_manager", None)
     raw = getattr(history, "input_hist_raw", None)
-    return list(raw if raw else shell.user_ns.get("In", []))
+    typed = list(raw if raw else shell.user_ns.get("In", []))
+    return [Cell.run(count, source) for count, source in enumerate(typed) if count and isinstance(source, str)]
+
+
+def _shell() -> Any:
+    """The IPython shell this code runs in, or None (a script, a plain interpreter)."""
+    if "IPython" not in sys.modules:
+        return None
+    from IPython import get_ipython
+
+    return get_ipython()

@@ -443,3 +443,70 @@ def test_a_wrong_a_raising_and_a_hanging_cell_each_cost_only_their_own_exercise(
     assert full_marks(shows["ex18"], ex18), shows["ex18"]
     assert not full_marks(shows["ex19"], ex19), shows["ex19"]
     assert any(WRONG.check in line and "failed" in line for line in shows["ex19"].splitlines()), shows["ex19"]
+
+
+# --- check() shows its report when called, once (a report assigned was shown nowhere) -------------------
+
+def _passed_result():
+    from grader.records import CheckResult, ExerciseResult, Status, TargetResult
+
+    checks = [CheckResult("notebook", "ex04_sharding", "test_shard_batch_matches_tensor_split", "cpu", Status.PASSED)]
+    return TargetResult("notebook", [ExerciseResult("ex04_sharding", "Sharding", 1, 15, 15, Status.PASSED, checks)],
+                        1.0)
+
+
+@pytest.fixture
+def graded_without_grading(monkeypatch):
+    """check() with a service that answers at once: what is shown, not what is graded, is under test."""
+    from grader.learner import check as notebook
+    from grader.service.service import GradeReply
+
+    class Answering:
+        def grade(self, request):
+            return GradeReply(result=_passed_result())
+
+    monkeypatch.setattr(notebook, "_service", Answering())
+    return notebook
+
+
+def test_check_shows_its_report_once_in_a_kernel_whether_or_not_it_is_assigned(graded_without_grading):
+    needs("IPython", "check()'s report is not shown in an IPython shell")
+    from IPython.core.interactiveshell import InteractiveShell
+    from IPython.utils.capture import capture_output
+
+    shell = InteractiveShell.instance()
+    shell.user_ns["SOURCE"] = "def shard_batch(batch, rank, world_size):\n    return batch\n"
+
+    def shown(cell):
+        """The tables the cell showed (display data: a report's), and its value (what IPython's displayhook got)."""
+        with capture_output() as captured:
+            ran = shell.run_cell(cell, store_history=True)
+        assert ran.success, ran.error_in_exec
+        return [output.data["text/plain"] for output in captured.outputs if "text/html" in output.data], ran.result
+
+    tables, value = shown("from grader import check, check_all\nr = check('ex04', source=SOURCE)\nr.score")
+    assert len(tables) == 1 and "15 / 15" in tables[0] and value == 15  # shown, though assigned
+    tables, value = shown("check('ex04', source=SOURCE)")  # the cell's value: shown by the call alone
+    assert len(tables) == 1 and value.score == 15
+    tables, value = shown("r")  # a later cell shows it again
+    assert len(tables) == 1
+    tables, value = shown("c = check_all(source=SOURCE); c")
+    assert len(tables) == 1
+
+
+def test_check_outside_a_kernel_shows_nothing(graded_without_grading, monkeypatch, capsys):
+    monkeypatch.setattr(graded_without_grading, "_shell", lambda: None)
+    report = graded_without_grading.check("ex04", source="def shard_batch(batch, rank, world_size):\n    pass\n")
+    assert report.score == 15 and report.shown_at is None and capsys.readouterr().out == ""
+
+
+def test_a_status_reads_as_its_word_in_a_repr_and_reports_keep_their_labels_and_ids():
+    from grader.learner.check import rows
+    from grader.records import Status
+
+    result = _passed_result()
+    assert repr(Status.PASSED) == "passed" and repr([Status.NOT_STARTED]) == "[not started]"
+    assert "status=passed" in repr(rows(result)[0])
+    data = result.exercises[0].checks[0].as_dict()
+    assert (data["status"], data["status_id"]) == ("passed", "passed")
+    assert Status.from_report({"status_id": "not_started"}) is Status.NOT_STARTED

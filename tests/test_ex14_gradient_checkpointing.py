@@ -254,6 +254,9 @@ REENTRANT_HINT = ("no gradient reached the parameters although x does not requir
 RNG_HINT = ("with dropout, the recomputation in the backward pass must draw the same masks as the forward pass: "
             "keep checkpoint's preserve_rng_state=True (the default), and do not reseed or draw random numbers "
             "yourself")
+REQUIRES_GRAD_HINT = ("x, raw data, got a gradient: x.requires_grad_() (or x.requires_grad = True) changes the "
+                      "caller's tensor in place; leave x as it is: the non-reentrant checkpoint "
+                      "(use_reentrant=False) gets the gradients to the parameters without it")
 
 
 def _forward_hint(case, call, plain):
@@ -265,6 +268,8 @@ def _forward_hint(case, call, plain):
         return "the gradient must reach x itself: pass x to the first block as it is (no .detach())"
     if not case["x_grad"] and any(g is None for g in call["grads"].values()):
         return REENTRANT_HINT
+    if not case["x_grad"] and call["x_grad"] is not None:
+        return REQUIRES_GRAD_HINT
     output_same = close(call["output"]["values"], plain["output"]["values"])
     if case["dropout"] and not output_same:
         return ("the output differs from the plain forward under the same seed: with dropout, run each block once, "
@@ -278,13 +283,15 @@ def _expect_forward(actual, expected, what, hint):
     expect_close(actual["output"]["values"], expected["output"]["values"], f"{what}: the output", hint=hint)
     expect_equal(actual["requires_grad"], expected["requires_grad"], f"{what}: whether the output requires grad",
                  hint=hint)
-    expect_equal(actual["x_grad"] is None, expected["x_grad"] is None, f"{what}: whether x got a gradient", hint=hint)
+    expect_equal(actual["x_grad"] is not None, expected["x_grad"] is not None, f"{what}: whether x got a gradient",
+                 hint=hint)
     if expected["x_grad"] is not None:
         expect_close(actual["x_grad"], expected["x_grad"], f"{what}: the gradient of x", hint=hint)
     for name, grad in expected["grads"].items():
         got = actual["grads"][name]
         if grad is None or got is None:
-            expect_equal(got is None, grad is None, f"{what}: whether parameter {name!r} got a gradient", hint=hint)
+            expect_equal(got is not None, grad is not None, f"{what}: whether parameter {name!r} got a gradient",
+                         hint=hint)
         else:
             expect_close(got, grad, f"{what}: the gradient of parameter {name!r}", hint=hint)
 

@@ -48,6 +48,12 @@ WRONG = [
           diagnosis="some blocks run without a checkpoint"),
     # x detached on the way in: the caller's x gets no gradient
     Wrong("detached_input", mutate(EX, (LOOP, "    x = x.detach()\n" + LOOP)), FORWARD, diagnosis="no .detach()"),
+    # x made to require grad (the old re-entrant workaround): the caller's raw data gets a gradient
+    Wrong("input_requires_grad", mutate(EX, (LOOP, "    x.requires_grad_(True)\n" + LOOP)), FORWARD,
+          diagnosis="x, raw data, got a gradient: x.requires_grad_()"),
+    # the same, its message the right way round: no gradient was expected, one came
+    Wrong("input_requires_grad_told", mutate(EX, (LOOP, "    x.requires_grad_(True)\n" + LOOP)), FORWARD,
+          diagnosis="whether x got a gradient: expected False, got True"),
     # reseeding for "reproducible" dropout: masks differ from the caller's stream
     Wrong("reseeds", mutate(EX, (LOOP, "    torch.manual_seed(0)\n" + LOOP)), FORWARD),
     # the method looked up but never called

@@ -6,7 +6,9 @@ training_arguments: the TrainingArguments the learner builds must match, field b
 the learning rate, epochs and seed passed through): every other field stays at its default.
 Logging settings (the fields named log*) are free. The folder is a fresh one in the worker's scratch.
 A field is named in a message as the learner wrote it: the fields passed to TrainingArguments come
-first, so load_best_model_at_end=True is named, not the greater_is_better it derives.
+first, so load_best_model_at_end=True is named, not the greater_is_better it derives. A keyword
+TrainingArguments has no field for (its signature lacks it: transformers 4's evaluation_strategy,
+which the course's older code uses) is named, with the new name where there is one.
 
 compute_metrics (numpy, torch or scikit-learn, a dependency of the kit): on drawn logits (2 to 6 classes, ties in the argmax, float32 or float64) and
 labels (classes absent from the labels but predicted, a single class), accuracy and macro F1
@@ -118,35 +120,25 @@ def _fields(args, output_dir):
 
 @contextlib.contextmanager
 def _passed_fields():
-    """The names of the fields each TrainingArguments(...) call made meanwhile was given, in order: what the
-    learner wrote, not what TrainingArguments derived from it."""
+    """The names of the fields each TrainingArguments(...) call made meanwhile was given, in order (what the
+    learner wrote, not what TrainingArguments derived from it), and the keywords it was given that its signature
+    lacks."""
     from transformers import TrainingArguments
 
-    init, calls = TrainingArguments.__init__, []
+    init, calls, unknown = TrainingArguments.__init__, [], []
     signature = inspect.signature(init)
 
     def recording(self, *args, **kwargs):
+        unknown.extend(name for name in kwargs if name not in signature.parameters)
         with contextlib.suppress(TypeError):  # a field TrainingArguments lacks: init itself says so
             calls.append([name for name in signature.bind(self, *args, **kwargs).arguments if name != "self"])
         init(self, *args, **kwargs)
 
     TrainingArguments.__init__ = recording
     try:
-        yield calls
+        yield calls, unknown
     finally:
         TrainingArguments.__init__ = init
-
-
-def _call_training_arguments(module, output_dir, case):
-    try:
-        return module.training_arguments(output_dir=output_dir, learning_rate=case["learning_rate"],
-                                         num_epochs=case["num_epochs"], batch_size=case["batch_size"],
-                                         seed=case["seed"])
-    except TypeError as error:
-        if "evaluation_strategy" in str(error):
-            raise InvalidResult(f"TypeError: {error} (transformers 5 renamed evaluation_strategy to "
-                                "eval_strategy)") from None
-        raise
 
 
 def probe_arguments(ctx, case):
@@ -154,8 +146,16 @@ def probe_arguments(ctx, case):
     from transformers import TrainingArguments
 
     with _workspace(ctx) as output_dir:
-        with _passed_fields() as calls:
-            args = _call_training_arguments(ctx.module, output_dir, case)
+        with _passed_fields() as (calls, unknown):
+            try:
+                args = ctx.module.training_arguments(output_dir=output_dir, learning_rate=case["learning_rate"],
+                                                     num_epochs=case["num_epochs"], batch_size=case["batch_size"],
+                                                     seed=case["seed"])
+            except TypeError as error:
+                if not unknown:
+                    raise
+                # TrainingArguments refused a keyword it has no field for
+                return {"unknown": list(dict.fromkeys(unknown)), "raised": f"{type(error).__name__}: {error}"[:300]}
         if not isinstance(args, TrainingArguments):
             raise InvalidResult(f"training_arguments returned a {type(args).__module__}.{type(args).__qualname__}, "
                                 "expected a transformers.TrainingArguments")
@@ -170,6 +170,20 @@ def _same(actual, expected):
     if type(actual) in numbers and type(expected) in numbers:
         return actual == expected  # 2 epochs or 2.0 epochs: the same setting
     return type(actual) is type(expected) and actual == expected
+
+
+def _unknown_fields(case, actual):
+    """Fail a call of TrainingArguments with a keyword it has no field for (transformers 4's evaluation_strategy,
+    in the course's older code, named)."""
+    if "unknown" not in actual:
+        return
+    unknown = actual["unknown"]
+    fail(f"{describe_arguments(case)}: TrainingArguments(...) was given {', '.join(unknown)}, which it has no field "
+         f"for, and raised {actual['raised']}",
+         hint=('transformers 5 renamed evaluation_strategy to eval_strategy: write eval_strategy="epoch" (the '
+               "course's older code still uses the old name)" if "evaluation_strategy" in unknown else
+               "this transformers has no such field (older code may use fields since removed): pass only fields "
+               "TrainingArguments has; help(transformers.TrainingArguments) lists them"))
 
 
 def _argument_hint(name, got, engine, default):
@@ -206,6 +220,7 @@ def describe_arguments(case):
 @given(case=argument_cases())
 def test_training_arguments_set_the_contract_fields_and_leave_the_rest(grade, case):
     expected, actual = grade.compare(probe_arguments, case)
+    _unknown_fields(case, actual)
     engine, default, fields = expected["engine"], expected["default"], actual["fields"]
     what = describe_arguments(case)
     # the contract's fields, then those the learner passed (as written), then the rest (derived by TrainingArguments

@@ -100,6 +100,9 @@ WRONG = [
     # the transformers 4 name, gone in transformers 5
     Wrong("evaluation_strategy", mutate(EX, (EVAL_STRATEGY, '        evaluation_strategy="epoch",\n')), ARGUMENTS,
           diagnosis="renamed evaluation_strategy to eval_strategy"),
+    # a field of older tutorials that transformers 5 removed
+    Wrong("overwrite_output_dir", mutate(EX, (EVAL_STRATEGY, EVAL_STRATEGY + "        overwrite_output_dir=True,\n")),
+          ARGUMENTS, diagnosis="this transformers has no such field"),
     # checkpoints every 500 steps (the default), not every epoch
     Wrong("save_strategy_default", mutate(EX, (SAVE_STRATEGY, "")), ARGUMENTS, diagnosis='save_strategy="epoch"'),
     # checkpoints never saved

@@ -27,7 +27,7 @@ from tests.kit.test_homework import _solution_lines
 
 nbformat = needs("nbformat", "the chapter notebooks are not built, exported or run")
 
-CHAPTER = catalog.find_chapter(4)  # three light exercises: the cheapest chapter to grade
+CHAPTER = catalog.find_chapter(4)  # four light exercises: the cheapest chapter to grade
 WRONG = next(w for w in ex19_catches.WRONG if w.name == "scale_255")
 
 
@@ -438,9 +438,10 @@ def test_a_wrong_a_raising_and_a_hanging_cell_each_cost_only_their_own_exercise(
     assert "RuntimeError" in shown(by_id["raises"])
     assert "KeyboardInterrupt" in shown(by_id["hangs"])
     shows = check_cells(notebook)
-    ex17, ex18, ex19 = CHAPTER.exercises
+    ex17, ex18, ex19, ex20 = CHAPTER.exercises
     assert full_marks(shows["ex17"], ex17), shows["ex17"]
     assert full_marks(shows["ex18"], ex18), shows["ex18"]
+    assert full_marks(shows["ex20"], ex20), shows["ex20"]
     assert not full_marks(shows["ex19"], ex19), shows["ex19"]
     assert any(WRONG.check in line and "failed" in line for line in shows["ex19"].splitlines()), shows["ex19"]
 

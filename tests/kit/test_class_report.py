@@ -28,7 +28,7 @@ EPS = "eps goes after the square root"
 # A submission whose own error text names a classmate's folder: the report shows it as the submission's own
 # words, with no classmate named.
 NAMES_A_CLASSMATE = "copied from eps_inside, ask eps_inside"
-# the scores: 35 (the reference), 17.5 (each wrong one, one check of two), 0 (the stub, the empty folder, carol)
+# the scores: 25 (the reference), 12.5 (each wrong one, one check of two), 0 (the stub, the empty folder, carol)
 BARS = [3, 0, 0, 0, 0, 2, 0, 0, 0, 1]
 batch = pytest.mark.slow  # the tests that read the batch: graded once, ahead, in 10-20 s
 
@@ -203,7 +203,7 @@ def test_the_page_draws_a_bar_per_tenth_of_the_points_with_its_count(dom):
     heights = [float(dom.find("rect", inside=bar)[0][1]["height"]) for bar in bars]
     assert [height > 0 for height in heights] == [count > 0 for count in BARS], heights
     assert heights[0] > heights[5] > heights[9] > 0, heights  # drawn to scale: 3, 2 and 1 submissions
-    assert [dom.find("text", "range", inside=bar)[0][2] for bar in bars][:2] == ["0–", "3.5–"]  # of 35 points
+    assert [dom.find("text", "range", inside=bar)[0][2] for bar in bars][:2] == ["0–", "2.5–"]  # of 25 points
 
 
 @batch

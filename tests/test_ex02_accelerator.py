@@ -16,6 +16,10 @@ which tells apart an implementation that drops cpu=True (each rank then runs alo
 builds a device of its own (torch.device("cpu") is not cpu:0). They run on the cpu only:
 with cpu=True the device is the CPU whatever the machine.
 
+A mixed_precision other than the one asked for is named before the settings it derives
+(native_amp, the scaler); "fp16" written into the call (the course's GPU setting, which on a
+CPU has no float16 autocast and no GradScaler: it trains in float32) is named as such.
+
 Every other setting (device_placement, even_batches, ...) must be Accelerator's default, and
 the accelerator must work when used: a model prepared with it is moved to its device (the
 probe's model records the moves, so a missing one shows on a CPU-only machine too).
@@ -144,15 +148,21 @@ DEVICE_HINT = ("cpu=True forces the CPU; without it Accelerator picks the GPU wh
 PRECISION_HINT = "pass mixed_precision on to Accelerator(...): it is \"no\", \"bf16\" or \"fp16\""
 
 
+FP16_HINT = ('mixed_precision="fp16" was written into the call (the course\'s GPU setting): pass the argument on; '
+             "on a CPU accelerate has no float16 autocast and no GradScaler (accelerator.native_amp is False), so "
+             "fp16 silently trains in float32 there: bf16 is the CPU's mixed precision")
+
+
 def compare_accelerators(actual, expected, what):
     expect_equal(actual["class"], expected["class"], f"{what}: the class of the result")
+    # before the settings it derives (native_amp, the scaler)
+    expect_equal(actual["mixed_precision"], expected["mixed_precision"], f"{what}: accelerator.mixed_precision",
+                 hint=FP16_HINT if actual["mixed_precision"] == "fp16" else PRECISION_HINT)
     for name, value in expected["settings"].items():
         hint = ("pass cpu and mixed_precision on and nothing else: every other setting stays at Accelerator's default"
                 + (" (device_placement=True: prepare then moves models to accelerator.device)"
                    if name == "device_placement" else ""))
         expect_equal(actual["settings"].get(name, "(missing)"), value, f"{what}: accelerator.{name}", hint=hint)
-    expect_equal(actual["mixed_precision"], expected["mixed_precision"], f"{what}: accelerator.mixed_precision",
-                 hint=PRECISION_HINT)
     expect_equal(actual["device_type"], expected["device_type"], f"{what}: accelerator.device.type", hint=DEVICE_HINT)
     expect_equal(actual["distributed_type"], expected["distributed_type"], f"{what}: accelerator.distributed_type",
                  hint="Accelerator(cpu=True) joins several CPU processes (MULTI_CPU): pass cpu on")

@@ -130,6 +130,31 @@ def _dataset(case):
     return TensorDataset(inputs, targets)
 
 
+class _AcceleratorsBuilt(list):
+    """While installed: the mixed_precision of every Accelerator built (as passed, "no" where left out)."""
+
+    def __enter__(self):
+        import inspect
+
+        from accelerate import Accelerator
+
+        self.init = init = Accelerator.__init__
+        signature = inspect.signature(init)
+
+        def recording(accelerator, *args, **kwargs):
+            bound = signature.bind_partial(accelerator, *args, **kwargs).arguments
+            self.append(str(bound.get("mixed_precision") or "no"))
+            init(accelerator, *args, **kwargs)
+
+        Accelerator.__init__ = recording
+        return self
+
+    def __exit__(self, *exc):
+        from accelerate import Accelerator
+
+        Accelerator.__init__ = self.init
+
+
 def _train(ctx, case):
     from accelerate import Accelerator
     from torch.utils.data import DataLoader
@@ -161,8 +186,16 @@ def _train(ctx, case):
     accelerator.backward = counting_backward
     hooks = [optimizer.register_step_pre_hook(before_step),
              model.register_forward_pre_hook(before_forward, with_kwargs=True)]
-    losses = ctx.module.train(accelerator, model, optimizer, DataLoader(dataset, batch_size=case["batch_size"]),
-                              scheduler, training.loss_fn(case["loss"], case["loss_kind"]), case["epochs"])
+    with _AcceleratorsBuilt() as built:
+        try:
+            losses = ctx.module.train(accelerator, model, optimizer, DataLoader(dataset, batch_size=case["batch_size"]),
+                                      scheduler, training.loss_fn(case["loss"], case["loss_kind"]), case["epochs"])
+        except Exception as error:
+            if not built:
+                raise
+            return {"own_accelerators": list(built), "raised": f"{type(error).__name__}: {error}"[:300]}
+    if built:
+        return {"own_accelerators": list(built), "raised": None}
     for hook in hooks:
         hook.remove()
     record["losses_type"] = f"{type(losses).__module__}.{type(losses).__qualname__}"
@@ -317,8 +350,19 @@ def _constant_within_epochs(lrs, per_epoch):
     return per_epoch > 1 and all(len(set(lrs[i:i + per_epoch])) == 1 for i in range(0, len(lrs), per_epoch))
 
 
-def _runs(result, world_size):
-    return [result] if world_size == 1 else result
+def _runs(result, case):
+    """One observation per rank; a run that built an Accelerator of its own fails here, with that cause."""
+    runs = [result] if case["world_size"] == 1 else result
+    for rank, observed in enumerate(runs):
+        if "own_accelerators" in observed:
+            built = ", ".join(f"Accelerator(mixed_precision={precision!r})" for precision in observed["own_accelerators"])
+            raised = f" and raised {observed['raised']}" if observed["raised"] else ""
+            fail(f"{describe(case)}: rank {rank} built {built} of its own{raised}",
+                 hint="use the accelerator passed in: accelerate's state is one per process, so a second Accelerator "
+                      "with other settings raises or silently keeps the first's"
+                      + ('; and on a CPU mixed_precision="fp16" has no float16 autocast and no GradScaler: it trains '
+                         "in float32" if "fp16" in observed["own_accelerators"] else ""))
+    return runs
 
 
 def _check_parameters(grade, case, processes, expected, actual):
@@ -342,7 +386,7 @@ def _check_parameters(grade, case, processes, expected, actual):
 def test_train_ends_equal_to_the_single_process_baseline(grade, case):
     expected, actual = grade.compare(probe_train, case, world_size=case["world_size"])
     world = case["world_size"]
-    _check_parameters(grade, case, world, _runs(expected, world), _runs(actual, world))
+    _check_parameters(grade, case, world, _runs(expected, case), _runs(actual, case))
 
 
 @NEEDS_FLOAT64
@@ -350,7 +394,7 @@ def test_train_ends_equal_to_the_single_process_baseline(grade, case):
 @example(case=case(1, 5, 2, 2, optimizer="adamw", scheduler="linear"))
 def test_train_on_the_accelerators_device(grade, case):
     expected, actual = grade.compare(probe_train, case)
-    _check_parameters(grade, case, 1, [expected], [actual])
+    _check_parameters(grade, case, 1, _runs(expected, case), _runs(actual, case))
 
 
 @pytest.mark.device_free
@@ -358,7 +402,7 @@ def test_train_on_the_accelerators_device(grade, case):
 @given(case=train_case())
 @with_examples
 def test_train_steps_the_scheduler_after_every_batch(grade, case):
-    actual = _runs(grade.run(probe_train, case, world_size=case["world_size"]), case["world_size"])
+    actual = _runs(grade.run(probe_train, case, world_size=case["world_size"]), case)
     baseline = grade.reference(probe_baseline, case)
     for rank, observed in enumerate(actual):
         expect_equal(len(observed["lrs"]), len(baseline["lrs"]),
@@ -374,7 +418,7 @@ def test_train_steps_the_scheduler_after_every_batch(grade, case):
 @given(case=train_case())
 @with_examples
 def test_train_steps_on_each_global_batchs_gradient(grade, case):
-    actual = _runs(grade.run(probe_train, case, world_size=case["world_size"]), case["world_size"])
+    actual = _runs(grade.run(probe_train, case, world_size=case["world_size"]), case)
     for rank, observed in enumerate(actual):
         baseline = _baseline(grade, case, observed)
         steps = min(len(observed["grads"]), len(baseline["grads"]))
@@ -398,7 +442,7 @@ def test_train_steps_on_each_global_batchs_gradient(grade, case):
 def test_train_each_rank_trains_on_its_own_batches(grade, case):
     if case["world_size"] == 1:
         return  # one process keeps every batch (the cases are the other checks', their runs reused)
-    actual = _runs(grade.run(probe_train, case, world_size=case["world_size"]), case["world_size"])
+    actual = _runs(grade.run(probe_train, case, world_size=case["world_size"]), case)
     baseline = grade.reference(probe_baseline, case)
     for rank, observed in enumerate(actual):
         want = [i for batch in baseline["shards"][rank] for i in batch] * case["epochs"]
@@ -414,7 +458,7 @@ def test_train_each_rank_trains_on_its_own_batches(grade, case):
 @given(case=train_case())
 @with_examples
 def test_train_backpropagates_with_accelerator_backward(grade, case):
-    actual = _runs(grade.run(probe_train, case, world_size=case["world_size"]), case["world_size"])
+    actual = _runs(grade.run(probe_train, case, world_size=case["world_size"]), case)
     baseline = grade.reference(probe_baseline, case)
     batches = len(baseline["shards"][0]) * case["epochs"]
     for rank, observed in enumerate(actual):
@@ -429,7 +473,7 @@ def test_train_backpropagates_with_accelerator_backward(grade, case):
 @given(case=train_case())
 @with_examples
 def test_train_returns_the_gathered_epoch_losses(grade, case):
-    actual = _runs(grade.run(probe_train, case, world_size=case["world_size"]), case["world_size"])
+    actual = _runs(grade.run(probe_train, case, world_size=case["world_size"]), case)
     what = describe(case)
     for rank, observed in enumerate(actual):
         if observed["losses_type"] != "builtins.list" or any(t != "builtins.float" for t in observed["loss_types"]):

@@ -16,6 +16,9 @@ WRONG = [
     # mixed_precision dropped: always full precision
     Wrong("ignores_mixed_precision", mutate(EX, (BUILD, "return Accelerator(cpu=cpu)")),
           "test_build_accelerator_passes_the_settings_on"),
+    # the course's mixed_precision="fp16" written into the call: on a CPU it trains in float32
+    Wrong("hardcoded_fp16", mutate(EX, (BUILD, 'return Accelerator(cpu=cpu, mixed_precision="fp16")')),
+          "test_build_accelerator_passes_the_settings_on", diagnosis="fp16 silently trains in float32"),
     # the process-wide state instead of an Accelerator
     Wrong("partial_state", mutate(EX, (BUILD, "from accelerate import PartialState\n    return PartialState(cpu=cpu)")),
           "test_build_accelerator_passes_the_settings_on"),

@@ -21,6 +21,15 @@ LOSSES = "test_train_returns_the_gathered_epoch_losses"
 
 
 WRONG = [
+    # the course's Accelerator(mixed_precision="fp16") built in train: accelerate refuses a second state, and on a
+    # CPU fp16 would train in float32 anyway
+    Wrong("own_accelerator_fp16", mutate(EX, ("    " + PREPARE, "    from accelerate import Accelerator\n\n"
+                                              '    accelerator = Accelerator(mixed_precision="fp16")\n    ' + PREPARE)),
+          PARAMETERS, diagnosis='on a CPU mixed_precision="fp16" has no float16 autocast'),
+    # an Accelerator() of its own: the one passed in (and its wrapped backward) unused
+    Wrong("own_accelerator", mutate(EX, ("    " + PREPARE, "    from accelerate import Accelerator\n\n"
+                                         "    accelerator = Accelerator()\n    " + PREPARE)),
+          "test_train_backpropagates_with_accelerator_backward", diagnosis="use the accelerator passed in"),
     # loss.backward(): the same gradients on the CPU, but accelerate never sees the loss
     Wrong("loss_backward", mutate(EX, (BACKWARD, "loss.backward()")),
           "test_train_backpropagates_with_accelerator_backward", diagnosis="not loss.backward()"),

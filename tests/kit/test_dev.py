@@ -198,7 +198,7 @@ def test_dev_usage_errors_are_one_line(args):
     assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
 
 
-NEW = "ex20_topk_compression"
+NEW = "ex21_topk_compression"
 
 
 def test_dev_new_writes_four_files_and_an_entry_and_dev_check_names_what_is_left(tmp_path):
@@ -254,7 +254,7 @@ def test_dev_new_writes_four_files_and_an_entry_and_dev_check_names_what_is_left
     assert "dev update --rebalance" in update.stdout
     assert f"| {NEW} | 15 | `topk_compression(x)` |" in (kit / table).read_text()
     readme = (kit / course_map).read_text()
-    assert "ex12 an Accelerator training loop, ex20 topk compression |" in readme
+    assert "ex12 an Accelerator training loop, ex21 topk compression |" in readme
     texts = {path: (kit / path).read_text() for path in blocks.places(str(kit))}
     again = dev(kit, "update")
     assert f"{table}: up to date" in again.stdout and f"{course_map}: up to date" in again.stdout, again.stdout
@@ -264,7 +264,7 @@ def test_dev_new_writes_four_files_and_an_entry_and_dev_check_names_what_is_left
     assert rebalance.returncode == 0, rebalance.stdout + rebalance.stderr
     points = {e["id"][:4]: e["points"] for e in tomllib.loads((kit / "grader" / "catalog.toml").read_text())["exercise"]
               if e["chapter"] == 2}
-    assert points == dict(ex05=20, ex06=15, ex07=15, ex11=15, ex12=20, ex20=15)
+    assert points == dict(ex05=20, ex06=15, ex07=15, ex11=15, ex12=20, ex21=15)
     texts = {path: (kit / path).read_text() for path in blocks.places(str(kit))}
     assert dev(kit, "update").returncode == 0
     assert {path: (kit / path).read_text() for path in texts} == texts
@@ -281,7 +281,7 @@ def test_dev_new_refuses_in_one_line_and_writes_nothing(tmp_path):
                        (["ex20_Capital", "--chapter", "1"], "not an id of the form"),
                        (["ex04_sharding", "--chapter", "1"], "the id is taken by ex04_sharding"),
                        (["ex04_other", "--chapter", "1"], "number 04 is taken by ex04_sharding"),
-                       (["ex20_fine", "--chapter", "9"], "unknown chapter 9 (known: 1, 2, 3, 4)"),
+                       (["ex22_fine", "--chapter", "9"], "unknown chapter 9 (known: 1, 2, 3, 4)"),
                        (["ex21_already_here", "--chapter", "1"], "solutions/ex21_already_here.py already exists")):
         done = dev(kit, "new", *args)
         assert done.returncode == 2, (args, done.stdout + done.stderr)

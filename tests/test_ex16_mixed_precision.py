@@ -4,7 +4,9 @@ autocast_forward: small float32 models (Linear-GELU-Linear, with a LayerNorm or 
 LogSoftmax), bfloat16 and float16 (both run under autocast on the CPU in this torch, on CUDA,
 and on MPS, where torch 2.8 and later also have GradScaler("mps")). The output's dtype and values must equal those of the same model called under
 torch.autocast(device_type, dtype=dtype) in the probe, and the reference's; the output stays
-differentiable, and the weights stay float32 and unchanged.
+differentiable, and the weights stay float32 and unchanged. An accelerate.Accelerator built
+during the call (its constructor watched) is named: the course's mixed_precision="fp16" has no
+float16 autocast on a CPU, and its precision is not the dtype asked for.
 
 scaled_step: a float32 model, SGD (with or without momentum) or Adam, and a
 torch.amp.GradScaler(device_type, init_scale=drawn, growth_interval=drawn, small so that the
@@ -155,6 +157,31 @@ def _forward_model(case, device):
     return _seeded_model(layers, case["seed"], device)
 
 
+class _AcceleratorsBuilt(list):
+    """While installed: the mixed_precision of every accelerate.Accelerator built (as passed, "no" where left out)."""
+
+    def __enter__(self):
+        import inspect
+
+        from accelerate import Accelerator
+
+        self.init = init = Accelerator.__init__
+        signature = inspect.signature(init)
+
+        def recording(accelerator, *args, **kwargs):
+            self.append(str(signature.bind_partial(accelerator, *args, **kwargs).arguments.get("mixed_precision")
+                            or "no"))
+            init(accelerator, *args, **kwargs)
+
+        Accelerator.__init__ = recording
+        return self
+
+    def __exit__(self, *exc):
+        from accelerate import Accelerator
+
+        Accelerator.__init__ = self.init
+
+
 def probe_autocast(ctx, case):
     """The module's autocast_forward, beside the same model called under torch.autocast and without it."""
     import torch
@@ -164,8 +191,10 @@ def probe_autocast(ctx, case):
     model = _forward_model(case, device)
     before = {name: p.detach().clone() for name, p in model.named_parameters()}
     inputs = probing.seeded(case["seed"] + 100, (case["rows"], case["in_features"]), torch.float32, device)
-    out = ctx.module.autocast_forward(model, inputs, device.type, dtype)
-    facts = {"output": probing.tensor(out, "autocast_forward's result"), "requires_grad": out.requires_grad}
+    with _AcceleratorsBuilt() as built:
+        out = ctx.module.autocast_forward(model, inputs, device.type, dtype)
+    facts = {"output": probing.tensor(out, "autocast_forward's result"), "requires_grad": out.requires_grad,
+             "accelerators": list(built)}
     params = dict(model.named_parameters())
     facts["weight_dtypes"] = {name: str(p.dtype) for name, p in params.items()}
     facts["weights_changed"] = sorted(name for name, p in params.items() if name not in before or p.dtype !=
@@ -401,7 +430,13 @@ def test_autocast_forward_matches_torch_autocast(grade, case):
     what = describe_forward(case)
     got = actual["output"]["values"]
     hint = "run model(inputs) inside `with torch.autocast(device_type, dtype=dtype):` and return its output as it is"
-    if actual["weights_changed"]:
+    if actual["accelerators"]:
+        precisions = ", ".join(repr(precision) for precision in actual["accelerators"])
+        hint = (f"autocast_forward built an Accelerator (mixed_precision={precisions}) for its autocast: use "
+                "torch.autocast(device_type, dtype=dtype) itself, with the dtype asked for"
+                + ('; on a CPU accelerate\'s mixed_precision="fp16" has no float16 autocast: the forward pass ran '
+                   "in float32" if "fp16" in actual["accelerators"] else ""))
+    elif actual["weights_changed"]:
         hint = ("the weights stay float32: do not cast the model (model.half(), model.to(dtype)); autocast picks "
                 "each op's precision by itself")
     elif close(got, actual["float32"]):

@@ -37,6 +37,16 @@ WRONG = [
     # the forward pass without autocast: float32 output
     Wrong("forward_outside_autocast", mutate(EX, (FORWARD, "    return model(inputs)\n")), MATCHES,
           diagnosis="ran outside autocast"),
+    # the course's Accelerator(mixed_precision="fp16") for the autocast: on a CPU it does not autocast at all
+    Wrong("accelerator_fp16_autocast", mutate(EX, (FORWARD, "    from accelerate import Accelerator\n\n"
+                                                   '    accelerator = Accelerator(mixed_precision="fp16")\n'
+                                                   "    with accelerator.autocast():\n        return model(inputs)\n")),
+          MATCHES, diagnosis='mixed_precision="fp16" has no float16 autocast'),
+    # the same with bf16: an autocast, but in bfloat16 whatever dtype is asked for
+    Wrong("accelerator_bf16_autocast", mutate(EX, (FORWARD, "    from accelerate import Accelerator\n\n"
+                                                   '    accelerator = Accelerator(mixed_precision="bf16")\n'
+                                                   "    with accelerator.autocast():\n        return model(inputs)\n")),
+          MATCHES, diagnosis="for its autocast: use torch.autocast(device_type, dtype=dtype) itself"),
     # autocast without dtype: the device's default (bfloat16 on the CPU)
     Wrong("autocast_default_dtype", mutate(EX, (FORWARD, FORWARD.replace(", dtype=dtype", ""))), MATCHES,
           diagnosis="pass dtype=dtype"),

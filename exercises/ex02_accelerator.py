@@ -21,7 +21,10 @@ matter here:
   ``"no"`` (full float32), ``"bf16"`` (bfloat16; recent CPUs and GPUs, and
   MPS from macOS 14) or ``"fp16"`` (float16, a GPU format used with loss
   scaling, on CUDA and MPS). Lower precision means less memory and faster
-  matrix work.
+  matrix work. On a CPU, ``"fp16"`` is accepted but does nothing: there is no
+  float16 autocast and no loss scaling there, so it silently trains in
+  float32 (``"bf16"`` is the CPU's mixed precision). Pass the setting you are
+  given on rather than the ``mixed_precision="fp16"`` of GPU examples.
 
 Accelerate keeps its state per *process*: create one ``Accelerator`` per
 program. A second one with different settings in the same process either

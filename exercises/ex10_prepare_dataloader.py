@@ -9,6 +9,14 @@ generator is seeded once, when the loader is built, and moves on). Calling
 ``torch.manual_seed`` instead would reset everyone's random stream and give
 other orders.
 
+A batch is what the DataLoader's collate function makes of ``batch_size``
+samples. Here the samples are ``(inputs, label)`` pairs (a
+``TensorDataset(inputs, labels)``), so every batch is a pair too: the inputs
+stacked and the labels stacked, ``for inputs, labels in dataloader:``. It is
+not a dict of named tensors, as the batches of a tokenized transformers
+dataset are (``batch.items()``, ``model(**batch)``): here ``model(inputs)``
+gives the logits.
+
 With several processes, ``accelerator.prepare(dataloader)`` shards the
 loader: rank r gets batches r, r + world_size, r + 2 * world_size, ... and
 its batches land on ``accelerator.device``. Every rank must get the same
@@ -39,6 +47,7 @@ What to use:
 - ``torch.utils.data.DataLoader(dataset, batch_size, shuffle=..., generator=...)``,
   ``torch.Generator().manual_seed(seed)``
 - ``accelerator.prepare(dataloader)`` (the dataloader only: the model is already placed)
+- ``for inputs, labels in dataloader:``, ``model(inputs)``
 - ``model.eval()``, ``torch.no_grad()``, ``logits.argmax(dim=-1)``
 - ``accelerator.gather_for_metrics((predictions, labels))``
 """

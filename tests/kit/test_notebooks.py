@@ -425,6 +425,10 @@ def test_the_reference_filled_in_scores_full_in_the_kernel(reference_run):
     shows = check_cells(notebook)
     for exercise in CHAPTER.exercises:
         assert full_marks(shows[exercise.id[:4]], exercise), (exercise.id, shows[exercise.id[:4]])
+    for cell in notebook.cells:  # a check cell's value is the report check() showed: once, not twice
+        if cell.cell_type == "code" and 'check("' in cell.source:
+            assert [o.output_type for o in cell.outputs if "text/html" in o.get("data", {})] == ["display_data"], \
+                cell.outputs
     chapter = shown(next(c for c in notebook.cells if c.id == f"{CHAPTER.name}-score"))
     assert "100/100" in chapter.replace(" ", ""), chapter
 

@@ -24,9 +24,9 @@ Dividing by ``mean(row)`` is what makes the product a mean again;
 1048576: n + m, not n * m. A vector (a bias, a norm's weight) has nothing to
 factor: it keeps a full ``exp_avg_sq`` of its own size. (transformers
 factors a tensor of 3 or more dims as a batch of matrices over its last two
-dims; here a parameter is a vector or a matrix.) Notice too that an n x 1
-weight keeps n + 1 numbers, *more* than its n values; transformers factors
-it all the same.
+dims; here a parameter is a vector or a matrix.) Notice too that a 1 x n or
+an n x 1 weight keeps n + 1 numbers, *more* than its n values; transformers
+factors it all the same.
 
 **The decay.** Adafactor's moving average has no bias correction. Its decay
 grows with the 1-based step number ``t`` instead::

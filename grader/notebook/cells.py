@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import ast
 import builtins
+import re
+import warnings
 from collections.abc import Iterable
 
 from grader.notebook.places import Cell, marker
@@ -21,6 +23,8 @@ KEPT = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.C
 PYTHON_CELL_MAGICS = ("time", "timeit", "capture", "prun")  # %%time...: the rest of the cell runs as Python
 MODULE_NAMES = frozenset(dir(builtins)) | {"__name__", "__file__", "__doc__", "__spec__", "__loader__",
                                            "__package__", "__builtins__"}
+
+_LINE_END = re.compile(r"\r\n|\r|\n")
 
 __all__ = ["Cell", "defined_names", "module_source"]
 
@@ -45,7 +49,7 @@ def module_source(cells: Iterable[Cell]) -> str:
             tree = ast.parse(code)
         except (SyntaxError, ValueError):  # ValueError: a null byte
             continue
-        lines = code.split("\n")
+        lines = _LINE_END.split(code)  # as Python numbers lines
         run: list[str] = []  # the lines of the run of kept statements being gathered
         end = 0  # the last line of the statement before, when it was kept
         for node in tree.body:
@@ -82,12 +86,15 @@ def _as_python(cell: str) -> str | None:
     magic's body with its first line blank; None for any other cell magic (%%bash, %%writefile)."""
     from IPython.core.inputtransformer2 import TransformerManager
 
-    manager = TransformerManager()
     try:
-        code = manager.transform_cell(cell)
-        magic = _cell_magic(code)
-    except (SyntaxError, ValueError, RuntimeError):  # text IPython cannot read either
+        with warnings.catch_warnings():  # its warnings about odd text are not the learner's business here
+            warnings.simplefilter("ignore")
+            code = TransformerManager().transform_cell(cell)
+    except MemoryError:
+        raise
+    except Exception:  # noqa: BLE001 - its transformer fails on this text: the kernel could not run it either
         return None
+    magic = _cell_magic(code)
     if magic is None:
         return code
     name, body = magic

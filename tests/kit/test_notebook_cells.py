@@ -123,6 +123,13 @@ def test_each_line_of_the_module_maps_to_its_cell_and_line(tmp_path):
     assert module_source([Cell("", "def f(): pass\nrun()")]) == "def f(): pass\n"  # text that is no cell
 
 
+def test_a_cell_with_other_line_ends_maps_as_python_numbers_its_lines():
+    source = module_source([Cell.run(2, "x = run()\r\nimport os\r\rdef f():\r\n    return 1 / 0\r\n")])
+    with pytest.raises(ZeroDivisionError) as raised:
+        run(source)["f"]()
+    assert place(source, traceback.extract_tb(raised.value.__traceback__)[-1].lineno) == Place("Cell In[2]", 5)
+
+
 def test_a_line_is_the_one_ipythons_own_traceback_gives():
     """IPython compiles a cell as its transformer leaves it (leading blank lines dropped, a shell escape over
     several lines made one): the place is the line IPython's own traceback names in the same cell."""

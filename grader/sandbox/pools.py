@@ -220,6 +220,9 @@ class Ranks:
         try:
             fields = decode(data)
         except InvalidResult as error:
+            # The worker's own encoder writes nothing decode refuses: this message is the code's, and whatever
+            # follows it in the channel (the loop's real reply) can no longer be paired with a request.
+            self.kill()
             return Reply(Status.INVALID, message=str(error))
         return self._reply(fields, connection, starting)
 

@@ -161,10 +161,9 @@ grader.sandbox.wire._Walk.walk = lambda self, obj, where: None  # the worker kee
 '''), "invalid result"),
     # writes a reply of its own into the channel to the grader ("ok" for a wrong answer)
     "forges_a_reply_in_the_pipe": (hostile('''
-import io, stat, struct, torch
-buffer = io.BytesIO()
-torch.save({"status": "ok", "value": list(range(num_samples))}, buffer)
-message = buffer.getvalue()
+import stat, struct
+from grader.sandbox.wire import encode
+message = encode({"status": "ok", "value": list(range(num_samples))})  # the worker's own format
 for fd in range(3, 64):
     try:
         if stat.S_ISSOCK(os.fstat(fd).st_mode):

@@ -10,7 +10,7 @@ import sys
 
 # What the grader imports from outside the standard library. Python 3.10 reads catalog.toml with
 # tomli (tomllib came in 3.11).
-DEPENDENCIES = ("torch", "transformers", "accelerate", "hypothesis", "pytest") + (
+DEPENDENCIES = ("torch", "transformers", "accelerate", "hypothesis", "pytest", "IPython") + (
     ("tomli",) if sys.version_info < (3, 11) else ())
 # The POSIX modules the sandbox stands on: Windows has neither
 POSIX_MODULES = ("fcntl", "resource")

@@ -222,6 +222,36 @@ class Failure:
                 "drawn": self.drawn, "finding": self.finding, "own_words": self.own_words}
 
 
+@dataclass(frozen=True)
+class Figure:
+    """What an exercise's code saves, measured by counting on one fixed input (grader.figures): the
+    submission's figure beside the reference's and a naive version's, in `unit`. None where a figure could
+    not be measured (`missing` says why for the submission's): never 0. `graded` where a check grades that
+    saving, `tolerance` saying which check and how close; elsewhere the figure is shown, not graded."""
+
+    name: str  # what is counted: "activations kept for the backward pass"
+    unit: str  # "bytes", "x the weights", "" for a plain count
+    yours: float | None
+    reference: float | None
+    naive: float | None
+    graded: bool
+    naive_label: str = ""  # what the naive version is: "without checkpointing"
+    tolerance: str = ""
+    device: str = "cpu"  # where it was measured (a count: the same on any device)
+    missing: str = ""  # why `yours` is None: "not started", "raised ValueError: ..."
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "unit": self.unit, "yours": self.yours, "reference": self.reference,
+                "naive": self.naive, "graded": self.graded, "naive_label": self.naive_label,
+                "tolerance": self.tolerance, "device": self.device, "missing": self.missing}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Figure:
+        return cls(data["name"], data["unit"], data["yours"], data["reference"], data["naive"], data["graded"],
+                   data.get("naive_label", ""), data.get("tolerance", ""), data.get("device", "cpu"),
+                   data.get("missing", ""))
+
+
 @dataclass
 class ExerciseResult:
     id: str
@@ -231,6 +261,7 @@ class ExerciseResult:
     max_score: float
     status: Status
     checks: list[CheckResult]
+    figures: list[Figure] = field(default_factory=list)  # what its code saves (chapters 3 and 4)
 
     @property
     def passed(self) -> int:
@@ -253,13 +284,15 @@ class ExerciseResult:
                 "max_score": self.max_score, "status": self.status.label, "status_id": self.status.name.lower(),
                 "graded": self.graded,
                 "passed": self.passed, "total": self.total, "devices": self.devices,
-                "checks": [check.as_dict() for check in self.checks]}
+                "checks": [check.as_dict() for check in self.checks],
+                "figures": [figure.as_dict() for figure in self.figures]}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], target: str) -> ExerciseResult:
         checks = [CheckResult.from_dict(check, target, data["id"]) for check in data["checks"]]
+        figures = [Figure.from_dict(figure) for figure in data.get("figures", [])]
         return cls(data["id"], data["title"], data["chapter"], data["score"], data["max_score"],
-                   Status.from_report(data), checks)
+                   Status.from_report(data), checks, figures)
 
 
 @dataclass(frozen=True)

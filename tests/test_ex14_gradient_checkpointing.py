@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 
 from grader import models, probing
 from grader.checks import assume_dtype_on, close, expect_close, expect_equal, explicit_examples, fail
+from grader.figures import Declared
 from grader.probing import InvalidResult
 
 DTYPES = ("float32", "float64")
@@ -439,3 +440,59 @@ def test_enabled_model_computes_the_same_outputs_and_gradients(grade, case):
                      hint=hint)
         for name, grad in want["grads"].items():
             expect_close(got["grads"][name], grad, f"{where}: the gradient of {name!r}", hint=hint)
+
+
+# --- figures: what checkpointing saves (grader.figures) ----------------------------------------
+
+
+FIGURE_MODEL = dict(architecture="bert", hidden=64, layers=4, batch=8, sequence=128)
+
+
+def _figure_model(device):
+    """A tiny BERT (eager attention: the same saved tensors on every device), no dropout, in train mode."""
+    import torch
+    from transformers import AutoModelForSequenceClassification
+
+    config = models.tiny_config("bert", hidden=FIGURE_MODEL["hidden"], layers=FIGURE_MODEL["layers"], num_labels=2,
+                                vocab_size=1000, max_position_embeddings=FIGURE_MODEL["sequence"],
+                                hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    state = torch.random.get_rng_state()
+    torch.manual_seed(0)
+    model = AutoModelForSequenceClassification.from_config(config, attn_implementation="eager")
+    torch.random.set_rng_state(state)
+    return model.to(device)
+
+
+def _kept_bytes(model, device):
+    """Bytes of the distinct tensors (parameters aside) autograd keeps over one forward in train mode."""
+    import torch
+
+    from grader.counting import SavedTensors
+
+    ids = torch.randint(0, 1000, (FIGURE_MODEL["batch"], FIGURE_MODEL["sequence"]),
+                        generator=torch.Generator().manual_seed(1)).to(device)
+    with SavedTensors(model.parameters()) as saved:
+        logits = model.train()(input_ids=ids).logits
+    logits.sum().backward()
+    return saved.bytes
+
+
+def figure_activations(ctx):
+    """The activations the module's enable_gradient_checkpointing keeps, and the same model's without it."""
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    device = ctx.torch_device()
+    model = _figure_model(device)
+    result = ctx.module.enable_gradient_checkpointing(model)
+    return {"kept": _kept_bytes(result if isinstance(result, type(model)) else model, device),
+            "plain": _kept_bytes(_figure_model(device), device)}
+
+
+FIGURES = [
+    Declared("activations kept for the backward pass (enable_gradient_checkpointing, a BERT of 4 layers, "
+             "hidden 64, batch 8 x 128 tokens)", "bytes", figure_activations, "kept",
+             naive="without checkpointing", naive_key="plain",
+             graded_by="enabled model keeps fewer activations",
+             tolerance="fewer saved tensors than without checkpointing, no more than the reference's"),
+]

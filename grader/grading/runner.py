@@ -10,7 +10,8 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -18,10 +19,13 @@ from grader.catalog import Exercise
 from grader.grading import hypothesis_adapter
 from grader.grading.options import Options
 from grader.grading.pytest_plugin import SESSION, OptionsCarrier
-from grader.grading.session import Session
+from grader.grading.session import Session, exercise_of
 from grader.layout import KIT_ROOT
 from grader.records import CheckResult, ExerciseResult, Failure, Layer, ReviewFlag, Status, TargetResult, Visibility
-from grader.sandbox import scan
+from grader.sandbox import Target, scan
+
+if TYPE_CHECKING:
+    from grader.records import Figure
 
 
 class Collector:
@@ -35,6 +39,7 @@ class Collector:
         self.broken: list[str] = []  # why a check file could not be collected
         self.left_out: list[str] = []  # the hidden checks a public-only run left out
         self.kept_off: list[str] = []  # the checks a chosen device cannot run (the not_on marker), and why
+        self.figures: dict[tuple[str, str], list[Figure]] = {}  # (target, exercise) -> what its code saves
 
     def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo[BaseException]) -> None:
         self.interrupted = True
@@ -73,6 +78,32 @@ class Collector:
             self.progress(record)
 
 
+    def pytest_runtest_teardown(self, item: pytest.Item, nextitem: pytest.Item | None) -> None:
+        """After a target's last check of an exercise, while its workers are warm: the figures its check file
+        declares (grader.figures), for it and the reference. Not in a run of chosen checks alone."""
+        grading = item.config.stash.get(SESSION, None)
+        case = _graded_case(item)
+        if grading is None or case is None or case == _graded_case(nextitem) or grading.options.only_checks:
+            return
+        from grader import figures
+
+        declarations = figures.declared(getattr(item, "module", None))
+        target, exercise = case
+        if declarations:
+            checks = [r for r in self.records if r.target == target.label and r.exercise == exercise]
+            self.figures[(target.label, exercise)] = figures.measure(
+                grading, target, exercise, declarations, grading.devices[0], figures.skipped(checks))
+
+
+def _graded_case(item: pytest.Item | None) -> tuple[Target, str] | None:
+    """(target, exercise) of a check's run; None for anything else."""
+    callspec = getattr(item, "callspec", None)
+    if item is None or callspec is None or "grade" not in callspec.params:
+        return None
+    exercise = exercise_of(item.path)
+    return (callspec.params["grade"][0], exercise) if exercise else None
+
+
 def check_file(exercise: Exercise) -> str:
     return os.path.join(KIT_ROOT, "tests", f"test_{exercise.id}.py")
 
@@ -99,8 +130,8 @@ def run(options: Options, exercises: Sequence[Exercise],
     hidden_only = {e.id for e in exercises if any(name.split()[0] == e.id for name in collector.left_out)
                    and not any(r.exercise == e.id for r in collector.records)}  # a release runs none of its checks
     graded = [e for e in exercises if e.id not in hidden_only]
-    results = [score(target.label, graded, collector.records, review=scan.folder(target.path, ids))
-               for target in options.targets]
+    results = [score(target.label, graded, collector.records, review=scan.folder(target.path, ids),
+                     figures=collector.figures) for target in options.targets]
     for result in results:
         result.sandbox, result.profile, result.left_out = collector.layers, options.profile, list(collector.left_out)
         result.kept_off = list(collector.kept_off)
@@ -141,8 +172,10 @@ class _quiet_stdout:
 
 
 def score(target: str, exercises: Sequence[Exercise], records: Sequence[CheckResult],
-          review: Iterable[ReviewFlag] = ()) -> TargetResult:
-    """Points from the catalog, split evenly over an exercise's checks (on every device)."""
+          review: Iterable[ReviewFlag] = (),
+          figures: Mapping[tuple[str, str], list[Figure]] | None = None) -> TargetResult:
+    """Points from the catalog, split evenly over an exercise's checks (on every device); the figures
+    measured after them ride along, scoring nothing."""
     rows = []
     for exercise in exercises:
         checks = [r for r in records if r.target == target and r.exercise == exercise.id]
@@ -150,7 +183,7 @@ def score(target: str, exercises: Sequence[Exercise], records: Sequence[CheckRes
         status = exercise_status(checks)
         points = round(exercise.points * passed / len(checks), 2) if checks and status is not Status.NOT_GRADED else 0.0
         rows.append(ExerciseResult(exercise.id, exercise.title, exercise.chapter, points, exercise.points, status,
-                                   checks))
+                                   checks, list((figures or {}).get((target, exercise.id), []))))
     seconds = sum(check.seconds for row in rows for check in row.checks)
     return TargetResult(target, rows, round(seconds, 2), review=list(review))
 

@@ -18,8 +18,9 @@ from grader import text
 from grader.devices import kept_off_line
 from grader.grading import versions
 from grader.records import CheckResult, ExerciseResult, Layer, Status, TargetResult, Visibility
-from grader.reports import markdown
+from grader.reports import figures, markdown
 
+FIGURE = "saves · "  # a figure's line under its exercise: what the code saves
 REPEATING = (Status.NOT_STARTED, Status.MISSING, Status.IMPORT_ERROR, Status.USES_REFERENCE)
 
 
@@ -37,6 +38,7 @@ def terminal(result: TargetResult, verbose: bool = False) -> str:
         points = f"{row.score:g} / {row.max_score:g}" if row.graded else f"- / {row.max_score:g}"
         lines.append(f"{row.id:<{width}}  {points:>13}  {row.passed:>3}/{row.total:<3}  "
                      f"{','.join(row.devices) or '-':<9}  {row.status.label}")
+        lines += [f"    {FIGURE}{figures.line(figure, verbose)}" for figure in row.figures]
     lines.append(f"{'total':<{width}}  {f'{result.score:g} / {result.max_score:g}':>13}".rstrip())
     if result.not_graded:
         lines.append(f"not graded (the grader's own failure, not yours): {', '.join(result.not_graded)}")

@@ -1,0 +1,92 @@
+"""The figures of what a submission's code saves (records.Figure), as a terminal line, text bars and an
+inline SVG chart: the submission's beside the reference's and the naive version's, never a missing figure
+shown as 0."""
+
+from __future__ import annotations
+
+import html
+
+from grader import text
+from grader.records import Figure
+
+NOT_MEASURED = "not measured"
+UNITS = ((2**20, "MiB"), (2**10, "KiB"))
+
+
+def _scale(figure: Figure) -> tuple[float, str]:
+    """(divisor, unit shown): bytes in KiB or MiB after the largest of the figure's numbers."""
+    if figure.unit != "bytes":
+        return 1.0, figure.unit
+    largest = max((v for v in (figure.yours, figure.reference, figure.naive) if v is not None), default=0.0)
+    return next(((size, name) for size, name in UNITS if largest >= size), (1.0, "bytes"))
+
+
+def amount(value: float | None, figure: Figure) -> str:
+    """A number of the figure in its unit ('1.52 MiB', '4', '0.508 x the weights'); 'not measured' for None."""
+    if value is None:
+        return NOT_MEASURED
+    size, unit = _scale(figure)
+    if size != 1.0:
+        number = f"{value / size:.2f}"
+    elif isinstance(value, int):
+        number = str(value)
+    else:
+        number = f"{value:.3g}"
+    return f"{number} {unit}".strip()
+
+
+def bars(figure: Figure) -> list[tuple[str, float | None]]:
+    """(label, value) of each bar: yours, the reference's, the naive version's where there is one."""
+    found: list[tuple[str, float | None]] = [("yours", figure.yours), ("reference", figure.reference)]
+    if figure.naive is not None or figure.naive_label:
+        found.append((figure.naive_label or "naive", figure.naive))
+    return found
+
+
+def line(figure: Figure, verbose: bool = False) -> str:
+    """One line: the name, each bar's number, whether it is graded (and how, with `verbose`)."""
+    parts = [f"{label} {amount(value, figure)}" for label, value in bars(figure)]
+    if figure.yours is None and figure.missing:
+        parts[0] += f" ({text.one_line(figure.missing)})"
+    graded = ("graded" + (f" by {figure.tolerance}" if verbose and figure.tolerance else "")) if figure.graded \
+        else "shown, not graded"
+    return f"{figure.name}: {', '.join(parts)} [{graded}]"
+
+
+def text_bars(figure: Figure, width: int = 40) -> list[str]:
+    """The figure as bars of '#' (a terminal's chart), each labelled with its number."""
+    largest = max((value for _, value in bars(figure) if value is not None), default=0.0)
+    labels = max(len(label) for label, _ in bars(figure))
+    lines = []
+    for label, value in bars(figure):
+        if value is None:
+            lines.append(f"  {label:<{labels}}  {NOT_MEASURED}")
+            continue
+        length = round(width * value / largest) if largest > 0 else 0
+        lines.append(f"  {label:<{labels}}  {'#' * length}{' ' if length else ''}{amount(value, figure)}")
+    return lines
+
+
+def svg(figure: Figure, width: int = 220) -> str:
+    """An inline SVG bar chart of the figure (no plotting library): one labelled bar per number, a missing one
+    written as such, with no bar."""
+    rows = bars(figure)
+    largest = max((value for _, value in rows if value is not None), default=0.0)
+    height, label_width = 16, 130
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{label_width + width + 110}" '
+             f'height="{height * len(rows) + 4}" role="img" aria-label="{html.escape(figure.name)}">']
+    colours = {"yours": "#2b7bb9", "reference": "#7a7a7a"}
+    for index, (label, value) in enumerate(rows):
+        y = index * height + 2
+        parts.append(f'<text x="0" y="{y + 12}" font-size="11">{html.escape(label)}</text>')
+        if value is None:
+            parts.append(f'<text x="{label_width}" y="{y + 12}" font-size="11" font-style="italic">'
+                         f"{NOT_MEASURED}</text>")
+            continue
+        length = round(width * value / largest) if largest > 0 else 0
+        parts.append(f'<rect x="{label_width}" y="{y + 2}" width="{length}" height="{height - 4}" '
+                     f'fill="{colours.get(label, "#d9a441")}"/>')
+        parts.append(f'<text x="{label_width + length + 4}" y="{y + 12}" font-size="11">'
+                     f"{html.escape(amount(value, figure))}</text>")
+    parts.append("</svg>")
+    return "".join(parts)

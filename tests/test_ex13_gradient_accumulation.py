@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 
 from grader import probing, training
 from grader.checks import NEEDS_FLOAT64, expect_close, expect_equal, explicit_examples, fail
+from grader.figures import Declared
 
 LOSSES = ["mse_loss", "cross_entropy"]
 OPTIMIZERS = ["sgd", "sgd_momentum", "adam"]
@@ -483,3 +484,41 @@ def test_train_with_accumulation_syncs_only_on_boundaries(grade, case):
                     "`with accelerator.accumulate(model):`, which skips the sync (model.no_sync()) inside a window; "
                     "that communication is what accumulation saves")
         expect_equal(got["reduced_backwards"], want["reduced_backwards"], what, hint=hint)
+
+
+# --- figures: what accumulation saves (grader.figures) -----------------------------------------
+
+# 2 ranks, windows of 4 batches, 16 batches of 2 rows a rank, a wider model than the checks' (bucket bytes show)
+FIGURE_LOOP = loop(2, 4, 2, 64, "mse_loss", "sgd", in_features=16, hidden=64, out_features=4)
+
+
+def figure_all_reduces(ctx):
+    """train_with_accumulation on 2 ranks: the backward passes that all-reduced and the bytes they sent (a DDP
+    communication hook counts each bucket), and the bytes if every backward pass all-reduced."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    accelerator, model, optimizer, dataloader = _prepared(ctx, FIGURE_LOOP)
+    counts = {"forwards": 0, "reduced": set(), "bytes": 0}
+    getattr(model, "module", model).register_forward_pre_hook(
+        lambda *_: counts.__setitem__("forwards", counts["forwards"] + 1))
+
+    def hook(state, bucket):
+        counts["reduced"].add(counts["forwards"])
+        counts["bytes"] += bucket.buffer().numel() * bucket.buffer().element_size()
+        return default_hooks.allreduce_hook(None, bucket)
+
+    model.register_comm_hook(None, hook)
+    ctx.module.train_with_accumulation(accelerator, model, optimizer, dataloader, training.loss_fn("mse_loss"))
+    gradients = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
+    return {"all_reduces": len(counts["reduced"]), "bytes": counts["bytes"], "batches": counts["forwards"],
+            "bytes_every_batch": counts["forwards"] * gradients}
+
+
+FIGURES = [
+    Declared("backward passes that all-reduced the gradients (train_with_accumulation, 16 batches a rank, "
+             "gradient_accumulation_steps=4, 2 ranks)", "", figure_all_reduces, "all_reduces",
+             naive="all-reducing every batch", naive_key="batches", graded_by="train with accumulation syncs only "
+             "on boundaries", tolerance="exactly the reference's", device="cpu", world_size=2),
+    Declared("bytes all-reduced by each rank (the same run)", "bytes", figure_all_reduces, "bytes",
+             naive="all-reducing every batch", naive_key="bytes_every_batch", device="cpu", world_size=2),
+]

@@ -32,6 +32,7 @@ from hypothesis import strategies as st
 
 from grader import probing, training
 from grader.checks import NEEDS_GLOO, expect_equal, explicit_examples, fail
+from grader.figures import Declared
 
 LOSSES = ["mse_loss", "cross_entropy"]
 OPTIMIZERS = ["sgd", "sgd_momentum", "adamw"]
@@ -449,3 +450,31 @@ def test_buffers_and_optimizer_state_stay_each_ranks_own(grade, case):
                         if later is None or not torch.equal(later, value):
                             fail(f"{where}, the optimizer's state {key!r} of {name!r} changed",
                                  hint=MODE_HINTS["optimizer_state_too"])
+
+
+# --- figures: what local SGD saves (grader.figures) --------------------------------------------
+
+FIGURE_CASE = case(2, 16, 4, "mse_loss", "sgd", rows=4, in_features=16, hidden=64, out_features=4)
+
+
+def figure_bytes(ctx):
+    """local_sgd_train on 2 ranks, 16 steps, local_steps=4: the bytes this rank's collectives were given, and
+    the bytes of averaging every parameter after every step (data parallelism's share)."""
+    from grader.counting import Collectives
+
+    device = ctx.torch_device()
+    model = training.tiny_mlp(FIGURE_CASE["in_features"], FIGURE_CASE["hidden"], FIGURE_CASE["out_features"],
+                              FIGURE_CASE["seed"], device, batch_norm=True)
+    optimizer = training.optimizer(FIGURE_CASE["optimizer"], model)
+    with Collectives(ctx.module) as counted:
+        ctx.module.local_sgd_train(model, optimizer, _batches(FIGURE_CASE, ctx.rank, device),
+                                   torch.nn.functional.mse_loss, FIGURE_CASE["local_steps"])
+    parameters = sum(p.numel() * p.element_size() for p in model.parameters())
+    return {"bytes": counted.bytes, "every_step": FIGURE_CASE["batches"] * parameters}
+
+
+FIGURES = [
+    Declared("bytes each rank sent in collectives (local_sgd_train, 16 steps, local_steps=4, 2 ranks)", "bytes",
+             figure_bytes, "bytes", naive="averaging after every step", naive_key="every_step", device="cpu",
+             world_size=2),
+]

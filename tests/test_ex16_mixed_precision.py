@@ -35,6 +35,7 @@ from hypothesis import strategies as st
 
 from grader import probing, training
 from grader.checks import close, expect_close, expect_equal, explicit_examples, fail
+from grader.figures import Declared
 
 LOW_DTYPES = ("bfloat16", "float16")
 KINDS = ("mlp", "norm", "log_softmax")
@@ -665,3 +666,29 @@ def test_scaled_step_clears_gradients_and_keeps_float32_weights(grade, case):
                 fail(f"{what}: after call {step + 1} the gradient of {name!r} left on the model is not that call's "
                      f"own (computed from the parameters and the scale before it): off by up to {off:.3g}",
                      hint=MISTAKE_HINTS["no_zero_grad"] + " (to None or zeros, both are fine)")
+
+
+# --- figures: what mixed precision saves (grader.figures) --------------------------------------
+
+
+def figure_matmuls(ctx):
+    """autocast_forward(bfloat16) on a Linear-GELU-Linear-GELU-Linear model: its matmuls by the dtype they ran in
+    (a torch function mode sees each one's output)."""
+    import torch
+
+    from grader.counting import Calls
+
+    device = ctx.torch_device()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.Linear(256, 256), torch.nn.GELU(),
+                                torch.nn.Linear(256, 8)).to(device)
+    inputs = probing.seeded(1, (16, 64), torch.float32, device)
+    with Calls() as calls:
+        ctx.module.autocast_forward(model, inputs, device.type, torch.bfloat16)
+    return {"bfloat16": calls.matmuls.get("bfloat16", 0)}
+
+
+FIGURES = [
+    Declared("matmuls run in bfloat16, of the model's 3 (autocast_forward, bfloat16)", "", figure_matmuls,
+             "bfloat16", naive="float32 throughout", naive_value=0),
+]

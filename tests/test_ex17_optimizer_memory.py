@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from grader import probing
 from grader.checks import assume_dtype_on, example, expect_equal, fail
+from grader.figures import Declared
 from grader.probing import InvalidResult
 from grader.sandbox.wire import describe as show
 
@@ -431,3 +432,25 @@ def test_estimate_state_bytes_rejects_unknown_optimizers(grade, name):
     if observed["raised"] != "ValueError":
         fail(f"{what} raised {observed['raised']}, expected a ValueError",
              hint="raise ValueError for an unknown name (not KeyError from a dict lookup, nor another error)")
+
+
+# --- figures: what an optimizer's state costs (grader.figures) ---------------------------------
+
+
+def figure_state(ctx):
+    """optimizer_state_bytes of AdamW after one step on a two-layer float32 model, over the weights' bytes."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.Linear(256, 64))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    model(probing.seeded(1, (8, 64), torch.float32, "cpu")).sum().backward()
+    optimizer.step()
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    counted = ctx.module.optimizer_state_bytes(optimizer)
+    return {"adamw": counted / weights if type(counted) is int else None}
+
+
+FIGURES = [
+    Declared("AdamW's state after one step, as optimizer_state_bytes counts it", "x the weights", figure_state,
+             "adamw", graded_by="optimizer state bytes counts every state tensor", tolerance="exactly the reference's",
+             device="cpu"),
+]

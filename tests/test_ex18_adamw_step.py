@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from grader import probing
 from grader.checks import assume_dtype_on, example, explicit_examples, fail
+from grader.figures import Declared
 from grader.probing import InvalidResult
 
 DTYPES = ["float32", "float64"]
@@ -323,3 +324,42 @@ def test_adamw_step_does_the_arithmetic_itself(grade, case):
         fail(f"{describe(case)}: adamw_step ran torch's own optimizer ({', '.join(reached)})",
              hint="write the update yourself with tensor operations (mul_, lerp_ or add_, addcmul_, sqrt, "
                   "addcdiv_): building a torch.optim.AdamW inside adamw_step skips the exercise")
+
+
+# --- figures: what an in-place step saves (grader.figures) -------------------------------------
+
+
+def _out_of_place(param, grad, exp_avg, exp_avg_sq, step, lr, betas, eps, weight_decay):
+    """The naive AdamW step: every expression a new tensor, copied back at the end."""
+    beta1, beta2 = betas
+    new_avg = beta1 * exp_avg + (1 - beta1) * grad
+    new_sq = beta2 * exp_avg_sq + (1 - beta2) * grad * grad
+    denom = (new_sq / (1 - beta2 ** step)).sqrt() + eps
+    new_param = param * (1 - lr * weight_decay) - lr * (new_avg / (1 - beta1 ** step)) / denom
+    param.copy_(new_param)
+    exp_avg.copy_(new_avg)
+    exp_avg_sq.copy_(new_sq)
+
+
+def _new_bytes(step_fn, device):
+    """The bytes of the new tensors one step makes (a torch function mode sees every output), over the param's."""
+    from grader.counting import Calls
+
+    param = probing.seeded(1, (256, 256), torch.float32, device)
+    grad = probing.seeded(2, (256, 256), torch.float32, device)
+    exp_avg, exp_avg_sq = torch.zeros_like(param), torch.zeros_like(param)
+    with Calls(known=(param, grad, exp_avg, exp_avg_sq)) as calls:
+        step_fn(param, grad, exp_avg, exp_avg_sq, 1, 1e-3, (0.9, 0.999), 1e-8, 0.01)
+    return calls.new_bytes / (param.numel() * param.element_size())
+
+
+def figure_temporaries(ctx):
+    """adamw_step on a 256 x 256 float32 param: the memory it allocates, and the naive out-of-place step's."""
+    device = ctx.torch_device()
+    return {"yours": _new_bytes(ctx.module.adamw_step, device), "out_of_place": _new_bytes(_out_of_place, device)}
+
+
+FIGURES = [
+    Declared("new tensors one adamw_step allocates (a 256 x 256 float32 param)", "x the param", figure_temporaries,
+             "yours", naive="out of place", naive_key="out_of_place"),
+]

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from grader import probing
 from grader.checks import expect_close, expect_equal, explicit_examples, fail
+from grader.figures import Declared
 from grader.probing import InvalidResult
 
 DTYPES = ["float32", "float16", "bfloat16"]
@@ -319,3 +320,25 @@ def test_round_trip_stays_within_half_a_code(grade, case):
         fail(f"{what}: value {worst} came back as {got.reshape(-1)[worst].item():.6g}, the input was "
              f"{x.reshape(-1)[worst].item():.6g}: off by {error[worst].item():.3g}, more than half a code "
              f"(its block's absmax / 254 = {absmax[worst].item() / 254:.3g})", hint=hint)
+
+
+# --- figures: what 8-bit state saves (grader.figures) ------------------------------------------
+
+
+def figure_state(ctx):
+    """quantize_blockwise of AdamW's two moments for a 256 x 256 float32 weight (blocks of 256): the bytes of the
+    codes and absmax it returns, over the weight's bytes."""
+    device = ctx.torch_device()
+    stored = 0
+    for seed in (1, 2):
+        moment = probing.seeded(seed, (256, 256), torch.float32, device)
+        for part in ctx.module.quantize_blockwise(moment, 256):
+            stored += part.numel() * part.element_size() if isinstance(part, torch.Tensor) else 0
+    return {"state": stored / (256 * 256 * 4)}
+
+
+FIGURES = [
+    Declared("AdamW's two moments stored in 8 bits by quantize_blockwise (a 256 x 256 float32 weight, blocks "
+             "of 256)", "x the weights", figure_state, "state", naive="two float32 moments", naive_value=2.0,
+             graded_by="quantize gives int8 codes and one absmax per block", tolerance="exactly the reference's"),
+]

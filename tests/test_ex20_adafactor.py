@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 
 from grader import probing
 from grader.checks import assume_dtype_on, example, explicit_examples, fail
+from grader.figures import Declared
 from grader.probing import InvalidResult
 
 DTYPES = ["float32", "float64", "bfloat16", "float16"]
@@ -610,3 +611,30 @@ def test_adafactor_step_does_the_arithmetic_itself(grade, case):
         fail(f"{describe(case)}: adafactor_step ran transformers' own optimizer ({', '.join(reached)})",
              hint="write the statistics, V and the clipped update yourself with tensor operations: an Adafactor "
                   "built inside adafactor_step skips the exercise")
+
+
+# --- figures: what factored statistics save (grader.figures) -----------------------------------
+
+FIGURE_SHAPES = [(256, 1024), (1024,), (1024, 256), (256,)]  # a feed-forward block's weights and biases
+
+
+def figure_state(ctx):
+    """init_state of each of a feed-forward block's float32 params: the bytes of the tensors it returns, over the
+    params' bytes."""
+    device = ctx.torch_device()
+    stored, weights = 0, 0
+    for shape in FIGURE_SHAPES:
+        param = torch.zeros(shape, dtype=torch.float32, device=device)
+        weights += param.numel() * param.element_size()
+        state = ctx.module.init_state(param)
+        values = state.values() if isinstance(state, dict) else ()
+        stored += sum(t.numel() * t.element_size() for t in values if isinstance(t, torch.Tensor))
+    return {"state": stored / weights}
+
+
+FIGURES = [
+    Declared("Adafactor's second-moment statistics from init_state (a feed-forward block: 256 x 1024 and "
+             "1024 x 256 weights, their biases)", "x the weights", figure_state, "state",
+             naive="the full second moment", naive_value=1.0,
+             graded_by="init state keeps n plus m numbers for a matrix", tolerance="exactly the reference's"),
+]

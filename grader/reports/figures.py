@@ -31,7 +31,7 @@ def amount(value: float | None, figure: Figure) -> str:
     elif isinstance(value, int):
         number = str(value)
     else:
-        number = f"{value:.3g}"
+        number = f"{value:.2f}" if abs(value) >= 0.1 else f"{value:.2g}"
     return f"{number} {unit}".strip()
 
 

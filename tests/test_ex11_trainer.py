@@ -24,7 +24,10 @@ once (in a trusted worker) through a Trainer the probe builds directly: the engi
 oracle. The trained weights, the number of steps, the per-epoch evaluations and the
 checkpoints saved must agree; the Trainer must hold the very args, model and datasets given,
 and its evaluations must report the metrics of the learner's own compute_metrics (eval_accuracy
-and eval_f1, equal to compute_metrics applied to the Trainer's predictions).
+and eval_f1, equal to compute_metrics applied to the Trainer's predictions). A build_trainer that
+raises after giving a dataset to another of Trainer's parameters (Trainer's signature binds the
+call as it was made: the datasets by position land in data_collator) is told to pass them by
+keyword, whatever the error's wording.
 
 The device is chosen by the environment, as `accelerate launch --cpu` does (ACCELERATE_USE_CPU,
 read by TrainingArguments and the Trainer's Accelerator), never by the arguments under test:
@@ -479,6 +482,28 @@ def _trained(trainer, model, output_dir):
             "checkpoints": sorted(name for name in os.listdir(output_dir) if name.startswith("checkpoint-"))}
 
 
+@contextlib.contextmanager
+def _dataset_parameters(*datasets):
+    """For each Trainer(...) call made meanwhile, the names of the parameters the given datasets were bound to (as
+    Trainer's signature binds what build_trainer passed: the datasets by position land in data_collator)."""
+    from transformers import Trainer
+
+    init, calls = Trainer.__init__, []
+    signature = inspect.signature(init)
+
+    def recording(self, *args, **kwargs):
+        with contextlib.suppress(TypeError):  # arguments Trainer cannot take: init itself refuses them
+            bound = signature.bind(self, *args, **kwargs).arguments
+            calls.append([name for name, value in bound.items() if any(value is d for d in datasets)])
+        init(self, *args, **kwargs)
+
+    Trainer.__init__ = recording
+    try:
+        yield calls
+    finally:
+        Trainer.__init__ = init
+
+
 def probe_train(ctx, case):
     """build_trainer on the contract's arguments, then train: what the Trainer holds and what training left."""
     with _workspace(ctx) as output_dir:
@@ -489,21 +514,27 @@ def _train_with_build_trainer(ctx, case, output_dir):
     from transformers import EvalPrediction, Trainer
 
     model, train, evaluation, args = _setup(case, output_dir)
-    try:
-        trainer = ctx.module.build_trainer(model, args, train, evaluation)
-    except ValueError as error:
-        if "eval_dataset" not in str(error):
-            raise
-        raise InvalidResult(f"build_trainer raised ValueError: {error} (pass the datasets by keyword, "
-                            "train_dataset=train_dataset, eval_dataset=eval_dataset: Trainer's third positional "
-                            "parameter is data_collator)") from None
-    if not isinstance(trainer, Trainer):
-        raise InvalidResult(f"build_trainer returned a {type(trainer).__module__}.{type(trainer).__qualname__}, "
-                            "expected a transformers.Trainer")
-    holds = {"args": trainer.args is args, "model": trainer.model is model,
-             "train_dataset": trainer.train_dataset is train, "eval_dataset": trainer.eval_dataset is evaluation,
-             "swapped": trainer.train_dataset is evaluation and trainer.eval_dataset is train}
-    observed = _trained(trainer, model, output_dir)
+    where = "build_trainer"
+    with _dataset_parameters(train, evaluation) as bound:
+        try:
+            trainer = ctx.module.build_trainer(model, args, train, evaluation)
+            if not isinstance(trainer, Trainer):
+                raise InvalidResult(f"build_trainer returned a {type(trainer).__module__}."
+                                    f"{type(trainer).__qualname__}, expected a transformers.Trainer")
+            holds = {"args": trainer.args is args, "model": trainer.model is model,
+                     "train_dataset": trainer.train_dataset is train,
+                     "eval_dataset": trainer.eval_dataset is evaluation,
+                     "swapped": trainer.train_dataset is evaluation and trainer.eval_dataset is train}
+            where = "trainer.train() on the Trainer build_trainer returned"
+            observed = _trained(trainer, model, output_dir)
+        except Exception as error:
+            if not any(name not in ("train_dataset", "eval_dataset") for call in bound for name in call):
+                raise
+            # a dataset given to another of Trainer's parameters (by position: the third is data_collator), decided on
+            # how Trainer's signature binds the call, not on the error's wording
+            raise InvalidResult(f"{where} raised {type(error).__name__}: {error} (pass the datasets by keyword, "
+                                "train_dataset=train_dataset, eval_dataset=eval_dataset: Trainer's third positional "
+                                "parameter is data_collator)") from None
     # the learner's own compute_metrics on the trained model's predictions: what the last evaluation must report
     predicted = trainer.predict(evaluation)
     own = ctx.module.compute_metrics(EvalPrediction(predictions=predicted.predictions, label_ids=predicted.label_ids))

@@ -141,6 +141,11 @@ WRONG = [
     Wrong("datasets_by_position", mutate(EX, ("model=model, args=args, " + DATASETS + ",",
                                               "model, args, train_dataset, eval_dataset,")), TRAINER,
           diagnosis="third positional parameter is data_collator"),
+    # the training set by position, the evaluation set by keyword: the Trainer is built (the training set is its
+    # data_collator, it has no train_dataset) and train() raises; told apart by how Trainer's signature binds the call
+    Wrong("train_dataset_by_position", mutate(EX, ("model=model, args=args, " + DATASETS + ",",
+                                                   "model, args, train_dataset, eval_dataset=eval_dataset,")), TRAINER,
+          diagnosis="third positional parameter is data_collator"),
     # new arguments instead of the ones given
     Wrong("arguments_rebuilt", mutate(EX, ("args=args,", "args=TrainingArguments(output_dir=args.output_dir, "
                                                          "report_to='none'),")), TRAINER,

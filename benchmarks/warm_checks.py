@@ -1,14 +1,18 @@
-"""Cold and warm re-checks of one exercise, against the import floors, in one run.
+"""Every exercise's check, cold and warm, against the import floor, alone and beside a second grader.
 
-    import grader:   python -c "import grader"  (what a notebook's `from grader import check` costs)
-    import floor:    python -c "import torch, transformers, accelerate"  (the other benchmarks' floor)
-    cold check:      python -m grader EXERCISE --target FOLDER ...  (a grader of its own: what watch ran per save)
-    cold service:    a grading service started and its first request answered
-    warm notebook:   check(EXERCISE, source=...) through that service, the submission changed every time
-    warm watch:      `python -m grader watch`: a save written until the result is printed ("watching...")
+    import floor:  python -c "import torch, transformers, accelerate"  (the other benchmarks' floor)
+    cold check:    python -m grader EXERCISE --target solutions  (a grader of its own, started for one check)
+    first check:   a fresh IPython shell imports check and calls check(EXERCISE, source=...): the service
+                   starts with the import and answers that first request; at once (a fresh kernel's worst case:
+                   no pause between the import cell and the check cell), and 10 s after the import
+    warm alone:    check(EXERCISE, source=...) again through that service, the submission changed every time
+                   (the reference and a wrong implementation from its catches file, in turn)
+    warm beside:   the same while a second grader (`python -m grader --target solutions`, over and over) works
+                   on the machine, as on a lab machine or a shared hub
+    cold ex01-07:  python -m grader ex01 ... ex07 --target solutions, once per cold run
 
-Each warm re-check grades a changed submission (the reference and a wrong variant, in turn).
-Usage: python benchmarks/warm_checks.py [--runs N] [--exercise ex04]
+Medians; each figure also as a ratio to the floor measured in the same run. All on the CPU, fast profile.
+Usage: python benchmarks/warm_checks.py [--runs 10] [--cold-runs 3] [--exercises ex04 ex15] [--alone]
 """
 
 import argparse
@@ -16,15 +20,24 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 ENV = dict(os.environ, HF_HUB_OFFLINE="1", GRADER_STATE=os.devnull, PYTHONPATH=ROOT)
-# A wrong variant of each exercise a run may use: (old, new) in the reference's source.
-WRONG = {"ex04_sharding": ("torch.tensor_split(batch, world_size, dim=0)", "torch.chunk(batch, world_size, dim=0)"),
-         "ex05_gradient_averaging": (".mean(", ".sum(")}
+OPTIONS = ("--device", "cpu", "--profile", "fast")
+# The first check in a fresh kernel: timed from `from grader import check` to its result.
+FIRST = """import sys, time
+from IPython.core.interactiveshell import InteractiveShell
+InteractiveShell.instance()
+started = time.perf_counter()
+from grader import check
+time.sleep(float(sys.argv[3]))  # the learner reading the lesson between the import cell and the check cell
+started += float(sys.argv[3])
+report = check(sys.argv[1], source=open(sys.argv[2]).read(), device="cpu", profile="fast")
+print("first-check", time.perf_counter() - started, report.score)
+"""
+PAUSE = 10.0  # seconds between the import and the first check in the second kind of first check
 
 
 def timed(command):
@@ -34,100 +47,114 @@ def timed(command):
 
 
 def variants(exercise):
-    with open(os.path.join(ROOT, "solutions", exercise + ".py")) as handle:
-        right = handle.read()
-    old, new = WRONG[exercise]
-    assert old in right, f"{old!r} is not in solutions/{exercise}.py"
-    return [right, right.replace(old, new)]
+    """The reference's source, and a wrong implementation of it (its catches file's first that fails on the CPU
+    without a hang) or, where there is none, the reference changed by a comment."""
+    from grader.dev import catches
+
+    right = catches.reference_source(exercise)
+    wrongs = [wrong for wrong in catches.load(exercise).wrong if not wrong.on_a_gpu and wrong.status is None]
+    return [right, wrongs[0].source if wrongs else right + "\n# changed\n"]
 
 
-def notebook_checks(exercise, runs):
-    """(cold: service start and first check, [warm re-checks]) through check() and one service."""
+def first_check(exercise, folder, pause=0.0):
+    """Seconds from `from grader import check` (less `pause`, spent before the check) to the first result."""
+    path = os.path.join(folder, exercise + ".py")
+    with open(path, "w") as handle:
+        handle.write(variants(exercise)[0])
+    done = subprocess.run([sys.executable, "-c", FIRST, exercise, path, str(pause)], cwd=folder, capture_output=True, text=True,
+                          env=ENV, timeout=600, check=True)
+    return float(next(line for line in done.stdout.splitlines() if line.startswith("first-check")).split()[1])
+
+
+def warm_checks(exercise, runs):
+    """[seconds] of `runs` re-checks of a changed submission through the warm service."""
     from grader.learner import check as notebook
 
-    os.environ.update(ENV)
     sources = variants(exercise)
-    started = time.perf_counter()
-    notebook.check(exercise, source=sources[0], device="cpu", profile="fast")
-    cold = time.perf_counter() - started
-    warm, scores = [], set()
+    notebook.check(exercise, source=sources[0], device="cpu", profile="fast")  # warm this exercise's side
+    times, scores = [], set()
     for run in range(runs):
-        time.sleep(0.3)  # as between two saves under watch: the service tidies up after each request
+        time.sleep(0.3)  # as between two edits: the service tidies up after each request
         started = time.perf_counter()
         report = notebook.check(exercise, source=sources[(run + 1) % 2], device="cpu", profile="fast")
-        warm.append(time.perf_counter() - started)
+        times.append(time.perf_counter() - started)
         scores.add(report.score)
-    notebook.service().close()
-    assert len(scores) == 2, f"the right and the wrong variant should score apart: {scores}"
-    return cold, warm
+    assert len(scores) == 2 or sources[1].endswith("# changed\n"), f"{exercise}: right and wrong score alike"
+    return times
 
 
-def watch_checks(exercise, runs):
-    """[seconds from a save to its result printed] for `runs` saves under `python -m grader watch`."""
-    sources = variants(exercise)
-    with tempfile.TemporaryDirectory() as folder:
-        path = os.path.join(folder, exercise + ".py")
-        with open(path, "w") as handle:
-            handle.write(sources[0])
-        process = subprocess.Popen([sys.executable, "-m", "grader", "watch", exercise, "--target", folder,
-                                    "--device", "cpu", "--profile", "fast", "-q"], cwd=ROOT, env=ENV, text=True,
-                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        try:
-            until_watching(process)  # the first grade, cold
-            times = []
-            for run in range(runs):
-                time.sleep(0.3)  # a new mtime, and the watcher back to polling
-                with open(path, "w") as handle:
-                    handle.write(sources[(run + 1) % 2])
-                started = time.perf_counter()
-                until_watching(process)
-                times.append(time.perf_counter() - started)
-            return times
-        finally:
-            process.kill()
-            process.wait()
+class SecondGrader:
+    """Another grader working on the machine meanwhile: the whole kit's references, again and again."""
+
+    def __enter__(self):
+        self.process = subprocess.Popen(
+            ["bash", "-c", f"while true; do {sys.executable} -m grader --target solutions {' '.join(OPTIONS)} -q; done"],
+            cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        time.sleep(8)  # past its start, into its grading
+        return self
+
+    def __exit__(self, *exc):
+        os.killpg(self.process.pid, 9)
+        self.process.wait()
 
 
-def until_watching(process):
-    while True:
-        line = process.stdout.readline()
-        if not line:
-            raise RuntimeError("watch ended")
-        if line.startswith("watching..."):
-            return
-
-
-def line(name, times):
-    times = sorted(times)
-    return (f"{name:<15} median {statistics.median(times):6.3f} s  min {times[0]:6.3f}  max {times[-1]:6.3f}"
-            f"  (n={len(times)})")
+def median(times):
+    return statistics.median(times) if times else float("nan")
 
 
 def main():
+    from grader import catalog
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=10, help="warm re-checks of each kind (default 10)")
-    parser.add_argument("--exercise", default="ex04_sharding", choices=sorted(WRONG))
+    parser.add_argument("--runs", type=int, default=10, help="warm re-checks of each exercise (default 10)")
+    parser.add_argument("--cold-runs", type=int, default=3, help="cold checks and first checks (default 3)")
+    parser.add_argument("--exercises", nargs="*", default=None, help="ids (default: every exercise)")
+    parser.add_argument("--alone", action="store_true", help="skip the runs beside a second grader")
     args = parser.parse_args()
-    imports, floors, colds = [], [], []
-    cold_command = [sys.executable, "-m", "grader", args.exercise, "--target", "solutions", "--device", "cpu",
-                    "--profile", "fast", "-q"]
-    for _ in range(3):
-        imports.append(timed([sys.executable, "-c", "import grader"]))
-        floors.append(timed([sys.executable, "-c", "import torch, transformers, accelerate"]))
-        colds.append(timed(cold_command))
-    service_cold, notebook = notebook_checks(args.exercise, args.runs)
-    watch = watch_checks(args.exercise, args.runs)
-    print(f"{args.exercise}, fast profile, cpu; {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f} at the end")
-    print(line("import grader", imports))
-    print(line("import floor", floors))
-    print(line("cold check", colds))
-    print(line("cold service", [service_cold]))
-    print(line("warm notebook", notebook))
-    print(line("warm watch", watch))
-    floor = statistics.median(floors)
-    for name, times in (("cold check", colds), ("warm notebook", notebook), ("warm watch", watch)):
-        print(f"ratio {name:<14} {statistics.median(times) / floor:5.2f} x the import floor")
-    print(f"cold check / warm notebook: {statistics.median(colds) / statistics.median(notebook):5.1f} x")
+    exercises = [catalog.find(name).id for name in args.exercises] if args.exercises else \
+        [exercise.id for exercise in sorted(catalog.EXERCISES, key=lambda e: e.id)]
+    os.environ.update(ENV)
+    import tempfile
+
+    floors = [timed([sys.executable, "-c", "import torch, transformers, accelerate"]) for _ in range(args.cold_runs)]
+    early = [exercise for exercise in exercises if exercise[:4] <= "ex07"]
+    batch = [timed([sys.executable, "-m", "grader", *early, "--target", "solutions", *OPTIONS, "-q"])
+             for _ in range(args.cold_runs)] if early else []
+    rows = {}
+    with tempfile.TemporaryDirectory() as folder:
+        for exercise in exercises:
+            cold = [timed([sys.executable, "-m", "grader", exercise, "--target", "solutions", *OPTIONS, "-q"])
+                    for _ in range(args.cold_runs)]
+            first = [first_check(exercise, folder) for _ in range(args.cold_runs)]
+            later = [first_check(exercise, folder, PAUSE) for _ in range(args.cold_runs)]
+            rows[exercise] = {"cold": cold, "first": first, "later": later}
+            print(f"{exercise}: cold {median(cold):.2f} s, first {median(first):.2f} s, {median(later):.2f} s",
+                  file=sys.stderr)
+    from grader.learner import check as notebook
+
+    for exercise in exercises:
+        rows[exercise]["alone"] = warm_checks(exercise, args.runs)
+        print(f"{exercise}: warm alone {median(rows[exercise]['alone']):.2f} s", file=sys.stderr)
+    if not args.alone:
+        with SecondGrader():
+            for exercise in exercises:
+                rows[exercise]["beside"] = warm_checks(exercise, args.runs)
+                print(f"{exercise}: warm beside {median(rows[exercise]['beside']):.2f} s", file=sys.stderr)
+    notebook.service().close()
+    floor = median(floors)
+    print(f"{os.cpu_count()} cores; import floor {floor:.2f} s (median of {len(floors)}); fast profile, cpu; "
+          f"warm: median of {args.runs}, cold and first: of {args.cold_runs}")
+    if batch:
+        print(f"cold grade of {' '.join(e[:4] for e in early)}: {median(batch):.2f} s = "
+              f"{median(batch) / floor:.2f} x the floor")
+    print(f"| exercise | cold check | first check in a kernel, at once | the same, {PAUSE:g} s after the import "
+          "| warm alone | warm beside a second grader |")
+    print("|---|---|---|---|---|---|")
+    for exercise, row in rows.items():
+        cells = [f"{median(row[k]):.2f} s ({median(row[k]) / floor:.2f}x)" if row.get(k) else "-"
+                 for k in ("cold", "first", "later")]
+        cells += [f"{median(row[k]):.2f} s (max {max(row[k]):.2f})" if row.get(k) else "-" for k in ("alone", "beside")]
+        print(f"| {exercise} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":

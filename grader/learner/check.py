@@ -24,7 +24,7 @@ from grader import catalog
 from grader.layout import KIT_ROOT
 from grader.notebook import cells as notebook_cells
 from grader.notebook.places import Cell
-from grader.records import HINT, SMALLEST, CheckResult, Status, TargetResult
+from grader.records import HINT, SMALLEST, CheckResult, ExerciseResult, Status, TargetResult
 from grader.service.service import GradeRequest, Service, ServiceError
 
 LABEL = "notebook"
@@ -141,8 +141,26 @@ class CheckReport:
             parts.append(f"<tr><td>{mark}</td><td><code>{e(name)}</code>{device}</td>"
                          f"<td>{row.points:g} / {row.max_points:g}</td>"
                          f"<td style=\"white-space:pre-wrap\">{'<br>'.join(details)}</td></tr>")
-        parts.append("</table></div>")
+        parts.append("</table>")
+        parts += [self._figures_html(exercise) for exercise in self.result.exercises if exercise.figures]
+        parts.append("</div>")
         return "".join(parts)
+
+    def _figures_html(self, exercise: ExerciseResult) -> str:
+        """What the exercise's code saves: each figure's name, a bar chart (yours, the reference's, the naive
+        version's) and whether a check grades it."""
+        from grader import text
+        from grader.reports import figures
+
+        parts = [f"<div><b>what your {html.escape(exercise.id)} saves</b>"]
+        for figure in exercise.figures:
+            graded = "graded: " + figure.tolerance if figure.graded else "shown, not graded"
+            missing = ""
+            if figure.yours is None and figure.missing:
+                missing = f" (yours not measured: {text.one_line(figure.missing)})"
+            parts.append(f"<div>{html.escape(figure.name)} <i>[{html.escape(graded)}]</i>{html.escape(missing)}"
+                         f"<br>{figures.svg(figure)}</div>")
+        return "".join(parts) + "</div>"
 
     def _heading(self) -> str:
         passed = sum(row.passed for row in self.checks)
@@ -160,6 +178,14 @@ def service() -> Service:
         _service = Service()
         atexit.register(_service.close)
     return _service
+
+
+def _start_in_a_kernel() -> None:
+    """In an IPython kernel, start the service as `check` is imported: a notebook imports it cells before its
+    first check, and the service's imports and fork servers (a few seconds) are then done by that check.
+    Elsewhere (a script, a test) it starts on the first check, as before."""
+    if _shell() is not None:
+        service().start()
 
 
 def check(exercise: str | int, *, source: str | None = None, path: str | None = None, device: str = "all",
@@ -315,3 +341,6 @@ def _shell() -> Any:
     from IPython import get_ipython
 
     return get_ipython()
+
+
+_start_in_a_kernel()

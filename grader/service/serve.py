@@ -15,15 +15,19 @@ import gc
 import os
 import random
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from typing import TextIO
 
+from grader import catalog
 from grader.grading.engine import Engine, Request, exercises_named
 from grader.grading.options import Options
 from grader.records import TargetResult
 from grader.sandbox import Sandbox, Target
 from grader.service.service import GradeReply, GradeRequest
+
+WARM_THE_REST_AFTER = 2.0  # seconds after the start: then every other kind of fork server starts, if no request runs
 
 
 class Warm:
@@ -32,6 +36,15 @@ class Warm:
     def __init__(self, seed: int | None = None) -> None:
         self.seed = seed if seed is not None else random.SystemRandom().randrange(2**31)
         self.engine = Engine(keep=True)
+        self.busy = threading.Lock()  # held while a request is graded
+
+    def warm_the_rest(self) -> None:
+        """Start the fork servers of every kind the catalog names, once no request is being graded: a notebook
+        starts the service as it imports check (learner.check), so they are ready by its first check cell
+        whichever exercise that is, and a first check that comes at once does not share the CPUs with their
+        imports. In a small box only the lightest (forkservers.warm_up)."""
+        with self.busy:
+            Sandbox.warm_up({exercise.preload for exercise in catalog.EXERCISES})
 
     def grade(self, request: GradeRequest) -> TargetResult:
         """Grade one request; ValueError for a request that names no such exercise or folder."""
@@ -56,7 +69,8 @@ def serve(requests: TextIO, replies: TextIO, warm: Warm) -> None:
             continue
         started = time.monotonic()
         try:
-            reply = GradeReply(result=warm.grade(GradeRequest.from_line(line)))
+            with warm.busy:
+                reply = GradeReply(result=warm.grade(GradeRequest.from_line(line)))
         except (ValueError, TypeError) as error:
             reply = GradeReply(error=str(error).splitlines()[0] if str(error) else type(error).__name__)
         except RuntimeError as error:  # the grader's own failure (runner says why)
@@ -92,11 +106,16 @@ def main(argv: Sequence[str]) -> int:
     import grader.grading.runner  # noqa: F401 - torch, pytest and Hypothesis imported before it arrives
 
     warm = Warm(args.seed)
+    later = threading.Timer(WARM_THE_REST_AFTER, warm.warm_the_rest)
+    later.daemon = True
+    later.start()
     try:
         serve(sys.stdin, replies, warm)
     except KeyboardInterrupt:
         pass
     finally:
-        warm.close()
+        later.cancel()
+        with warm.busy:  # not while it starts the servers
+            warm.close()
         replies.close()
     return 0

@@ -13,8 +13,10 @@ import textwrap
 
 import pytest
 
+from grader import catalog
 from grader.learner import check as notebook
 from grader.records import CheckResult, ExerciseResult, Failure, Status, TargetResult
+from grader.sandbox import forkservers, memory
 from grader.service.service import GradeRequest, Service
 from tests.kit.harness import KIT_ROOT, mutate, needs, reference_source
 
@@ -221,6 +223,37 @@ def test_check_outside_a_kernel_says_so_in_one_line_and_importing_grader_starts_
     lines = done.stdout.splitlines()
     assert lines[:2] == ["[]", "False"], done.stdout + done.stderr  # nothing heavy, nothing started
     assert lines[2].startswith("CheckError: check() reads the cells of a notebook kernel") and len(lines) == 3
+
+
+@pytest.mark.slow
+def test_importing_check_in_a_kernel_starts_the_service_and_every_kind_of_fork_server(tmp_path):
+    """A notebook imports check cells before its first check: the service and its fork servers start then, so
+    the first check finds them warm whatever its exercise's kind (the service's own pids, a fact)."""
+    needs("IPython", "no IPython shell to import check in")
+    code = ("import sys, time\n"
+            "from IPython.core.interactiveshell import InteractiveShell\n"
+            "InteractiveShell.instance()\n"
+            "from grader import check\n"
+            "import grader.learner.check as notebook\n"
+            "from tests.kit.test_warm import fork_servers\n"
+            "print(notebook._service is not None and notebook._service.alive)\n"
+            "wanted = {'fs ' + kind for kind in sys.argv[1:]}\n"
+            "deadline = time.monotonic() + 120\n"
+            "while time.monotonic() < deadline:\n"
+            "    found = set(fork_servers(notebook._service.process.pid).values())\n"
+            "    if wanted <= found:\n"
+            "        break\n"
+            "    time.sleep(0.5)\n"
+            "print(sorted(found))\n"
+            "notebook._service.close()\n")
+    kinds = sorted({exercise.preload for exercise in catalog.EXERCISES})
+    if memory.worker_budget() is not None:  # a small box starts only the lightest ahead (forkservers.warm_up)
+        kinds = [min(kinds, key=forkservers.depth)]
+    done = subprocess.run([sys.executable, "-c", code, *kinds], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=300, env=dict(os.environ, PYTHONPATH=KIT_ROOT, HF_HUB_OFFLINE="1"))
+    lines = done.stdout.splitlines()
+    assert lines[:1] == ["True"], done.stdout + done.stderr[-2000:]
+    assert lines[1] == str(sorted(f"fs {kind}" for kind in kinds)), done.stdout + done.stderr[-2000:]
 
 
 def test_check_from_a_file_names_what_it_lacks_before_grading(tmp_path):

@@ -61,8 +61,8 @@ def first_check(exercise, folder, pause=0.0):
     path = os.path.join(folder, exercise + ".py")
     with open(path, "w") as handle:
         handle.write(variants(exercise)[0])
-    done = subprocess.run([sys.executable, "-c", FIRST, exercise, path, str(pause)], cwd=folder, capture_output=True, text=True,
-                          env=ENV, timeout=600, check=True)
+    done = subprocess.run([sys.executable, "-c", FIRST, exercise, path, str(pause)], cwd=folder,
+                          capture_output=True, text=True, env=ENV, timeout=600, check=True)
     return float(next(line for line in done.stdout.splitlines() if line.startswith("first-check")).split()[1])
 
 
@@ -87,9 +87,10 @@ class SecondGrader:
     """Another grader working on the machine meanwhile: the whole kit's references, again and again."""
 
     def __enter__(self):
+        loop = f"while true; do {sys.executable} -m grader --target solutions {' '.join(OPTIONS)} -q; done"
         self.process = subprocess.Popen(
-            ["bash", "-c", f"while true; do {sys.executable} -m grader --target solutions {' '.join(OPTIONS)} -q; done"],
-            cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+            ["bash", "-c", loop], cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True)
         time.sleep(8)  # past its start, into its grading
         return self
 

@@ -1,4 +1,6 @@
-"""`python -m grader demo ex07|ex12 --nproc 2`: the learner's own code training a model across processes.
+"""`python -m grader demo ex07|ex12 --nproc 2`: the learner's own code training a model across processes;
+`python -m grader demo ex14` (an exercise whose checks declare figures): what the learner's code saves
+(grader.learner.demo_figures).
 
 The launcher checks that the exercises the demo runs on are solved, builds everything
 offline (a tiny DistilBERT-style checkpoint, a WordPiece tokenizer and a small sentiment
@@ -18,6 +20,7 @@ import tempfile
 from collections.abc import Sequence
 
 from grader.grading.session import resolve_target
+from grader.sandbox import Target
 from grader.usage import command_parser
 
 NEEDS = {"ex07": ["ex04_sharding", "ex06_parameter_sync", "ex07_data_parallel_step"],
@@ -30,7 +33,8 @@ NEUTRAL = "the a movie film day food room it was is very quite rather so this th
 
 def build_parser() -> argparse.ArgumentParser:
     parser = command_parser("demo", __doc__.splitlines()[0])
-    parser.add_argument("exercise", choices=sorted(NEEDS), help="the exercise whose code the demo trains with")
+    parser.add_argument("exercise", help="ex07 or ex12: the exercise whose code the demo trains with; an exercise "
+                                         "of chapters 3 and 4 (ex13 to ex20): what your code saves")
     parser.add_argument("--nproc", type=int, default=2, help="number of processes (ranks), 1 to 8")
     parser.add_argument("--steps", type=int, default=40, help="ex07: optimizer steps")
     parser.add_argument("--epochs", type=int, default=4, help="ex12: epochs")
@@ -46,6 +50,8 @@ def main(argv: Sequence[str]) -> int:
     target = resolve_target(args.target)
     if target is None:
         parser.error(f"--target {args.target}: no such folder")
+    if args.exercise not in NEEDS:
+        return figures_demo(parser, args.exercise, target)
     missing = unsolved(target.path, NEEDS[args.exercise])
     if missing:
         print(f"demo {args.exercise} runs your code from {', '.join(NEEDS[args.exercise])}; solve these first:")
@@ -65,6 +71,22 @@ def main(argv: Sequence[str]) -> int:
                    TOKENIZERS_PARALLELISM="false", PYTHONUNBUFFERED="1")
         print(f"launching {args.nproc} processes with torchrun", flush=True)
         return subprocess.run(command, env=env).returncode
+
+
+def figures_demo(parser: argparse.ArgumentParser, name: str, target: Target) -> int:
+    """The figures of an exercise whose check file declares them; a usage error for any other."""
+    from grader import catalog
+    from grader.learner import demo_figures
+
+    exercise = catalog.find(name)
+    if exercise is None:
+        parser.error(catalog.unknown(name))
+    if not demo_figures.declared(exercise):
+        parser.error(f"{exercise.id} has no demo: demos are ex07 and ex12 (training) and the exercises whose "
+                     "checks measure what your code saves (chapters 3 and 4)")
+    for line in last_grades(target.label, [exercise.id]):
+        print(line)
+    return demo_figures.main(exercise, target)
 
 
 def unsolved(folder: str, modules: Sequence[str]) -> list[tuple[str, str]]:

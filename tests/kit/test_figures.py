@@ -1,0 +1,170 @@
+"""What a submission's code saves (grader.figures): the figures chapters 3 and 4 declare, measured for the
+references at their known values, a wrong variant's apart from the reference's, a raising one's shown as not
+measured (never 0), carried in the JSON, printed under the exercise, drawn in the notebook and by the demo."""
+
+import json
+import math
+
+import pytest
+
+from grader import catalog
+from grader.figures import Declared, declared, skipped
+from grader.grading.session import resolve_target
+from grader.learner import check as notebook_check
+from grader.learner import demo_figures
+from grader.records import CheckResult, ExerciseResult, Figure, Status, TargetResult
+from grader.reports import figures as shown
+from grader.reports import report
+from tests.kit import harness
+
+EX14 = "ex14_gradient_checkpointing"
+# (yours = the reference's, the naive version's) of each figure, counted on the references: exact on any device
+KNOWN = {
+    "ex13_gradient_accumulation": [(4, 16), (43136, 172544)],
+    "ex14_gradient_checkpointing": [(1593344, 17387520)],
+    "ex15_local_sgd": [(47232, 188928)],
+    "ex16_mixed_precision": [(3, 0)],
+    "ex17_optimizer_memory": [(2.0001208897485494, None)],
+    "ex18_adamw_step": [(2.0, 15.0)],
+    "ex19_quantize_blockwise": [(0.5078125, 2.0)],
+    "ex20_adafactor": [(3840 / 525568, 1.0)],
+}
+
+
+def figure(yours=1593344, reference=1593344, naive=17387520, missing=""):
+    return Figure("activations kept for the backward pass", "bytes", yours, reference, naive, True,
+                  "without checkpointing", "enabled model keeps fewer activations: no more than the reference's",
+                  "cpu", missing)
+
+
+def result(*figures):
+    checks = [CheckResult("solutions", EX14, "test_enabled_model_keeps_fewer_activations", "cpu", Status.PASSED)]
+    row = ExerciseResult(EX14, "gradient checkpointing", 3, 20.0, 20.0, Status.PASSED, checks, list(figures))
+    return TargetResult("solutions", [row], 1.0)
+
+
+# --- records and reports --------------------------------------------------------------------
+
+
+def test_the_json_field_round_trips():
+    data = json.loads(json.dumps(report.as_json([result(figure(), figure(yours=None, missing="not started"))])))
+    assert data["exercises"][0]["figures"][0] == {
+        "name": "activations kept for the backward pass", "unit": "bytes", "yours": 1593344, "reference": 1593344,
+        "naive": 17387520, "graded": True, "naive_label": "without checkpointing",
+        "tolerance": "enabled model keeps fewer activations: no more than the reference's", "device": "cpu",
+        "missing": ""}
+    back = TargetResult.from_dict(data)
+    assert back.exercises[0].figures == [figure(), figure(yours=None, missing="not started")]
+
+
+def test_a_report_without_figures_reads_back_with_none():
+    data = result().as_dict()
+    del data["exercises"][0]["figures"]
+    assert TargetResult.from_dict(data).exercises[0].figures == []
+
+
+def test_the_terminal_prints_each_figure_under_its_exercise():
+    lines = report.terminal(result(figure())).splitlines()
+    row = next(i for i, line in enumerate(lines) if line.startswith(EX14))
+    assert lines[row + 1] == ("    saves · activations kept for the backward pass: yours 1.52 MiB, reference 1.52 MiB, "
+                              "without checkpointing 16.58 MiB [graded]")
+    assert "graded by enabled model keeps fewer activations" in report.terminal(result(figure()), verbose=True)
+
+
+def test_a_missing_figure_is_not_measured_never_zero():
+    missing = figure(yours=None, missing="failed: raised RuntimeError: boom\nsecond line")
+    line = shown.line(missing)
+    assert "yours not measured (failed: raised RuntimeError: boom" in line and "\n" not in line
+    assert " 0 " not in line and "0.00" not in line
+    assert shown.text_bars(missing)[0] == "  yours                  not measured"
+    svg = shown.svg(missing)
+    assert svg.count("<rect") == 2 and "not measured" in svg  # no bar for the missing one
+
+
+def test_amounts_keep_counts_whole_and_ratios_short():
+    count = Figure("all-reduces", "", 4, 4, 16, True)
+    assert shown.line(count) == "all-reduces: yours 4, reference 4, naive 16 [graded]"
+    ratio = Figure("state", "x the weights", 0.5078125, 0.5078125, 2.0, False, "two float32 moments")
+    assert shown.amount(ratio.yours, ratio) == "0.51 x the weights"
+    assert shown.amount(0.0073, ratio) == "0.0073 x the weights"
+    assert shown.bars(Figure("state", "x", 2.0, 2.0, None, True)) == [("yours", 2.0), ("reference", 2.0)]
+
+
+def test_the_notebook_table_draws_each_figure():
+    checked = notebook_check.CheckReport(result(figure(), figure(yours=None, missing="not started")), [])
+    page = checked._repr_html_()
+    assert "what your ex14_gradient_checkpointing saves" in page
+    assert page.count("<svg") == 2 and "yours not measured: not started" in page
+
+
+def test_figures_are_skipped_where_there_is_no_code_to_measure():
+    def checks(*statuses):
+        return [CheckResult("t", EX14, f"test_{i}", "cpu", status) for i, status in enumerate(statuses)]
+
+    assert skipped(checks(Status.NOT_STARTED, Status.NOT_STARTED)) == "not started"
+    assert skipped(checks(Status.MISSING)) == "missing"
+    assert skipped(checks(Status.PASSED, Status.TIMED_OUT)) == "timed out"
+    assert skipped(checks(Status.PASSED, Status.NOT_STARTED, Status.FAILED)) == ""  # one function done: measured
+
+
+def test_chapters_3_and_4_declare_their_figures():
+    for exercise in KNOWN:
+        found = demo_figures.declared(catalog.get(exercise))
+        assert [type(item) for item in found] == [Declared] * len(KNOWN[exercise])
+        assert all(item.naive for item in found if item.naive_key or item.naive_value is not None)
+    assert declared(demo_figures.check_module(catalog.get("ex04_sharding"))) == []
+
+
+# --- measured -------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_the_references_figures_are_the_known_ones():
+    found = demo_figures.measure([catalog.get(exercise) for exercise in KNOWN], resolve_target("solutions"))
+    for exercise, known in KNOWN.items():
+        got = [(f.reference, f.naive) for f in found[exercise]]
+        assert [f.yours for f in found[exercise]] == [f.reference for f in found[exercise]], exercise
+        for (reference, naive), (want, want_naive) in zip(got, known):
+            assert math.isclose(reference, want, rel_tol=1e-12), (exercise, reference, want)
+            assert naive == want_naive, (exercise, naive, want_naive)
+
+
+NO_CHECKPOINTING = '''
+import torch
+
+
+def checkpointed_forward(blocks, x):
+    for block in blocks:
+        x = torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False)
+    return x
+
+
+def enable_gradient_checkpointing(model):
+    return model
+'''
+RAISES = NO_CHECKPOINTING.replace("    return model\n", "    raise RuntimeError('checkpointing is off today')\n")
+
+
+@pytest.mark.slow
+def test_grading_measures_each_submission_after_its_checks(tmp_path):
+    """Through the grader: the reference's own code at the reference's figure, no checkpointing at the naive
+    one (every activation kept), a raising function not measured, with its error."""
+    results = harness.grade_submissions(tmp_path, EX14, {
+        "right": harness.reference_source(EX14), "none": NO_CHECKPOINTING, "raises": RAISES}, profile="fast")
+    figures = {name: Figure.from_dict(data["exercises"][0]["figures"][0]) for name, data in results.items()}
+    (reference, naive), = KNOWN[EX14]
+    assert all(f.reference == reference and f.naive == naive and f.graded for f in figures.values())
+    assert figures["right"].yours == reference
+    assert figures["none"].yours == naive
+    assert figures["raises"].yours is None
+    assert figures["raises"].missing.startswith("failed: raised ")
+    assert "RuntimeError: checkpointing is off today" in figures["raises"].missing
+
+
+@pytest.mark.slow
+def test_the_demo_shows_the_figures_of_a_distributed_exercise():
+    done = harness.grader("demo", "ex13", "--target", "solutions")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "backward passes that all-reduced the gradients" in done.stdout
+    assert "yours 4, reference 4, all-reducing every batch 16" in done.stdout
+    assert "  all-reducing every batch  ######################################## 16" in done.stdout

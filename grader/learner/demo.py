@@ -1,5 +1,6 @@
-"""`python -m grader demo ex07|ex12 --nproc 2`: the learner's own code training a model across processes;
-`python -m grader demo ex14` (an exercise whose checks declare figures): what the learner's code saves
+"""`python -m grader demo ex07|ex12 --nproc 2`: the learner's code training across processes; `demo ex14`: its saving.
+
+For ex13 to ex20 (an exercise whose checks declare figures), the demo shows what the learner's code saves
 (grader.learner.demo_figures).
 
 The launcher checks that the exercises the demo runs on are solved, builds everything
@@ -33,8 +34,9 @@ NEUTRAL = "the a movie film day food room it was is very quite rather so this th
 
 def build_parser() -> argparse.ArgumentParser:
     parser = command_parser("demo", __doc__.splitlines()[0])
-    parser.add_argument("exercise", help="ex07 or ex12: the exercise whose code the demo trains with; an exercise "
-                                         "of chapters 3 and 4 (ex13 to ex20): what your code saves")
+    parser.add_argument("exercise", metavar="EXERCISE",
+                        help="ex07 or ex12: the exercise whose code the demo trains with; an exercise of chapters 3 "
+                             "and 4 (ex13 to ex20): what your code saves")
     parser.add_argument("--nproc", type=int, default=2, help="number of processes (ranks), 1 to 8")
     parser.add_argument("--steps", type=int, default=40, help="ex07: optimizer steps")
     parser.add_argument("--epochs", type=int, default=4, help="ex12: epochs")

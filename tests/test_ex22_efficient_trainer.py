@@ -159,22 +159,26 @@ def _arguments(ctx, case, output_dir, function):
 
 @contextlib.contextmanager
 def _passed_keywords():
-    """The keywords of each TrainingArguments(...) call made meanwhile (what the learner wrote), and those its
-    signature lacks."""
+    """The keywords of each TrainingArguments(...) call made meanwhile (what the learner wrote), those its signature
+    lacks, and what TrainingArguments itself raised."""
     from transformers import TrainingArguments
 
-    init, calls, unknown = TrainingArguments.__init__, [], []
+    init, calls, unknown, raised = TrainingArguments.__init__, [], [], []
     signature = inspect.signature(init)
 
     def recording(self, *args, **kwargs):
         unknown.extend(name for name in kwargs if name not in signature.parameters)
         with contextlib.suppress(TypeError):  # a keyword TrainingArguments lacks: init itself refuses it
             calls.append(dict(signature.bind(self, *args, **kwargs).arguments))
-        init(self, *args, **kwargs)
+        try:
+            init(self, *args, **kwargs)
+        except Exception as error:
+            raised.append(error)
+            raise
 
     TrainingArguments.__init__ = recording
     try:
-        yield calls, unknown
+        yield calls, unknown, raised
     finally:
         TrainingArguments.__init__ = init
 
@@ -244,14 +248,14 @@ def _train(ctx, case, output_dir, arguments, build):
 
     model, train = _setup(case)
     layers = _layers(model, case["architecture"])
-    with _passed_keywords() as (calls, unknown):
+    with _passed_keywords() as (calls, unknown, raised):
         try:
             args = _arguments(ctx, case, output_dir, arguments)
-        except (TypeError, ValueError) as error:
-            if not calls and not unknown:
+        except Exception as error:
+            if not any(error is refusal for refusal in raised):
                 raise
             # TrainingArguments refused what it was given: the keywords it lacks, and the precision settings given
-            given = calls[-1] if calls else {}
+            given = calls[-1] if calls and not unknown else {}
             return {"refused": {"unknown": list(dict.fromkeys(unknown)),
                                 "given": {name: bool(given.get(name)) for name in ("bf16", "fp16", "use_cpu")},
                                 "bf16_gpu": torch.cuda.is_available() and torch.cuda.is_bf16_supported(),

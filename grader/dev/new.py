@@ -135,7 +135,7 @@ def insert_entry(text: str, exercises: Sequence[catalog.Exercise], entry: str, c
 def run_new(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     exercise_id, chapters = args.id, {c.number: c for c in catalog.CHAPTERS}
     if not ID.fullmatch(exercise_id):
-        parser.error(f"{exercise_id!r} is not an id of the form exNN_lowercase_words (ex20_topk_compression)")
+        parser.error(f"{exercise_id!r} is not an id of the form exNN_lowercase_words (ex29_topk_compression)")
     number = int(exercise_id[2:4])
     taken = next((e for e in catalog.EXERCISES if e.id == exercise_id or e.number == number), None)
     if taken is not None:

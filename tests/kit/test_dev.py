@@ -198,7 +198,7 @@ def test_dev_usage_errors_are_one_line(args):
     assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
 
 
-NEW = "ex21_topk_compression"
+NEW = "ex29_topk_compression"
 
 
 def test_dev_new_writes_four_files_and_an_entry_and_dev_check_names_what_is_left(tmp_path):
@@ -219,7 +219,7 @@ def test_dev_new_writes_four_files_and_an_entry_and_dev_check_names_what_is_left
     entries = catalog["exercise"]
     ids = [entry["id"] for entry in entries]
     entry = entries[ids.index(NEW)]
-    assert ids[ids.index(NEW) - 1] == "ex12_accelerator_loop"  # chapter 2's last, before chapter 3's first
+    assert ids[ids.index(NEW) - 1] == "ex21_resume_training"  # chapter 2's last, before chapter 3's first
     assert entry == dict(id=NEW, chapter=2, title="Topk compression", points=15, preload="torch", hints=[])
     assert set(entry) >= {key for e in entries if e["id"] != NEW for key in e}  # every field the others have
     assert (kit / "grader" / "catalog.toml").read_text().startswith(catalog_before.split("[[exercise]]")[0])
@@ -231,7 +231,7 @@ def test_dev_new_writes_four_files_and_an_entry_and_dev_check_names_what_is_left
     assert failed == ["points", "hints", "README"], check.stdout
     assert lines_under(check.stdout, "points") == [
         "chapter 2 (distributed training): its exercises' points add up to 115, not 100: edit their points in "
-        "grader/catalog.toml (in proportion: ex07 20 -> 15, ex11 20 -> 15, ex12 25 -> 20), or run "
+        "grader/catalog.toml (in proportion: ex05 20 -> 15, ex12 20 -> 15, ex21 20 -> 15), or run "
         "python -m grader dev update --rebalance to write those"]
     assert lines_under(check.stdout, "hints") == [
         f"{NEW}: no hints: write at least one in its hints = [...] in grader/catalog.toml"]
@@ -254,7 +254,7 @@ def test_dev_new_writes_four_files_and_an_entry_and_dev_check_names_what_is_left
     assert "dev update --rebalance" in update.stdout
     assert f"| {NEW} | 15 | `topk_compression(x)` |" in (kit / table).read_text()
     readme = (kit / course_map).read_text()
-    assert "ex12 an Accelerator training loop, ex21 topk compression |" in readme
+    assert "ex12 an Accelerator training loop, ex21 resume a training run, ex29 topk compression |" in readme
     texts = {path: (kit / path).read_text() for path in blocks.places(str(kit))}
     again = dev(kit, "update")
     assert f"{table}: up to date" in again.stdout and f"{course_map}: up to date" in again.stdout, again.stdout
@@ -264,7 +264,7 @@ def test_dev_new_writes_four_files_and_an_entry_and_dev_check_names_what_is_left
     assert rebalance.returncode == 0, rebalance.stdout + rebalance.stderr
     points = {e["id"][:4]: e["points"] for e in tomllib.loads((kit / "grader" / "catalog.toml").read_text())["exercise"]
               if e["chapter"] == 2}
-    assert points == dict(ex05=20, ex06=15, ex07=15, ex11=15, ex12=20, ex21=15)
+    assert points == dict(ex05=15, ex06=10, ex07=15, ex11=15, ex12=15, ex21=15, ex29=15)
     texts = {path: (kit / path).read_text() for path in blocks.places(str(kit))}
     assert dev(kit, "update").returncode == 0
     assert {path: (kit / path).read_text() for path in texts} == texts
@@ -275,14 +275,14 @@ def test_dev_new_writes_four_files_and_an_entry_and_dev_check_names_what_is_left
 
 def test_dev_new_refuses_in_one_line_and_writes_nothing(tmp_path):
     kit = kit_files(tmp_path / "kit")
-    (kit / "solutions" / "ex21_already_here.py").write_text("")
+    (kit / "solutions" / "ex28_already_here.py").write_text("")
     before = {path: path.read_bytes() for path in kit.rglob("*") if path.is_file()}
     for args, says in ((["ex2_short", "--chapter", "1"], "not an id of the form exNN_lowercase_words"),
                        (["ex20_Capital", "--chapter", "1"], "not an id of the form"),
                        (["ex04_sharding", "--chapter", "1"], "the id is taken by ex04_sharding"),
                        (["ex04_other", "--chapter", "1"], "number 04 is taken by ex04_sharding"),
-                       (["ex22_fine", "--chapter", "9"], "unknown chapter 9 (known: 1, 2, 3, 4)"),
-                       (["ex21_already_here", "--chapter", "1"], "solutions/ex21_already_here.py already exists")):
+                       (["ex27_fine", "--chapter", "9"], "unknown chapter 9 (known: 1, 2, 3, 4)"),
+                       (["ex28_already_here", "--chapter", "1"], "solutions/ex28_already_here.py already exists")):
         done = dev(kit, "new", *args)
         assert done.returncode == 2, (args, done.stdout + done.stderr)
         assert len(done.stderr.strip().splitlines()) == 1 and says in done.stderr, (args, done.stderr)

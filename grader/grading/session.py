@@ -77,9 +77,13 @@ class Session:
 
     def forget_targets(self) -> None:
         """After a service's request: stop its submissions' workers and drop their copies, so that
-        the next request, even of the same folder, starts from a fresh copy in fresh workers."""
+        the next request, even of the same folder, starts from a fresh copy in fresh workers; and start
+        those fresh workers now, in a fresh place, for the folder graded last (Sandbox.start_ahead)."""
+        asked = {target: self.sandbox.asked_for(target) for target in self.targets}
         for target in self.targets:
             self.sandbox.forget(target)
+        if self.targets:
+            self.sandbox.start_ahead(self.targets[-1], asked[self.targets[-1]], self.timeout)
         self.target_cache.clear()
         self.current_target = None
 

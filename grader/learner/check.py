@@ -180,6 +180,18 @@ def service() -> Service:
     return _service
 
 
+_folders: list[str] = []
+
+
+def _folder() -> str:
+    """The kernel's one folder for the code it has graded: one folder, so that the service starts the workers
+    of the next check while the learner edits (Sandbox.start_ahead); removed with the kernel."""
+    if not _folders or not os.path.isdir(_folders[0]):
+        _folders[:] = [tempfile.mkdtemp(prefix="grader-notebook-")]
+        atexit.register(shutil.rmtree, _folders[0], True)
+    return _folders[0]
+
+
 def _start_in_a_kernel() -> None:
     """In an IPython kernel, start the service as `check` is imported: a notebook imports it cells before its
     first check, and the service's imports and fork servers (a few seconds) are then done by that check.
@@ -245,7 +257,7 @@ def _grade(exercises: Sequence[catalog.Exercise], code: str, device: str, profil
         exercise = exercises[0]
         raise CheckError(f"the notebook defines none of {exercise.id}'s functions ({', '.join(needed(exercise))}): "
                          "write them in a cell and run it, then check again")
-    folder = tempfile.mkdtemp(prefix="grader-notebook-")
+    folder = _folder()
     try:
         for exercise in mentioned:  # an exercise the notebook lacks is graded as missing
             with open(os.path.join(folder, exercise.id + ".py"), "w") as handle:
@@ -257,7 +269,8 @@ def _grade(exercises: Sequence[catalog.Exercise], code: str, device: str, profil
         except ServiceError as error:
             raise CheckError(str(error)) from None
     finally:
-        shutil.rmtree(folder, ignore_errors=True)
+        for name in os.listdir(folder):  # the service graded its own copy: nothing here is needed now
+            os.remove(os.path.join(folder, name))
     for note in reply.notes:
         print(note, file=sys.stderr)
     if reply.result is None:

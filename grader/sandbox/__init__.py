@@ -55,6 +55,7 @@ COPY_LIMIT = 64 * 2**20  # bytes of a submission folder copied for grading
 SCRATCH_MB = scratch_folder.LIMIT // 2**20
 REFERENCE_ALLOWANCE = 300.0  # seconds; the reference is trusted, its limit only guards the kit
 START_ALLOWANCE = 60.0  # seconds a worker (or a group) may take to start
+AHEAD_WORKERS = 6  # at most so many workers started ahead for a folder's next grading (Sandbox.start_ahead)
 REQUIRED = ("landlock", "container")  # what --require-sandbox insists on
 
 __all__ = ["Request", "Sandbox", "Target", "WorkerFailure", "Status"]
@@ -147,6 +148,7 @@ class Sandbox:
             os.mkdir(self.reference_copy)
         os.chmod(self.reference_copy, 0o700)
         self.prepared: dict[str, _Prepared] = {}  # by the target's folder
+        self.ahead: dict[str, _Prepared] = {}  # by the target's folder: the place of its next grading (start_ahead)
         self.prepared_count = 0
         self.pools = Pools(self.logs, memory.worker_budget() if budget_mb is None else budget_mb)
 
@@ -272,26 +274,58 @@ class Sandbox:
 
     def _prepare(self, target: Target) -> _Prepared:
         if target.path not in self.prepared:
-            index = self.prepared_count  # never reused: a forgotten target's folders may linger
-            self.prepared_count += 1
-            base = os.path.join(self.rundir, "targets", str(index))
-            os.makedirs(base, 0o711)
-            os.chmod(os.path.dirname(base), 0o711)
-            os.chmod(base, 0o711)
-            uid = identity.uid_of(index) if self.switch_user else None
-            copy, scratch = os.path.join(base, "src"), os.path.join(base, "scratch")
+            slot = self.ahead.pop(target.path, None) or self._slot()
             try:
-                _copy_tree(target.path, copy, COPY_LIMIT)
+                _copy_tree(target.path, slot.copy, COPY_LIMIT)
             except OSError as error:  # the grader's own folder (a full disk): never the student's failure
+                self._dispose(slot)
                 raise WorkerFailure(Status.NOT_GRADED, f"the grader could not copy {target.label}: {error}")
-            os.mkdir(scratch, 0o700)
-            bounded = self.bounded_scratch and scratch_folder.mount_bounded(scratch, uid)
-            if uid is not None:
-                os.chown(scratch, uid, uid)
-            _seal(copy, uid)
-            self.prepared[target.path] = _Prepared(index, copy, scratch, uid, self.containers.new(index, uid),
-                                                   bounded)
+            _seal(slot.copy, slot.uid)
+            self.prepared[target.path] = slot
         return self.prepared[target.path]
+
+    def _slot(self) -> _Prepared:
+        """A submission's place, still empty: its folders (the copy's too), user, scratch and container."""
+        index = self.prepared_count  # never reused: a forgotten target's folders may linger
+        self.prepared_count += 1
+        base = os.path.join(self.rundir, "targets", str(index))
+        os.makedirs(base, 0o711)
+        os.chmod(os.path.dirname(base), 0o711)
+        os.chmod(base, 0o711)
+        uid = identity.uid_of(index) if self.switch_user else None
+        copy, scratch = os.path.join(base, "src"), os.path.join(base, "scratch")
+        os.mkdir(copy, 0o700)  # filled, then sealed, before any of its workers is sent a request
+        os.mkdir(scratch, 0o700)
+        bounded = self.bounded_scratch and scratch_folder.mount_bounded(scratch, uid)
+        if uid is not None:
+            os.chown(scratch, uid, uid)
+        return _Prepared(index, copy, scratch, uid, self.containers.new(index, uid), bounded)
+
+    def start_ahead(self, target: Target, asked: Sequence[tuple[PoolKey, str]], timeout: float) -> None:
+        """Make the place of `target`'s next grading, and start in it the workers its last grading asked for
+        (`asked`: their pool keys and preloads): a grading service's next request of the same folder (a
+        notebook's, watch's) then finds them forked, confined and joined. They are fresh workers of a fresh
+        place, which nothing of the submission graded before ever ran in; the new submission is copied in
+        and sealed before any of them is sent a request (`_prepare`). Not in a small box (see Pools)."""
+        if self.pools.budget_mb is not None or target.path in self.prepared or target.path in self.ahead:
+            return
+        for other in [Target(path, path) for path in self.ahead if path != target.path]:  # one place ahead at most
+            self.release(other)
+            self._dispose(self.ahead.pop(other.path))
+        slot = self.ahead[target.path] = self._slot()
+        started = 0
+        for key, preload in sorted(asked, key=lambda pair: int(pair[0][3])):  # workers before groups
+            _, _, exercise, world_size, device = key
+            started += int(world_size)
+            if started > AHEAD_WORKERS:  # idle processes of 30-70 MB each while the learner edits
+                break
+            request = Request(target, str(exercise), preload, "", "", (), str(device), int(world_size))
+            self.pools.start_ahead(key, self._spec(request, slot, timeout), int(world_size), START_ALLOWANCE)
+
+    def asked_for(self, target: Target) -> list[tuple[PoolKey, str]]:
+        """The pool keys of `target`'s workers alive now, with their preloads (what `start_ahead` starts)."""
+        return [(key, ranks.spec.preload) for key, ranks in self.pools.ranks.items()
+                if key[0] == "target" and key[1] == target.path]
 
     # --- lifetimes ----------------------------------------------------------------------
 
@@ -327,8 +361,11 @@ class Sandbox:
         the same folder graded again (a grading service's next request) is copied afresh."""
         self.release(target)
         prepared = self.prepared.pop(target.path, None)
-        if prepared is None:
-            return
+        if prepared is not None:
+            self._dispose(prepared)
+
+    def _dispose(self, prepared: _Prepared) -> None:
+        """Remove a submission's place: its container, scratch mount and folders (its workers are stopped)."""
         self.pools.reap()
         prepared.container.remove()
         if prepared.container in self.containers.made:
@@ -342,7 +379,7 @@ class Sandbox:
         self.pools.reap()  # once the ranks are gone, whatever they started is this process's to kill
         self.containers.close()
         kill_descendants()
-        for prepared in self.prepared.values():
+        for prepared in [*self.prepared.values(), *self.ahead.values()]:
             if prepared.bounded:
                 scratch_folder.unmount(prepared.scratch)
         scratch_folder.remove_tree(self.rundir)  # sealed copies too (a grader not root)

@@ -317,12 +317,15 @@ class Pools:
         self.budget_mb = budget_mb
         self.ranks: dict[PoolKey, Ranks] = {}  # in order of last use
         self.stopped: list[Ranks] = []
+        self.ahead: dict[PoolKey, Ranks] = {}  # started before they are asked for (start_ahead), none used yet
 
     def get(self, key: PoolKey, spec: worker.WorkerSpec, world_size: int, start_timeout: float) -> Ranks:
         ranks = self.ranks.pop(key, None)
         if ranks is not None and not ranks.alive:
             ranks.kill()
             ranks = None
+        if ranks is None:
+            ranks = self._started_ahead(key, spec, world_size)
         if ranks is not None:
             self.ranks[key] = ranks  # now the most recently used
         else:
@@ -337,6 +340,32 @@ class Pools:
                 del self.ranks[key]
                 raise
         return ranks
+
+    def start_ahead(self, key: PoolKey, spec: worker.WorkerSpec, world_size: int, start_timeout: float) -> None:
+        """Start the ranks `key` will be asked for, so that they are ready (forked, confined, joined) when it is:
+        a grading service's next request of the same submission. Not in a small box, where memory is
+        scarcer than time; a start that fails is left to `get` to try again, and say why."""
+        if self.budget_mb is not None or key in self.ranks or key in self.ahead:
+            return
+        ranks = Ranks(spec, world_size, self.logdir)
+        try:
+            ranks.start(time.monotonic() + start_timeout)
+        except WorkerFailure:
+            return
+        self.ahead[key] = ranks
+
+    def _started_ahead(self, key: PoolKey, spec: worker.WorkerSpec, world_size: int) -> Ranks | None:
+        """The ranks started ahead for `key`, where they are alive and are what `spec` asks for (their
+        collectives' time-out aside: set from the request's time limit, which differs by the moment)."""
+        ranks = self.ahead.pop(key, None)
+        if ranks is None:
+            return None
+        same = dataclasses.replace(spec, collective_timeout=ranks.spec.collective_timeout) == ranks.spec
+        if same and ranks.world_size == world_size and ranks.alive:
+            return ranks
+        ranks.stop()
+        self.stopped.append(ranks)
+        return None
 
     def _make_room(self, needed: float) -> None:
         if self.budget_mb is None:
@@ -367,10 +396,11 @@ class Pools:
         """Stop the pools (all but those to keep). Their ranks die at once; the next `close` or
         `reap` collects them, so grading goes on meanwhile."""
         self.reap()  # those stopped last time are long gone by now
-        for key in [key for key in self.ranks if not keep(key)]:
-            ranks = self.ranks.pop(key)
-            ranks.stop()
-            self.stopped.append(ranks)
+        for pools in (self.ranks, self.ahead):
+            for key in [key for key in pools if not keep(key)]:
+                ranks = pools.pop(key)
+                ranks.stop()
+                self.stopped.append(ranks)
 
     def reap(self) -> None:
         for ranks in self.stopped:

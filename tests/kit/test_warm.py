@@ -6,6 +6,7 @@ sees nothing of the one before (not its observations, not its workers' state, no
 and `check()` in a real IPython shell grades the cells it ran.
 """
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -18,7 +19,7 @@ from grader.learner import check as notebook
 from grader.records import CheckResult, ExerciseResult, Failure, Status, TargetResult
 from grader.sandbox import forkservers, memory
 from grader.service.service import GradeRequest, Service
-from tests.kit.harness import KIT_ROOT, mutate, needs, reference_source
+from tests.kit.harness import KIT_ROOT, SEED, mutate, needs, reference_source
 
 EXERCISE = "ex04_sharding"
 BATCH_CHECK = "test_shard_batch_matches_tensor_split"
@@ -44,7 +45,8 @@ def grade(service, folder, **options):
 
 def fork_servers(root):
     """{pid: name} of the fork servers ("fs torch", ...) among `root`'s descendants: the same pids before
-    and after a grade prove it was graded warm, with no server started again (a fact, not a time)."""
+    and after a grade prove it was graded warm, with no server started again (a fact, not a time). A child
+    that still bears its server's name is a worker just forked (one started ahead, Sandbox.start_ahead)."""
     children = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
@@ -54,11 +56,13 @@ def fork_servers(root):
                 children.setdefault(int(tail.split()[1]), []).append((int(entry), head.split("(", 1)[1]))
             except (OSError, ValueError, IndexError):
                 pass
+    names = {pid: name for kids in children.values() for pid, name in kids}
     found, todo = {}, [root]
     while todo:
-        for pid, name in children.get(todo.pop(), []):
+        parent = todo.pop()
+        for pid, name in children.get(parent, []):
             todo.append(pid)
-            if name.startswith("fs "):
+            if name.startswith("fs ") and names.get(parent) != name:  # the same name: a fork not yet renamed
                 found[pid] = name
     return found
 
@@ -91,7 +95,47 @@ def test_the_service_grades_the_reference_full_then_the_stubs_not_started_then_a
     wrong = grade(service, folder)
     failed = [name for name, status in statuses(wrong).items() if status is not Status.PASSED]
     assert BATCH_CHECK in failed and all("shard_batch" in name for name in failed), statuses(wrong)
-    assert fork_servers(service.process.pid) == servers  # warm: no fork server started again
+    assert servers.items() <= fork_servers(service.process.pid).items()  # warm: none started again (the idle
+    # service may have started the other kinds meanwhile: serve.Warm.warm_the_rest)
+
+
+@pytest.mark.slow
+def test_the_next_request_of_a_folder_finds_its_workers_started_ahead_and_only_one_place_is_kept(tmp_path):
+    """After a request the service starts, in a fresh place, the workers the folder's next request asks for; that
+    request is served by those very processes (their pids), and a request of another folder drops them."""
+    from grader.sandbox import AHEAD_WORKERS, pools
+    from grader.service.serve import Warm
+
+    folder, other = tmp_path / "mine", tmp_path / "other"
+    for path in (folder, other):
+        path.mkdir()
+        (path / "ex05_gradient_averaging.py").write_text(reference_source("ex05_gradient_averaging"))
+    warm = Warm(seed=int(SEED))
+    served: list[tuple] = []
+    real_get = pools.Pools.get
+
+    def get(self, key, *args, **kwargs):
+        ranks = real_get(self, key, *args, **kwargs)
+        served.append((key, tuple(process.pid for process in ranks.processes)))
+        return ranks
+
+    request = GradeRequest(exercises=("ex05",), target=str(folder), device="cpu", profile="fast")
+    try:
+        assert warm.grade(request).score == 20
+        sandbox = warm.engine.session.sandbox
+        ahead = {key: tuple(process.pid for process in ranks.processes) for key, ranks in sandbox.pools.ahead.items()}
+        sizes = [key[3] for key in ahead]
+        assert 1 in sizes and max(sizes) > 1 and sum(sizes) <= AHEAD_WORKERS, ahead  # a worker, and groups of ranks
+        assert list(sandbox.ahead) == [str(folder)] and str(folder) not in sandbox.prepared
+        pools.Pools.get = get
+        assert warm.grade(request).score == 20
+        assert set(ahead.items()) <= set(served)  # each served by the very processes started ahead
+        assert warm.grade(dataclasses.replace(request, target=str(other))).score == 20
+        assert list(sandbox.ahead) == [str(other)]  # one place ahead at most: the folder graded last
+        assert all(key[1] == str(other) for key in sandbox.pools.ahead)
+    finally:
+        pools.Pools.get = real_get
+        warm.close()
 
 
 LEAKS = textwrap.dedent('''
@@ -317,7 +361,7 @@ def test_watch_regrades_a_save_with_its_warm_grader(tmp_path):
                                             "torch.chunk(batch, world_size, dim=0)")))
         second = until_graded()
         assert f"{EXERCISE} changed, grading" in second and f"{EXERCISE} {BATCH_CHECK} [cpu]: failed" in second
-        assert fork_servers(process.pid) == servers  # warm: the first grade's fork servers answered it
+        assert servers.items() <= fork_servers(process.pid).items()  # warm: the first grade's servers answered it
     finally:
         process.kill()
         process.wait()

@@ -408,8 +408,8 @@ def _check_scheduler(case, expected, actual):
                                  uninterrupted["last_lr"])):
             if got != want:
                 cause = _first_difference(case, run)
-                fail(f"{describe(case)}: rank {rank}'s resumed run: {what} were {got}, the uninterrupted run's "
-                     f"{want}", hint=_diagnosis(case, actual) if cause not in (None, "scheduler") else SCHEDULER_HINT)
+                fail(f"{describe(case)}: rank {rank}'s resumed run, {what}: {got}; the uninterrupted run's: {want}",
+                     hint=_diagnosis(case, actual) if cause not in (None, "scheduler") else SCHEDULER_HINT)
     for rank, run in enumerate(actual):
         lrs, want = run["uninterrupted"]["lrs"], expected[rank]["uninterrupted"]["lrs"]
         if len(lrs) == len(want) and not all(math.isclose(a, b, rel_tol=1e-12, abs_tol=1e-15) for a, b in zip(lrs, want)):

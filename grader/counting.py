@@ -1,4 +1,4 @@
-"""Counters a figure's probe runs in a worker (grader.figures): what code keeps, allocates, computes in and
+"""Counters a figure's probe runs in a worker (grader.grading.figures): what code keeps, allocates, computes in and
 sends, counted, never timed, so that a figure is exact and the same on any device and machine.
 
 Each is a context manager built only on torch's public hooks: saved_tensors_hooks (what autograd keeps for

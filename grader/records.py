@@ -224,7 +224,7 @@ class Failure:
 
 @dataclass(frozen=True)
 class Figure:
-    """What an exercise's code saves, measured by counting on one fixed input (grader.figures): the
+    """What an exercise's code saves, measured by counting on one fixed input (grader.grading.figures): the
     submission's figure beside the reference's and a naive version's, in `unit`. None where a figure could
     not be measured (`missing` says why for the submission's): never 0. `graded` where a check grades that
     saving, `tolerance` saying which check and how close; elsewhere the figure is shown, not graded."""

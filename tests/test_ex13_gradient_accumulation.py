@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 from grader import probing, training
 from grader.checks import NEEDS_FLOAT64, expect_close, expect_equal, explicit_examples, fail
-from grader.figures import Declared
+from grader.grading.figures import Declared
 
 LOSSES = ["mse_loss", "cross_entropy"]
 OPTIMIZERS = ["sgd", "sgd_momentum", "adam"]
@@ -486,7 +486,7 @@ def test_train_with_accumulation_syncs_only_on_boundaries(grade, case):
         expect_equal(got["reduced_backwards"], want["reduced_backwards"], what, hint=hint)
 
 
-# --- figures: what accumulation saves (grader.figures) -----------------------------------------
+# --- figures: what accumulation saves (grader.grading.figures) -----------------------------------------
 
 # 2 ranks, windows of 4 batches, 16 batches of 2 rows a rank, a wider model than the checks' (bucket bytes show)
 FIGURE_LOOP = loop(2, 4, 2, 64, "mse_loss", "sgd", in_features=16, hidden=64, out_features=4)

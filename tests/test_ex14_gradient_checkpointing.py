@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 from grader import models, probing
 from grader.checks import assume_dtype_on, close, expect_close, expect_equal, explicit_examples, fail
-from grader.figures import Declared
+from grader.grading.figures import Declared
 from grader.probing import InvalidResult
 
 DTYPES = ("float32", "float64")
@@ -442,7 +442,7 @@ def test_enabled_model_computes_the_same_outputs_and_gradients(grade, case):
             expect_close(got["grads"][name], grad, f"{where}: the gradient of {name!r}", hint=hint)
 
 
-# --- figures: what checkpointing saves (grader.figures) ----------------------------------------
+# --- figures: what checkpointing saves (grader.grading.figures) ----------------------------------------
 
 
 FIGURE_MODEL = dict(architecture="bert", hidden=64, layers=4, batch=8, sequence=128)

@@ -32,7 +32,7 @@ from hypothesis import strategies as st
 
 from grader import probing, training
 from grader.checks import NEEDS_GLOO, expect_equal, explicit_examples, fail
-from grader.figures import Declared
+from grader.grading.figures import Declared
 
 LOSSES = ["mse_loss", "cross_entropy"]
 OPTIMIZERS = ["sgd", "sgd_momentum", "adamw"]
@@ -452,7 +452,7 @@ def test_buffers_and_optimizer_state_stay_each_ranks_own(grade, case):
                                  hint=MODE_HINTS["optimizer_state_too"])
 
 
-# --- figures: what local SGD saves (grader.figures) --------------------------------------------
+# --- figures: what local SGD saves (grader.grading.figures) --------------------------------------------
 
 FIGURE_CASE = case(2, 16, 4, "mse_loss", "sgd", rows=4, in_features=16, hidden=64, out_features=4)
 

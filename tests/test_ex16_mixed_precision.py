@@ -35,7 +35,7 @@ from hypothesis import strategies as st
 
 from grader import probing, training
 from grader.checks import close, expect_close, expect_equal, explicit_examples, fail
-from grader.figures import Declared
+from grader.grading.figures import Declared
 
 LOW_DTYPES = ("bfloat16", "float16")
 KINDS = ("mlp", "norm", "log_softmax")
@@ -668,7 +668,7 @@ def test_scaled_step_clears_gradients_and_keeps_float32_weights(grade, case):
                      hint=MISTAKE_HINTS["no_zero_grad"] + " (to None or zeros, both are fine)")
 
 
-# --- figures: what mixed precision saves (grader.figures) --------------------------------------
+# --- figures: what mixed precision saves (grader.grading.figures) --------------------------------------
 
 
 def figure_matmuls(ctx):

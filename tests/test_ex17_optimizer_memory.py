@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from grader import probing
 from grader.checks import assume_dtype_on, example, expect_equal, fail
-from grader.figures import Declared
+from grader.grading.figures import Declared
 from grader.probing import InvalidResult
 from grader.sandbox.wire import describe as show
 
@@ -434,7 +434,7 @@ def test_estimate_state_bytes_rejects_unknown_optimizers(grade, name):
              hint="raise ValueError for an unknown name (not KeyError from a dict lookup, nor another error)")
 
 
-# --- figures: what an optimizer's state costs (grader.figures) ---------------------------------
+# --- figures: what an optimizer's state costs (grader.grading.figures) ---------------------------------
 
 
 def figure_state(ctx):

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from grader import probing
 from grader.checks import assume_dtype_on, example, explicit_examples, fail
-from grader.figures import Declared
+from grader.grading.figures import Declared
 from grader.probing import InvalidResult
 
 DTYPES = ["float32", "float64"]
@@ -326,7 +326,7 @@ def test_adamw_step_does_the_arithmetic_itself(grade, case):
                   "addcdiv_): building a torch.optim.AdamW inside adamw_step skips the exercise")
 
 
-# --- figures: what an in-place step saves (grader.figures) -------------------------------------
+# --- figures: what an in-place step saves (grader.grading.figures) -------------------------------------
 
 
 def _out_of_place(param, grad, exp_avg, exp_avg_sq, step, lr, betas, eps, weight_decay):

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from grader import probing
 from grader.checks import expect_close, expect_equal, explicit_examples, fail
-from grader.figures import Declared
+from grader.grading.figures import Declared
 from grader.probing import InvalidResult
 
 DTYPES = ["float32", "float16", "bfloat16"]
@@ -322,7 +322,7 @@ def test_round_trip_stays_within_half_a_code(grade, case):
              f"(its block's absmax / 254 = {absmax[worst].item() / 254:.3g})", hint=hint)
 
 
-# --- figures: what 8-bit state saves (grader.figures) ------------------------------------------
+# --- figures: what 8-bit state saves (grader.grading.figures) ------------------------------------------
 
 
 def figure_state(ctx):

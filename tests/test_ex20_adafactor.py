@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 from grader import probing
 from grader.checks import assume_dtype_on, example, explicit_examples, fail
-from grader.figures import Declared
+from grader.grading.figures import Declared
 from grader.probing import InvalidResult
 
 DTYPES = ["float32", "float64", "bfloat16", "float16"]
@@ -613,7 +613,7 @@ def test_adafactor_step_does_the_arithmetic_itself(grade, case):
                   "built inside adafactor_step skips the exercise")
 
 
-# --- figures: what factored statistics save (grader.figures) -----------------------------------
+# --- figures: what factored statistics save (grader.grading.figures) -----------------------------------
 
 FIGURE_SHAPES = [(256, 1024), (1024,), (1024, 256), (256,)]  # a feed-forward block's weights and biases
 

@@ -80,12 +80,12 @@ class Collector:
 
     def pytest_runtest_teardown(self, item: pytest.Item, nextitem: pytest.Item | None) -> None:
         """After a target's last check of an exercise, while its workers are warm: the figures its check file
-        declares (grader.figures), for it and the reference. Not in a run of chosen checks alone."""
+        declares (grader.grading.figures), for it and the reference. Not in a run of chosen checks alone."""
         grading = item.config.stash.get(SESSION, None)
         case = _graded_case(item)
         if grading is None or case is None or case == _graded_case(nextitem) or grading.options.only_checks:
             return
-        from grader import figures
+        from grader.grading import figures
 
         declarations = figures.declared(getattr(item, "module", None))
         target, exercise = case

@@ -1,6 +1,6 @@
 """`python -m grader demo ex14`: what the learner's code saves, beside the reference's and a naive version's.
 
-For an exercise whose check file declares figures (grader.figures), the figures are measured as grading
+For an exercise whose check file declares figures (grader.grading.figures), the figures are measured as grading
 measures them (the same probes, in the same sandboxed workers, no check run) and drawn as text bars.
 """
 
@@ -11,8 +11,8 @@ import os
 import types
 from collections.abc import Sequence
 
-from grader import figures
 from grader.catalog import Exercise
+from grader.grading import figures
 from grader.grading.options import Options, resolve
 from grader.grading.runner import check_file
 from grader.grading.session import Session

@@ -1,4 +1,4 @@
-"""What a submission's code saves (grader.figures): the figures chapters 3 and 4 declare, measured for the
+"""What a submission's code saves (grader.grading.figures): the figures chapters 3 and 4 declare, measured for the
 references at their known values, a wrong variant's apart from the reference's, a raising one's shown as not
 measured (never 0), carried in the JSON, printed under the exercise, drawn in the notebook and by the demo."""
 
@@ -8,7 +8,7 @@ import math
 import pytest
 
 from grader import catalog
-from grader.figures import Declared, declared, skipped
+from grader.grading.figures import Declared, declared, skipped
 from grader.grading.session import resolve_target
 from grader.learner import check as notebook_check
 from grader.learner import demo_figures

@@ -6,7 +6,6 @@ sees nothing of the one before (not its observations, not its workers' state, no
 and `check()` in a real IPython shell grades the cells it ran.
 """
 
-import dataclasses
 import os
 import subprocess
 import sys
@@ -99,43 +98,56 @@ def test_the_service_grades_the_reference_full_then_the_stubs_not_started_then_a
     # service may have started the other kinds meanwhile: serve.Warm.warm_the_rest)
 
 
+# Run in a process of its own: a sandbox closed in the test's process would end every process the test's
+# process started (the kit's zygote among them).
+AHEAD = """import dataclasses, sys
+from grader.sandbox import AHEAD_WORKERS, pools
+from grader.service.serve import Warm
+from grader.service.service import GradeRequest
+
+folder, other, seed = sys.argv[1:]
+warm = Warm(seed=int(seed))
+served = []
+real_get = pools.Pools.get
+
+def get(self, key, *args, **kwargs):
+    ranks = real_get(self, key, *args, **kwargs)
+    served.append((key, tuple(process.pid for process in ranks.processes)))
+    return ranks
+
+request = GradeRequest(exercises=("ex05",), target=folder, device="cpu", profile="fast")
+try:
+    assert warm.grade(request).score == 20
+    sandbox = warm.engine.session.sandbox
+    ahead = {key: tuple(process.pid for process in ranks.processes) for key, ranks in sandbox.pools.ahead.items()}
+    sizes = [key[3] for key in ahead]
+    assert 1 in sizes and max(sizes) > 1 and sum(sizes) <= AHEAD_WORKERS, ahead  # a worker, and groups of ranks
+    assert list(sandbox.ahead) == [folder] and folder not in sandbox.prepared
+    pools.Pools.get = get
+    assert warm.grade(request).score == 20
+    assert set(ahead.items()) <= set(served), (ahead, served)  # each served by the very processes started ahead
+    assert warm.grade(dataclasses.replace(request, target=other)).score == 20
+    assert list(sandbox.ahead) == [other]  # one place ahead at most: the folder graded last
+    assert all(key[1] == other for key in sandbox.pools.ahead)
+    print("ahead as said")
+finally:
+    pools.Pools.get = real_get
+    warm.close()
+"""
+
+
 @pytest.mark.slow
 def test_the_next_request_of_a_folder_finds_its_workers_started_ahead_and_only_one_place_is_kept(tmp_path):
     """After a request the service starts, in a fresh place, the workers the folder's next request asks for; that
     request is served by those very processes (their pids), and a request of another folder drops them."""
-    from grader.sandbox import AHEAD_WORKERS, pools
-    from grader.service.serve import Warm
-
     folder, other = tmp_path / "mine", tmp_path / "other"
     for path in (folder, other):
         path.mkdir()
         (path / "ex05_gradient_averaging.py").write_text(reference_source("ex05_gradient_averaging"))
-    warm = Warm(seed=int(SEED))
-    served: list[tuple] = []
-    real_get = pools.Pools.get
-
-    def get(self, key, *args, **kwargs):
-        ranks = real_get(self, key, *args, **kwargs)
-        served.append((key, tuple(process.pid for process in ranks.processes)))
-        return ranks
-
-    request = GradeRequest(exercises=("ex05",), target=str(folder), device="cpu", profile="fast")
-    try:
-        assert warm.grade(request).score == 20
-        sandbox = warm.engine.session.sandbox
-        ahead = {key: tuple(process.pid for process in ranks.processes) for key, ranks in sandbox.pools.ahead.items()}
-        sizes = [key[3] for key in ahead]
-        assert 1 in sizes and max(sizes) > 1 and sum(sizes) <= AHEAD_WORKERS, ahead  # a worker, and groups of ranks
-        assert list(sandbox.ahead) == [str(folder)] and str(folder) not in sandbox.prepared
-        pools.Pools.get = get
-        assert warm.grade(request).score == 20
-        assert set(ahead.items()) <= set(served)  # each served by the very processes started ahead
-        assert warm.grade(dataclasses.replace(request, target=str(other))).score == 20
-        assert list(sandbox.ahead) == [str(other)]  # one place ahead at most: the folder graded last
-        assert all(key[1] == str(other) for key in sandbox.pools.ahead)
-    finally:
-        pools.Pools.get = real_get
-        warm.close()
+    done = subprocess.run([sys.executable, "-c", AHEAD, str(folder), str(other), SEED], cwd=KIT_ROOT,
+                          capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, PYTHONPATH=KIT_ROOT, HF_HUB_OFFLINE="1", GRADER_STATE=os.devnull))
+    assert done.stdout.splitlines()[-1:] == ["ahead as said"], done.stdout[-2000:] + done.stderr[-3000:]
 
 
 LEAKS = textwrap.dedent('''

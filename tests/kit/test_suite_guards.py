@@ -1,6 +1,9 @@
 """The kit's own suite fails in bounded time: a hanging kit test is failed by pytest-timeout with
-its stack (tests/kit/conftest.py gives every test a timeout), not left to CI's 90 minutes."""
+its stack (tests/kit/conftest.py gives every test a timeout), not left to CI's 90 minutes. And no
+kit test grades in pytest's own process: closing a grading session ends every process the closing
+process started (Sandbox.close), the kit's zygote among them, and the tests after it would fail."""
 
+import ast
 import os
 import subprocess
 import sys
@@ -24,3 +27,37 @@ def test_a_hanging_kit_test_fails_with_its_stack_within_its_timeout(tmp_path):
     output = done.stdout + done.stderr
     assert done.returncode == 1, output[-3000:]
     assert "time.sleep(120)" in output, output[-3000:]  # the hanging line, in the stack it is failed with
+
+
+# What builds a grading session (and closes it) in the process that calls it.
+IN_PROCESS = {"Warm", "Engine", "Session", "Sandbox"}
+IN_PROCESS_MEASURE = ("demo_figures", "measure")
+
+
+def grading_in_process(folder):
+    """The calls in `folder`'s test files that would grade in pytest's own process."""
+    found = []
+    for name in sorted(os.listdir(folder)):
+        if not (name.startswith("test_") and name.endswith(".py")):
+            continue
+        with open(os.path.join(folder, name)) as handle:
+            tree = ast.parse(handle.read())
+        for node in ast.walk(tree):  # a script in a string runs in a subprocess: no Call node here
+            if not isinstance(node, ast.Call):
+                continue
+            func = node.func
+            called = func.id if isinstance(func, ast.Name) else \
+                (func.value.id, func.attr) if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) \
+                else None
+            if called in IN_PROCESS or called == IN_PROCESS_MEASURE:
+                found.append(f"{name}:{node.lineno}: {ast.unparse(func)}(...)")
+    return found
+
+
+def test_no_kit_test_grades_in_pytests_own_process(tmp_path):
+    found = grading_in_process(os.path.join(KIT_ROOT, "tests", "kit"))
+    assert not found, "grade in a subprocess instead: " + "; ".join(found)
+    (tmp_path / "test_in_process.py").write_text("from grader.service.serve import Warm\n\n\n"
+                                                 "def test_it():\n    Warm(seed=1).close()\n\n\n"
+                                                 "SCRIPT = 'Warm(seed=1)'\n")
+    assert grading_in_process(tmp_path) == ["test_in_process.py:5: Warm(...)"]  # the call, not the string

@@ -4,7 +4,7 @@
     cold check:    python -m grader EXERCISE --target solutions  (a grader of its own, started for one check)
     first check:   a fresh IPython shell imports check and calls check(EXERCISE, source=...): the service
                    starts with the import and answers that first request; at once (a fresh kernel's worst case:
-                   no pause between the import cell and the check cell), and 10 s after the import
+                   no pause between the import cell and the check cell), and 8 s after the import
     warm alone:    check(EXERCISE, source=...) again through that service, the submission changed every time
                    (the reference and a wrong implementation from its catches file, in turn)
     warm beside:   the same while a second grader (`python -m grader --target solutions`, over and over) works
@@ -37,7 +37,7 @@ started += float(sys.argv[3])
 report = check(sys.argv[1], source=open(sys.argv[2]).read(), device="cpu", profile="fast")
 print("first-check", time.perf_counter() - started, report.score)
 """
-PAUSE = 10.0  # seconds between the import and the first check in the second kind of first check
+PAUSE = 8.0  # seconds between the import and the first check in the second kind of first check
 
 
 def timed(command):

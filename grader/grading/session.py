@@ -15,6 +15,7 @@ from grader.sandbox import Target
 
 if TYPE_CHECKING:
     from grader.grading.options import Options
+    from grader.sandbox.pools import PoolKey
 
 
 def resolve_target(name: str) -> Target | None:
@@ -47,6 +48,7 @@ class Session:
         self.current_target: Target | None = None
         self.left_out: list[str] = []  # "ex04 test_...": the hidden checks a public-only run leaves out
         self.kept_off: list[str] = []  # "ex05 test_...: not on mps (why)": checks a device cannot run (not_on)
+        self.ahead: tuple[Target, list[tuple[PoolKey, str]]] | None = None  # what start_ahead starts next
 
     def enter(self, target: Target, exercise: str) -> None:
         """Free what the checks before no longer need: the workers of the exercise before, and
@@ -77,15 +79,22 @@ class Session:
 
     def forget_targets(self) -> None:
         """After a service's request: stop its submissions' workers and drop their copies, so that
-        the next request, even of the same folder, starts from a fresh copy in fresh workers; and start
-        those fresh workers now, in a fresh place, for the folder graded last (Sandbox.start_ahead)."""
-        asked = {target: self.sandbox.asked_for(target) for target in self.targets}
+        the next request, even of the same folder, starts from a fresh copy in fresh workers; which of
+        those workers to start ahead for the folder graded last is kept for `start_ahead`."""
+        if self.targets:
+            last = self.targets[-1]
+            self.ahead = (last, self.sandbox.asked_for(last))
         for target in self.targets:
             self.sandbox.forget(target)
-        if self.targets:
-            self.sandbox.start_ahead(self.targets[-1], asked[self.targets[-1]], self.timeout)
         self.target_cache.clear()
         self.current_target = None
+
+    def start_ahead(self) -> None:
+        """Start, in a fresh place, the workers the last request's folder will ask for again
+        (Sandbox.start_ahead): once its reply is sent, while the learner edits."""
+        if self.ahead is not None:
+            (target, asked), self.ahead = self.ahead, None
+            self.sandbox.start_ahead(target, asked, self.timeout)
 
     def budget_left(self, target: Target) -> float:
         if self.options.budget is None:

@@ -5,7 +5,8 @@ ends. One grading session lives across the requests: its fork servers, the refer
 workers and its observations (the service grades every request with one seed, so the reference
 is asked the same inputs again and answers from the cache). A request's folder is copied afresh
 and graded in new workers, which are stopped, with everything they started, before the reply is
-sent: nothing of one submission is left for the next.
+sent: nothing of one submission is left for the next. Once the reply is sent, the workers the same
+folder's next request will ask for are started in a fresh place (Sandbox.start_ahead).
 """
 
 from __future__ import annotations
@@ -58,6 +59,12 @@ class Warm:
                           seed=self.seed if request.seed is None else request.seed, details=request.details)
         return self.engine.grade(Request(exercises, options, device=request.device)).results[0]
 
+    def start_ahead(self) -> None:
+        """Start the workers the last request's folder will ask for next (Session.start_ahead)."""
+        with self.busy:
+            if self.engine.session is not None:
+                self.engine.session.start_ahead()
+
     def close(self) -> None:
         self.engine.close()
 
@@ -81,6 +88,7 @@ def serve(requests: TextIO, replies: TextIO, warm: Warm) -> None:
         reply.seconds = round(time.monotonic() - started, 3)
         replies.write(reply.to_line())
         replies.flush()
+        warm.start_ahead()  # after the reply: the learner has the result while they start
         # While it waits for the next request: the run froze what was alive (pytest_plugin, to spare the
         # collector), this request's leftovers with it; free them, or a long session grows request by request.
         gc.unfreeze()

@@ -119,6 +119,8 @@ request = GradeRequest(exercises=("ex05",), target=folder, device="cpu", profile
 try:
     assert warm.grade(request).score == 20
     sandbox = warm.engine.session.sandbox
+    assert not sandbox.pools.ahead and not sandbox.ahead  # nothing started before the reply is out
+    warm.start_ahead()  # what the service does once the reply is sent
     ahead = {key: tuple(process.pid for process in ranks.processes) for key, ranks in sandbox.pools.ahead.items()}
     sizes = [key[3] for key in ahead]
     assert 1 in sizes and max(sizes) > 1 and sum(sizes) <= AHEAD_WORKERS, ahead  # a worker, and groups of ranks
@@ -127,6 +129,7 @@ try:
     assert warm.grade(request).score == 20
     assert set(ahead.items()) <= set(served), (ahead, served)  # each served by the very processes started ahead
     assert warm.grade(dataclasses.replace(request, target=other)).score == 20
+    warm.start_ahead()
     assert list(sandbox.ahead) == [other]  # one place ahead at most: the folder graded last
     assert all(key[1] == other for key in sandbox.pools.ahead)
     print("ahead as said")

@@ -46,6 +46,19 @@ def stubs(tmp_path_factory):
     return write_stubs(tmp_path_factory.mktemp("kit") / "stubs")
 
 
+@pytest.fixture(scope="module")
+def service():
+    """One warm grading service for the module; notebook.check() uses the same one."""
+    from grader.learner import check as notebook
+    from grader.service.service import Service
+
+    started = Service()
+    saved, notebook._service = notebook._service, started
+    yield started
+    notebook._service = saved
+    started.close()
+
+
 @pytest.fixture(scope="session", autouse=True)
 def gradings_ahead(request, tmp_path_factory):
     """Start the shared gradings the selected tests use in the background (see tests/kit/ahead.py)."""

@@ -12,7 +12,7 @@ import pytest
 
 from grader.learner import check as notebook
 from grader.records import Status
-from grader.service.service import GradeRequest, Service
+from grader.service.service import GradeRequest
 from tests.kit.harness import needs, reference_source
 
 pytestmark = pytest.mark.slow
@@ -21,16 +21,6 @@ EXERCISE = "ex04_sharding"
 SIGNATURE = "def shard_indices(num_samples, rank, world_size, *, shuffle=False, seed=0, epoch=0, drop_last=False):\n"
 RAISES = SIGNATURE + "    total = num_samples\n    return total / 0\n"  # line 3 of its cell raises
 OPTIONS = {"device": "cpu", "profile": "fast"}
-
-
-@pytest.fixture(scope="module")
-def service():
-    """One warm service for the module; check() uses the same one."""
-    started = Service()
-    saved, notebook._service = notebook._service, started
-    yield started
-    notebook._service = saved
-    started.close()
 
 
 def write_notebook(path, *cells):

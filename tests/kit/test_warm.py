@@ -17,22 +17,12 @@ from grader import catalog
 from grader.learner import check as notebook
 from grader.records import CheckResult, ExerciseResult, Failure, Status, TargetResult
 from grader.sandbox import forkservers, memory
-from grader.service.service import GradeRequest, Service
+from grader.service.service import GradeRequest
 from tests.kit.harness import KIT_ROOT, SEED, mutate, needs, reference_source
 
 EXERCISE = "ex04_sharding"
 BATCH_CHECK = "test_shard_batch_matches_tensor_split"
 INDICES_CHECK = "test_shard_indices_match_distributed_sampler"
-
-
-@pytest.fixture(scope="module")
-def service():
-    """One warm service for the module; notebook.check() uses the same one."""
-    started = Service()
-    saved, notebook._service = notebook._service, started
-    yield started
-    notebook._service = saved
-    started.close()
 
 
 def grade(service, folder, **options):

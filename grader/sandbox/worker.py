@@ -184,6 +184,7 @@ def _isolate(spec: WorkerSpec, channel: int) -> None:
         os.setpgid(0, 0)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     memory.prefer_killing_me()
+    host.schedule_as_batch()  # before any thread starts (gloo's, a DataLoader's): they inherit it
     os.environ.update(OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", HF_HUB_DISABLE_PROGRESS_BARS="1",
                       TOKENIZERS_PARALLELISM="false")
     os.environ.update(confine.scratch_environment(spec.scratch))

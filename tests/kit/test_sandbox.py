@@ -878,6 +878,12 @@ found["reference_scratch_refused"] = refused(lambda: os.listdir(os.path.join(os.
                                                                               "reference-scratch")))
 found["ptrace_refused"] = libc.ptrace(16, os.getppid(), 0, 0) != 0  # PTRACE_ATTACH
 found["cuda_visible_devices"] = os.environ.get("CUDA_VISIBLE_DEVICES")
+import threading
+policies = [os.sched_getscheduler(0)]
+thread = threading.Thread(target=lambda: policies.append(os.sched_getscheduler(0)))
+thread.start()
+thread.join()
+found["batch_scheduled"] = policies == [os.SCHED_BATCH] * 2  # the worker and a thread it starts
 raise RuntimeError("inventory " + json.dumps(found, sort_keys=True))''')
 
 
@@ -911,6 +917,7 @@ def test_a_worker_starts_from_nothing(tmp_path):
     assert found["processes_of_others"] == 0 and found["command_lines_with_the_mark"] == 0, found
     assert found["sysv_segment"] == -1 and found["reference_scratch_refused"] and found["ptrace_refused"], found
     assert found["cuda_visible_devices"] == "", found  # a CPU check means the same on a machine with a GPU
+    assert found["batch_scheduled"], found  # a group's many small messages switch no task (host.schedule_as_batch)
 
 
 @needs_every_layer

@@ -69,6 +69,8 @@ def load() -> tuple[list[Exercise], list[Chapter], dict[str, Preload]]:
     for preload in preloads.values():
         if preload.base is not None and preload.base not in preloads:
             raise ValueError(f"catalog.toml: preload {preload.kind}: base {preload.base!r} is not a preload's kind")
+        if preload.base is not None and list(preloads).index(preload.base) > list(preloads).index(preload.kind):
+            raise ValueError(f"catalog.toml: preload {preload.kind} comes before its base {preload.base!r}")
     topics = {int(c["number"]): c["topic"] for c in data["chapter"]}
     for entry in data["exercise"]:
         if int(entry["chapter"]) not in topics:
@@ -122,6 +124,12 @@ def find_chapter(name: str | int) -> Chapter | None:
             return None
         number = int(match.group(1))
     return next((chapter for chapter in CHAPTERS if chapter.number == number), None)
+
+
+def preload_order(kind: str) -> int:
+    """A kind's place in the catalog, where each kind comes after its base: exercises are graded kind by kind in
+    this order, the lighter first, so that no kind's fork server is asked for again once its exercises are done."""
+    return list(PRELOADS).index(kind)
 
 
 def preload_chain(kind: str) -> list[Preload]:

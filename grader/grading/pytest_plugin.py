@@ -216,7 +216,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
 
 def _preload_rank(item: pytest.Item) -> int:
     exercise = exercise_of(item.path)
-    return Sandbox.preload_depth(catalog.get(exercise).preload) if exercise else 0
+    return catalog.preload_order(catalog.get(exercise).preload) if exercise else 0
 
 
 def _target_index(item: pytest.Item) -> int:

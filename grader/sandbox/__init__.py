@@ -158,10 +158,6 @@ class Sandbox:
         imports run beside the grader's own (the sandbox's workers are forked from them)."""
         forkservers.warm_up(preloads)
 
-    @staticmethod
-    def preload_depth(preload: str) -> int:
-        """How many fork servers a preload's workers come through: the lighter, the sooner ready."""
-        return forkservers.depth(preload)
 
     def _folder(self, name: str, mode: int) -> str:
         path = os.path.join(self.rundir, name)

@@ -147,6 +147,12 @@ class Server:
     def start(self) -> None:
         self.forkserver.ensure_running()
 
+    def serving(self) -> bool:
+        """Whether its server process is up (it may still be importing)."""
+        if isinstance(self.forkserver, ChainedForkServer):
+            return self.forkserver.running()
+        return getattr(self.forkserver, "_forkserver_pid", None) is not None
+
     def Process(self, **kwargs: Any) -> ServerProcess:
         process = ServerProcess(**kwargs)
         process.server_kind = self.kind
@@ -195,6 +201,9 @@ class SpawningServer(Server):
 
     def start(self) -> None:
         pass
+
+    def serving(self) -> bool:
+        return False
 
     def Process(self, **kwargs: Any) -> multiprocessing.process.BaseProcess:  # type: ignore[override]
         target, args = kwargs.pop("target"), kwargs.pop("args", ())
@@ -398,15 +407,13 @@ def _connect_to_chosen_server(fds: Sequence[int]) -> tuple[int, int]:
     return chosen.connect_to_new_process(fds) if chosen else _connect_to_default_server(fds)
 
 
-def depth(kind: str) -> int:
-    """How many servers a kind's server is forked through: the lower, the sooner it is ready."""
-    return len(catalog.preload_chain(kind)) - 1
-
-
 def server(kind: str) -> Server:
     if kind not in _servers:
         _servers[kind] = SpawningServer(kind) if spawns() else Server(kind)
     return _servers[kind]
+
+
+_wanted: set[str] = set()  # the kinds the run grades (warm_up): a server one of them will be forked through stays
 
 
 def warm_up(kinds: Iterable[str]) -> None:
@@ -417,10 +424,12 @@ def warm_up(kinds: Iterable[str]) -> None:
     worker is asked for, so the servers of later exercises take no memory meanwhile."""
     _closing.clear()
     kinds = set(kinds)
+    _wanted.clear()
+    _wanted.update(kinds)
     if kinds and memory.worker_budget() is not None:
-        kinds = {min(kinds, key=depth)}
+        kinds = {min(kinds, key=catalog.preload_order)}
     kinds = {preload.kind for kind in kinds for preload in catalog.preload_chain(kind)}
-    for kind in sorted(kinds, key=depth):
+    for kind in sorted(kinds, key=catalog.preload_order):
         chosen = server(kind)
         if chosen.base:
             threading.Thread(target=_start_quietly, args=(chosen,), daemon=True).start()
@@ -429,12 +438,16 @@ def warm_up(kinds: Iterable[str]) -> None:
 
 
 def retire_lighter_than(kind: str) -> None:
-    """In a small box, stop the fork servers lighter than `kind` (the bases it was forked through among
-    them): exercises are graded lightest first (see pytest_plugin), so none is asked for again, and
-    each holds 30-70 MB that no other process shares. One asked for all the same starts afresh."""
+    """In a small box, stop the fork servers that come before `kind` (catalog.preload_order): exercises are
+    graded kind by kind in that order (see pytest_plugin), so none is asked for again, and each holds 30-70 MB
+    that no other process shares. A server that a kind still to come will be forked through stays (torch's
+    while transformers' is not started yet: both optim's and transformers' are forked from it). One asked for
+    all the same starts afresh."""
     if memory.worker_budget() is None:
         return
-    lighter = [chosen for other, chosen in _servers.items() if depth(other) < depth(kind) and not chosen.retired]
+    kept = _bases_still_needed(after=kind)
+    lighter = [chosen for other, chosen in _servers.items() if not chosen.retired and other not in kept
+               and catalog.preload_order(other) < catalog.preload_order(kind)]
     if not lighter:
         return
     try:
@@ -444,6 +457,21 @@ def retire_lighter_than(kind: str) -> None:
     for chosen in lighter:
         chosen.kill()
         chosen.retired = True
+
+
+def _bases_still_needed(after: str) -> set[str]:
+    """The running servers that the run's kinds graded after `after`, and not started yet, are to be forked from."""
+    needed = set()
+    for later in _wanted:
+        if catalog.preload_order(later) <= catalog.preload_order(after):
+            continue
+        for preload in reversed(catalog.preload_chain(later)):  # from itself down to the first server running
+            chosen = _servers.get(preload.kind)
+            if chosen is not None and not chosen.retired and chosen.serving():
+                if preload.kind != later:
+                    needed.add(preload.kind)
+                break
+    return needed
 
 
 def _start_quietly(chosen: Server) -> None:

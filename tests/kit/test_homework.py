@@ -287,6 +287,52 @@ def test_a_small_box_grades_across_fork_servers(tmp_path):
     assert result["score"] == result["max_score"] > 0, [e["status"] for e in result["exercises"]]
 
 
+class _Server:
+    """A fork server as retire_lighter_than sees it."""
+
+    def __init__(self, serving=True):
+        self.retired = self.killed = False
+        self.up = serving
+
+    def serving(self):
+        return self.up
+
+    def start(self):
+        self.up = True
+
+    def kill(self):
+        self.killed = True
+
+
+def test_a_small_box_stops_a_server_once_no_kind_to_come_is_forked_from_it(monkeypatch):
+    """optim's and transformers' servers are both forked from torch's: moving on to optim's exercises stops torch's
+    only when no transformers exercise is still to come; once transformers' server is up, torch's and optim's go."""
+    from grader.sandbox import forkservers, memory
+
+    monkeypatch.setattr(memory, "worker_budget", lambda: 600.0)  # a small box
+    for wanted, torch_kept in (({"torch", "optim", "transformers"}, True), ({"torch", "optim"}, False)):
+        servers = {"torch": _Server(), "optim": _Server(serving=False)}
+        monkeypatch.setattr(forkservers, "_servers", servers)
+        monkeypatch.setattr(forkservers, "_wanted", wanted)
+        forkservers.retire_lighter_than("optim")
+        assert servers["torch"].retired is not torch_kept, wanted
+    servers["transformers"] = _Server(serving=False)
+    monkeypatch.setattr(forkservers, "_wanted", {"torch", "optim", "transformers"})
+    servers["torch"] = _Server()
+    forkservers.retire_lighter_than("transformers")
+    assert servers["transformers"].up and servers["torch"].killed and servers["optim"].killed
+
+
+def test_the_kinds_are_graded_one_after_another_each_after_its_base():
+    """Exercises are graded in the order of their preload kinds (pytest_plugin): one place per kind, never two
+    kinds at one place (their exercises would interleave, and a small box would start a stopped server again)."""
+    order = [catalog.preload_order(kind) for kind in catalog.PRELOADS]
+    assert sorted(order) == list(range(len(catalog.PRELOADS)))
+    for preload in catalog.PRELOADS.values():
+        if preload.base is not None:
+            assert catalog.preload_order(preload.base) < catalog.preload_order(preload.kind), preload
+
+
 def test_the_bundle_and_the_grader_spell_gradescopes_output_format_alike():
     """`--gradescope-format` on the bundle, as on the grader it passes it to (`--format`, its older name, too)."""
     from grader.homework.autograder import build_parser

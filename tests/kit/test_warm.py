@@ -16,7 +16,7 @@ import pytest
 from grader import catalog
 from grader.learner import check as notebook
 from grader.records import CheckResult, ExerciseResult, Failure, Status, TargetResult
-from grader.sandbox import forkservers, memory
+from grader.sandbox import memory
 from grader.service.service import GradeRequest
 from tests.kit.harness import KIT_ROOT, SEED, mutate, needs, reference_source
 
@@ -297,7 +297,7 @@ def test_importing_check_in_a_kernel_starts_the_service_and_every_kind_of_fork_s
             "notebook._service.close()\n")
     kinds = sorted({exercise.preload for exercise in catalog.EXERCISES})
     if memory.worker_budget() is not None:  # a small box starts only the lightest ahead (forkservers.warm_up)
-        kinds = [min(kinds, key=forkservers.depth)]
+        kinds = [min(kinds, key=catalog.preload_order)]
     done = subprocess.run([sys.executable, "-c", code, *kinds], cwd=tmp_path, capture_output=True, text=True,
                           timeout=300, env=dict(os.environ, PYTHONPATH=KIT_ROOT, HF_HUB_OFFLINE="1"))
     lines = done.stdout.splitlines()

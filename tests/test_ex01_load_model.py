@@ -70,29 +70,30 @@ def _plain(config_dict):
     return {key: value for key, value in data.items() if key not in VOLATILE_CONFIG_KEYS}
 
 
-def probe_model_kind(ctx, path, num_labels, seed):
-    model = _load(ctx, path, num_labels, seed)
-    return {"class": type(model).__name__, "config_class": type(model.config).__name__,
-            "config": _plain(model.config.to_dict())}
-
-
-def probe_body_weights(ctx, path, num_labels, seed):
-    return models.base_weights(_load(ctx, path, num_labels, seed))
-
-
-def probe_logits(ctx, path, num_labels, seed):
+def probe_loaded(ctx, path, num_labels, seed):
+    """One load_model call as three checks see it (they share the observation: one load, not three): the model's
+    class and config, its body's weights, and a forward pass on a batch of 2 sequences. A forward pass that raises
+    is recorded, so that the class and the weights are still judged."""
     import torch
 
-    model = _load(ctx, path, num_labels, seed).eval()
+    model = _load(ctx, path, num_labels, seed)
+    observed = {"class": type(model).__name__, "config_class": type(model.config).__name__,
+                "config": _plain(model.config.to_dict()), "weights": models.base_weights(model),
+                "config_num_labels": model.config.num_labels}
+    model.eval()
     parameter = next(model.parameters())
     generator = torch.Generator().manual_seed(seed)
     input_ids = torch.randint(3, model.config.vocab_size, (2, 6), generator=generator).to(parameter.device)
-    with torch.no_grad():
-        output = model(input_ids=input_ids, attention_mask=torch.ones_like(input_ids))
+    try:
+        with torch.no_grad():
+            output = model(input_ids=input_ids, attention_mask=torch.ones_like(input_ids))
+    except Exception as error:  # noqa: BLE001 - the head's check says so; the others judge what they see
+        observed["forward_error"] = f"{type(error).__name__}: {error}".splitlines()[0]
+        return observed
     logits = getattr(output, "logits", None)
-    return {"class": type(model).__name__, "output": type(output).__name__,
-            "config_num_labels": model.config.num_labels,
-            "logits_shape": list(logits.shape) if isinstance(logits, torch.Tensor) else None}
+    observed.update(output=type(output).__name__,
+                    logits_shape=list(logits.shape) if isinstance(logits, torch.Tensor) else None)
+    return observed
 
 
 def probe_state(ctx, path, num_labels, seed):
@@ -163,7 +164,7 @@ def class_hint(actual_class):
 @example(spec={"architecture": "bert", "hidden": 16, "layers": 2, "seed": 1}, num_labels=3)
 @example(spec={"architecture": "gpt2", "hidden": 16, "layers": 1, "seed": 2}, num_labels=5)
 def test_load_model_builds_a_sequence_classifier(grade, spec, num_labels):
-    _, expected, actual = load_report(grade, probe_model_kind, spec, num_labels)
+    _, expected, actual = load_report(grade, probe_loaded, spec, num_labels)
     what = described(spec, num_labels)
     if actual["class"] != expected["class"]:
         fail(f"{what} returned a {actual['class']}, expected a {expected['class']}", hint=class_hint(actual["class"]))
@@ -182,7 +183,8 @@ def test_load_model_builds_a_sequence_classifier(grade, spec, num_labels):
 @example(spec={"architecture": "distilbert", "hidden": 32, "layers": 1, "seed": 0}, num_labels=2)
 @example(spec={"architecture": "roberta", "hidden": 16, "layers": 2, "seed": 3}, num_labels=None)
 def test_load_model_keeps_the_pretrained_weights(grade, spec, num_labels):
-    checkpoint, _, actual = load_report(grade, probe_body_weights, spec, num_labels)
+    checkpoint, _, loaded = load_report(grade, probe_loaded, spec, num_labels)
+    actual = loaded["weights"]
     what = described(spec, num_labels)
     hint = ("from_config (or a bare constructor) builds random weights; from_pretrained loads the checkpoint's. "
             "Do not re-initialise or change them")
@@ -200,8 +202,10 @@ def test_load_model_keeps_the_pretrained_weights(grade, spec, num_labels):
 @example(spec={"architecture": "albert", "hidden": 16, "layers": 1, "seed": 4}, num_labels=5)
 @example(spec={"architecture": "bert", "hidden": 32, "layers": 1, "seed": 5}, num_labels=1)
 def test_load_model_head_has_num_labels_outputs(grade, spec, num_labels):
-    _, expected, actual = load_report(grade, probe_logits, spec, num_labels)
+    _, expected, actual = load_report(grade, probe_loaded, spec, num_labels)
     what = described(spec, num_labels) + " on a batch of 2 sequences"
+    if "forward_error" in actual:
+        fail(f"{what}: the model's forward pass raised {actual['forward_error']}", hint=class_hint(actual["class"]))
     if actual["logits_shape"] is None:
         fail(f"{what}: the model returned a {actual['output']} without logits, expected {expected['output']}",
              hint="a model without a classification head has no logits: use AutoModelForSequenceClassification")

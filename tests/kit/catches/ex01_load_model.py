@@ -36,6 +36,14 @@ WRONG = [
              "    return AutoModelForSequenceClassification.from_config(config)",
              "from transformers import AutoConfig"),
           "test_load_model_keeps_the_pretrained_weights"),
+    # the forward pass broken after loading: the head's check names the exception, while the class and the weights,
+    # observed in the same load, are judged on their own
+    Wrong("forward_broken", load_with(
+             "model = AutoModelForSequenceClassification.from_pretrained(model_name, num_labels=num_labels)\n"
+             "    model.forward = None\n"
+             "    return model"),
+          "test_load_model_head_has_num_labels_outputs", diagnosis="the model's forward pass raised TypeError",
+          passes=("test_load_model_builds_a_sequence_classifier", "test_load_model_keeps_the_pretrained_weights")),
     # a different default number of labels
     Wrong("wrong_default", mutate(EX, ("num_labels: int = 2", "num_labels: int = 3")),
           "test_load_model_head_has_num_labels_outputs"),

@@ -22,8 +22,8 @@ Measured inside the workers, by hooks on the model: the mode it ran its forward 
 (eval), whether their outputs carried autograd history (no), whether any .grad appeared, and
 which samples each rank's forward passes got (its own share, as the prepared loader deals it).
 A run that treats a batch as a dict or a BatchEncoding (an AttributeError for .items(),
-.keys(), .values() or .to() on the batch, a list) is told that a batch is an (inputs, labels)
-pair.
+.keys(), .values() or .to() on the batch, a list, or a TypeError for batch["labels"], which the
+batch notes as it is indexed) is told that a batch is an (inputs, labels) pair.
 """
 
 import math
@@ -192,8 +192,22 @@ def _accelerator(ctx):
 
 
 
+def _batches_noting_names(keys):
+    """The class of a batch as the default collate makes it, [inputs, labels], that notes in `keys` a name it is
+    indexed by (the list itself then raises its TypeError); accelerate's prepared loader keeps the class as it
+    moves a batch to the device."""
+
+    class Batch(list):
+        def __getitem__(self, key):
+            if isinstance(key, str):
+                keys.append(key)
+            return super().__getitem__(key)
+
+    return Batch
+
+
 def probe_evaluate(ctx, case):
-    from torch.utils.data import DataLoader
+    from torch.utils.data import DataLoader, default_collate
 
     accelerator = _accelerator(ctx)
     model, dataset = _model_and_data(case, accelerator.device)
@@ -211,13 +225,19 @@ def probe_evaluate(ctx, case):
         record["outputs_with_history"].append(isinstance(output, torch.Tensor) and output.requires_grad)
 
     hooks = [model.register_forward_pre_hook(before, with_kwargs=True), model.register_forward_hook(after)]
-    loader = DataLoader(dataset, batch_size=case["batch_size"])
+    keys = []  # names a batch was indexed by, as a dict of named tensors is (batch["labels"])
+    batch = _batches_noting_names(keys)
+    loader = DataLoader(dataset, batch_size=case["batch_size"], collate_fn=lambda samples: batch(default_collate(samples)))
     try:
         result = ctx.module.evaluate_accuracy(accelerator, model, loader)
     except AttributeError as error:
         # a batch treated as a dict (batch.items()) or a BatchEncoding (batch.to(device)): it is a list
         if error.name in MAPPING_METHODS and isinstance(error.obj, list | tuple):
             return {"batch_as_mapping": f"{type(error).__name__}: {error}"[:200]}
+        raise
+    except TypeError as error:
+        if keys:  # the batch was indexed by a name: the TypeError is list's own
+            return {"batch_as_mapping": f"{type(error).__name__}: batch[{keys[0]!r}]: {error}"[:200]}
         raise
     for hook in hooks:
         hook.remove()

@@ -54,6 +54,15 @@ BATCH_AS_DICT = '''
 '''
 
 
+# the same loop indexing the batch by name, as a transformers loop reads batch["labels"]: list's TypeError
+BATCH_BY_NAME = BATCH_AS_DICT.replace(
+    '            batch = {k: v.to(accelerator.device) for k, v in batch.items()}\n'
+    '            labels = batch.pop("labels")\n'
+    '            predictions = model(**batch).argmax(dim=-1)\n',
+    '            labels = batch["labels"]\n'
+    '            predictions = model(batch["input_ids"]).argmax(dim=-1)\n')
+
+
 def _evaluate(body):
     """The reference's make_dataloader with another evaluate_accuracy body."""
     source = mutate(EX)
@@ -92,6 +101,9 @@ WRONG = [
     # each batch treated as a dict, as in a transformers loop: an AttributeError on .items()
     Wrong("batch_as_dict", _evaluate(BATCH_AS_DICT), "test_evaluate_accuracy_counts_every_sample_once_on_every_rank",
           diagnosis="a batch is an (inputs, labels) pair"),
+    # the batch indexed by name (batch["labels"]): the same cause, named with the index that raised
+    Wrong("batch_by_name", _evaluate(BATCH_BY_NAME), "test_evaluate_accuracy_counts_every_sample_once_on_every_rank",
+          diagnosis="raised TypeError: batch['labels']"),
     # model.eval() forgotten
     Wrong("train_mode", mutate(EX, ("    model.eval()\n", "")),
           "test_evaluate_accuracy_predicts_in_eval_mode_without_gradients", diagnosis="model.eval()"),

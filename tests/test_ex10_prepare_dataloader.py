@@ -226,8 +226,9 @@ def probe_evaluate(ctx, case):
 
     hooks = [model.register_forward_pre_hook(before, with_kwargs=True), model.register_forward_hook(after)]
     keys = []  # names a batch was indexed by, as a dict of named tensors is (batch["labels"])
-    batch = _batches_noting_names(keys)
-    loader = DataLoader(dataset, batch_size=case["batch_size"], collate_fn=lambda samples: batch(default_collate(samples)))
+    batch_class = _batches_noting_names(keys)
+    loader = DataLoader(dataset, batch_size=case["batch_size"],
+                        collate_fn=lambda samples: batch_class(default_collate(samples)))
     try:
         result = ctx.module.evaluate_accuracy(accelerator, model, loader)
     except AttributeError as error:

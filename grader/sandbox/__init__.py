@@ -158,7 +158,6 @@ class Sandbox:
         imports run beside the grader's own (the sandbox's workers are forked from them)."""
         forkservers.warm_up(preloads)
 
-
     def _folder(self, name: str, mode: int) -> str:
         path = os.path.join(self.rundir, name)
         os.mkdir(path, mode)

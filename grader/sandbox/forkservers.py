@@ -148,10 +148,9 @@ class Server:
         self.forkserver.ensure_running()
 
     def serving(self) -> bool:
-        """Whether its server process is up (it may still be importing)."""
-        if isinstance(self.forkserver, ChainedForkServer):
-            return self.forkserver.running()
-        return getattr(self.forkserver, "_forkserver_pid", None) is not None
+        """Whether a chained server's process is up (it may still be importing), so that servers can be forked
+        through it; a server of its own (Python 3.14's) has no other forked through it."""
+        return isinstance(self.forkserver, ChainedForkServer) and self.forkserver.running()
 
     def Process(self, **kwargs: Any) -> ServerProcess:
         process = ServerProcess(**kwargs)

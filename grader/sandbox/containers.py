@@ -9,8 +9,8 @@ Whichever the machine allows, in this order:
 - `cgroup`: a pids cgroup (v1) of its own, with `pids.max`; needs root and a writable hierarchy.
   Where the memory hierarchy is writable too, a memory cgroup of its own beneath the grader's:
   what the submission allocates is charged to it alone, capped at `memory.submission_limit()`,
-  and an out-of-memory kill is its own failure when it hit that cap or used more than its share
-  of a small box, and the grader's otherwise (see `Container.ran_out_of_memory`).
+  and an out-of-memory kill is its own failure when it hit that cap or, in a small box, used what
+  the box had free for it when the call began; the grader's otherwise (`Container.ran_out_of_memory`).
 - `uid`: as root without cgroups (a container such as Gradescope's), the submission's own uid:
   RLIMIT_NPROC caps its processes, and every process of that uid is killed.
 - none: the grader is the subreaper of its tree (`adopt_orphans`) and kills its descendants,
@@ -22,6 +22,7 @@ import signal
 import time
 import uuid
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from grader.sandbox import host, memory
 
@@ -29,8 +30,21 @@ PROCESS_LIMIT = 256  # tasks (threads count) of one submission at once
 CGROUP_PIDS = "/sys/fs/cgroup/pids"
 CGROUP_MEMORY = "/sys/fs/cgroup/memory"
 
-# (OOM kills of its processes, times it hit its own limit, its peak in bytes): see CgroupContainer._counters
-MemoryMark = tuple[int, int, int]
+
+
+class MemoryCounters(NamedTuple):
+    """A submission's memory cgroup (v1), as its counters stand."""
+
+    kills: int  # of its processes, by the kernel for memory
+    failures: int  # times it reached its own limit
+    peak: int  # bytes, the most it used since its mark
+
+
+class MemoryMark(NamedTuple):
+    """Where a submission's memory stood when a call began."""
+
+    counters: MemoryCounters
+    share: int  # bytes it may use in the call: its own limit, or in a small box what the box had free for it
 
 
 class Container:
@@ -48,10 +62,10 @@ class Container:
 
     def ran_out_of_memory(self, mark: MemoryMark | None) -> bool | None:
         """After a call that lost a worker: True when the kernel killed one of its processes for
-        memory and that was its own doing (it hit its own limit, or used more than its share of a
-        small box); False when it was killed while using no more than its share (the machine's or
-        the box's shortage, not the submission's); None when nothing here was killed for memory
-        or there is no cgroup to tell (see memory.py for the machine-wide fallback)."""
+        memory and that was its own doing (it hit its own limit, or used its share: `memory.own_shortage`);
+        False when it was killed short of its share (the machine's or the box's shortage, not the
+        submission's); None when nothing here was killed for memory or there is no cgroup to tell
+        (see memory.py for the machine-wide fallback)."""
         return None
 
     def pids(self) -> list[int]:
@@ -80,9 +94,10 @@ class Container:
 class CgroupContainer(Container):
     kind = "cgroup"
 
-    def __init__(self, path: str, memory_path: str | None = None) -> None:
+    def __init__(self, path: str, memory_path: str | None = None, box_path: str | None = None) -> None:
         self.path = path
         self.memory_path: str | None = None
+        self.box_path = box_path  # the grader's own memory cgroup: the box, in a small one
         os.mkdir(path)
         _write(os.path.join(path, "pids.max"), str(PROCESS_LIMIT))
         if memory_path:
@@ -107,18 +122,20 @@ class CgroupContainer(Container):
             _write(os.path.join(self.memory_path, "memory.max_usage_in_bytes"), "0")  # this call's peak from now
         except OSError:
             pass
-        return self._counters()
+        counters = self._counters()
+        if counters is None:
+            return None
+        return MemoryMark(counters, self.memory_limit if self.memory_limit is not None else self._free_in_box())
 
     def ran_out_of_memory(self, mark: MemoryMark | None) -> bool | None:
         now = self._counters() if mark is not None else None
-        if now is None or mark is None or now[0] <= mark[0]:
+        if now is None or mark is None or now.kills <= mark.counters.kills:
             return None
-        if now[1] > mark[1]:  # it reached its own limit
+        if now.failures > mark.counters.failures:  # it reached its own limit
             return True
-        return now[2] > memory.submission_share()
+        return memory.own_shortage(now.peak, mark.share)
 
-    def _counters(self) -> MemoryMark | None:
-        """(OOM kills of its processes, times it hit its own limit, its peak in bytes), or None."""
+    def _counters(self) -> MemoryCounters | None:
         assert self.memory_path is not None  # called only where it has a memory cgroup
         try:
             with open(os.path.join(self.memory_path, "memory.oom_control")) as handle:
@@ -127,9 +144,23 @@ class CgroupContainer(Container):
                 failures = int(handle.read())
             with open(os.path.join(self.memory_path, "memory.max_usage_in_bytes")) as handle:
                 peak = int(handle.read())
-            return int(fields.get("oom_kill", 0)), failures, peak
+            return MemoryCounters(int(fields.get("oom_kill", 0)), failures, peak)
         except (OSError, ValueError):
             return None
+
+    def _free_in_box(self) -> int:
+        """Bytes of the small box neither the grader (its processes, the reference's workers, other submissions)
+        nor the kernel holds for them: what this submission may use now. Measured, because what the grader
+        holds depends on the build of torch it imported; the estimate where the box cannot be read."""
+        assert self.memory_path is not None  # called only where it has a memory cgroup
+        limit = memory.memory_limit()
+        if self.box_path is None or limit is None:
+            return memory.submission_share()
+        try:
+            held = _held(self.box_path) - _held(self.memory_path)
+        except (OSError, ValueError, KeyError):
+            return memory.submission_share()
+        return max(0, limit - held)
 
     def pids(self) -> list[int]:
         try:
@@ -211,7 +242,8 @@ class Containers:
         if self.kind == "cgroup":
             assert self.root is not None  # kind falls back from cgroup when it could not be made
             memory_path = os.path.join(self.memory_root, f"target-{index}") if self.memory_root else None
-            container = CgroupContainer(os.path.join(self.root, f"target-{index}"), memory_path)
+            container = CgroupContainer(os.path.join(self.root, f"target-{index}"), memory_path,
+                                        os.path.dirname(self.memory_root) if self.memory_root else None)
         elif self.kind == "uid":
             container = UidContainer(uid)
         else:
@@ -230,6 +262,18 @@ def describe(kind: str) -> str:
     return {"cgroup": f"a pids cgroup per submission (at most {PROCESS_LIMIT} tasks){memory_too}, killed as one",
                 "uid": f"a uid per submission (RLIMIT_NPROC {PROCESS_LIMIT}), all its processes killed",
                 "none": "no cgroup, no uid of its own: the grader kills its descendants (as subreaper on Linux)"}[kind]
+
+
+def _held(path: str) -> int:
+    """Bytes a memory cgroup (v1) and those beneath it hold that the kernel cannot reclaim but by killing: its
+    usage less its page cache (shared memory excepted). A library's pages count as cache: the kernel drops even
+    mapped ones before it kills (a hog was charged 743 MB of a 1.2 GB box beside a grader holding 226 MB of torch's
+    CUDA libraries and 450 MB of its own)."""
+    with open(os.path.join(path, "memory.stat")) as handle:
+        stat = {words[0]: int(words[1]) for words in map(str.split, handle) if len(words) == 2}
+    with open(os.path.join(path, "memory.usage_in_bytes")) as handle:
+        usage = int(handle.read())
+    return usage - max(0, stat["total_cache"] - stat.get("total_shmem", 0))
 
 
 def _own_memory_cgroup() -> str | None:

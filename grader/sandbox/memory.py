@@ -2,14 +2,24 @@
 
 In a small box (Gradescope's default is 768 MB) the kernel's OOM killer may end a worker
 that did nothing wrong. Where a submission has a memory cgroup of its own (see containers), a
-kill inside it is its own failure and nothing else is. Without one, a worker killed while the
-machine's OOM-kill count rose is taken for the grader's resource failure. Workers volunteer to be killed first
-(`oom_score_adj` 1000), and as root the grading process asks to be killed last.
+kill inside it is its own failure when it used what it was given (`own_shortage`), and the
+grader's otherwise. Without one, a worker killed while the machine's OOM-kill count rose is
+taken for the grader's resource failure. Workers volunteer to be killed first (`oom_score_adj`
+1000), and as root the grading process asks to be killed last.
 """
 
 import os
 
-GRADER_MB = 450  # the grading process and its three fork servers, measured here (PSS)
+# The grading process and its three fork servers, measured here (PSS) with torch's CPU build: an estimate that sizes
+# the workers' budget. A CUDA build's libraries add about 150 MB, so whose a kill was is decided on the box's
+# memory as measured when the call began (containers.CgroupContainer.memory_mark), never on this.
+GRADER_MB = 450
+# A kill in a small box is the submission's own failure where it used what the box had free for it when its call
+# began, less this much (what the kernel charges for itself and could not reclaim before it killed: a hog was
+# killed 4-7 MB short of that, with either build of torch) ...
+KILL_SLACK_MB = 32
+# ... and never where that was less than this: a box the grader itself leaves so full is the grader's shortage.
+SHARE_FLOOR_MB = 128
 # What one warm worker costs beyond the pages it shares with its fork server (PSS, measured here)
 WORKER_MB = {"torch": 30, "optim": 35, "transformers": 70, "data": 90}
 ROOMY = 2 * 2**30  # with this much memory or more, workers are not counted
@@ -46,11 +56,17 @@ def submission_limit() -> int | None:
 
 
 def submission_share() -> int:
-    """Bytes a submission may use before running short is its own doing: its limit on a roomy
-    machine; in a small box, what the box leaves once the grader is counted (the reference's
-    workers share the rest)."""
+    """Bytes a submission may use, as estimated before anything runs: its limit on a roomy machine; in a small
+    box what the box leaves once the grader is counted. Where the box can be measured, the share of a call is
+    what it had free when the call began (containers)."""
     limit, budget = submission_limit(), worker_budget()
     return limit if limit is not None else int((budget or 0) * 2**20)
+
+
+def own_shortage(peak: int, share: int) -> bool:
+    """Whether a submission killed for memory after using at most `peak` bytes in a call, when it had `share`
+    bytes to use, ran short by its own doing: it used (nearly) all of its share, and the share was a fair one."""
+    return peak >= max(share - KILL_SLACK_MB * 2**20, SHARE_FLOOR_MB * 2**20)
 
 
 def worker_cost(preload: str, count: int = 1) -> float:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from grader.records import WORKER_CAUSES, WORKER_STATUSES, Cause, Reply, Status
 from grader.sandbox import memory, worker
+from grader.sandbox.containers import MemoryMark
 from grader.sandbox.forkservers import ServerStuck, server
 from grader.sandbox.wire import MAX_REPLY_BYTES, InvalidResult, decode
 
@@ -41,7 +42,7 @@ GRACE_AFTER_FAILURE = 1.0  # seconds the other ranks get once one rank has faile
 HANG_BOUND = 3.0
 STARVED = 0.2  # a call whose ranks waited this share of its time for a CPU was starved, not stuck
 OUT_OF_MEMORY = "the machine ran out of memory during this call: the grader's resource failure, not the submission's"
-OWN_MEMORY = "ran out of memory: a submission's processes together may use {:.0f} MB"
+OWN_MEMORY = "ran out of memory: it used the {:.0f} MB a submission's processes together may use here"
 
 
 class Ranks:
@@ -171,7 +172,8 @@ class Ranks:
         if any(r.status not in (Status.OK, Status.READY) for r in collected):
             own = self._ran_out_of_memory()
             if own is not None:  # a rank killed for memory takes its group down with it
-                failure = Reply(Status.CRASHED, message=OWN_MEMORY.format(memory.submission_share() / 2**20)) \
+                share = self.oom_mark.share if isinstance(self.oom_mark, MemoryMark) else memory.submission_share()
+                failure = Reply(Status.CRASHED, message=OWN_MEMORY.format(share / 2**20)) \
                     if own else Reply(Status.NOT_GRADED, message=OUT_OF_MEMORY)
                 collected = [r if r.status in (Status.OK, Status.READY) else failure for r in collected]
         return collected
@@ -184,20 +186,20 @@ class Ranks:
     def _container(self) -> Container | None:
         return self.spec.confinement.container if self.spec.confinement is not None else None
 
-    def _memory_mark(self) -> tuple[str, Any]:
+    def _memory_mark(self) -> MemoryMark | int | None:
         """The submission's memory accounting where it has a cgroup of its own, else the machine's
-        OOM-kill count: ("own", a containers.MemoryMark) or ("machine", a count or None)."""
+        OOM-kill count (None where unknown)."""
         container = self._container()
         mark = container.memory_mark() if container is not None else None
-        return ("own", mark) if mark is not None else ("machine", memory.oom_kills())
+        return mark if mark is not None else memory.oom_kills()
 
     def _ran_out_of_memory(self) -> bool | None:
         """True: the submission's own doing; False: the grader's (the machine or box ran short);
         None: no worker was killed for memory."""
-        kind, mark = self.oom_mark
-        if kind == "own":
+        mark = self.oom_mark
+        if isinstance(mark, MemoryMark):
             container = self._container()
-            assert container is not None  # an "own" mark comes from its container
+            assert container is not None  # a MemoryMark comes from its container
             return container.ran_out_of_memory(mark)
         return False if (memory.oom_kills() or 0) > (mark or 0) else None
 

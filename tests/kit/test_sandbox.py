@@ -1095,6 +1095,58 @@ def test_memory_a_submission_exhausts_is_its_own_failure(tmp_path):
     assert checks[BATCH]["status"] == "passed" and data["not_graded"] == [], checks[BATCH]
 
 
+def _fake_memory_cgroup(folder, usage_mb=0, cache_mb=0, kills=0, failures=0, peak_mb=0):
+    """A memory cgroup (v1) as its files read: usage and page cache, OOM kills, limit hits, peak."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "memory.usage_in_bytes").write_text(f"{usage_mb << 20}\n")
+    (folder / "memory.stat").write_text(f"cache 0\nrss 0\ntotal_cache {cache_mb << 20}\ntotal_rss 0\ntotal_shmem 0\n")
+    (folder / "memory.oom_control").write_text(f"oom_kill_disable 0\nunder_oom 0\noom_kill {kills}\n")
+    (folder / "memory.failcnt").write_text(f"{failures}\n")
+    (folder / "memory.max_usage_in_bytes").write_text(f"{peak_mb << 20}\n")
+
+
+@pytest.mark.parametrize("box_at_mark, killed_at, expected, why", [
+    ((1199, 755), (743, 0), True, "a hog beside a grader of 444 MB (torch's CUDA build) and 755 MB of cache"),
+    ((310, 0), (890, 0), True, "a hog beside a grader of 310 MB (the CPU build)"),
+    ((710, 400), (470, 0), False, "killed at 470 MB of the 890 free when its call began: the grader grew"),
+    ((1150, 0), (60, 0), False, "the grader itself left it 50 MB: no fair share, whatever it used"),
+    ((1150, 0), (60, 1), True, "it reached its own limit"),
+])
+def test_whose_kill_it_was_in_a_small_box_rests_on_the_box_as_the_call_began(tmp_path, monkeypatch, box_at_mark,
+                                                                             killed_at, expected, why):
+    """In a small box (1.2 GB here) a kill is the submission's own failure where it used what the box had free for it
+    when its call began: the box's usage less its page cache, which the kernel reclaims before it kills, and less
+    the submission's own. Never a fixed estimate of the grader: torch's CUDA build holds 150 MB more than its CPU
+    build, and a hog beside it was taken for the grader's failure."""
+    from grader.sandbox import containers, memory
+
+    monkeypatch.setattr(memory, "memory_limit", lambda: 1200 << 20)
+    box = tmp_path / "box"
+    usage, cache = box_at_mark
+    _fake_memory_cgroup(box, usage_mb=usage, cache_mb=cache)
+    (box / "grader-1").mkdir()
+    container = containers.CgroupContainer(str(tmp_path / "pids"), str(box / "grader-1" / "target-0"), str(box))
+    _fake_memory_cgroup(box / "grader-1" / "target-0")
+    mark = container.memory_mark()
+    assert mark is not None and mark.share == max(0, 1200 - usage + cache) << 20, why
+    assert container.ran_out_of_memory(mark) is None, "nothing was killed yet"
+    peak, failures = killed_at
+    _fake_memory_cgroup(box / "grader-1" / "target-0", kills=1, failures=failures, peak_mb=peak)
+    assert container.ran_out_of_memory(mark) is expected, why
+
+
+def test_an_unreadable_box_falls_back_on_the_estimate(tmp_path, monkeypatch):
+    from grader.sandbox import containers, memory
+
+    monkeypatch.setattr(memory, "memory_limit", lambda: 1200 << 20)
+    (tmp_path / "box" / "grader-1").mkdir(parents=True)
+    container = containers.CgroupContainer(str(tmp_path / "pids"), str(tmp_path / "box" / "grader-1" / "target-0"),
+                                           str(tmp_path / "box"))
+    _fake_memory_cgroup(tmp_path / "box" / "grader-1" / "target-0")
+    mark = container.memory_mark()
+    assert mark is not None and mark.share == memory.submission_share() == (1200 - memory.GRADER_MB) << 20
+
+
 def test_a_reference_that_fails_once_is_run_again_alone(tmp_path):
     """A reference call that fails once (a resource the grader lacked for a moment) is run again
     with no submission running; only a second failure makes the check "not graded"."""

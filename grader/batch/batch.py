@@ -15,16 +15,19 @@ from collections.abc import Sequence
 from grader.batch import submissions
 from grader.grading.session import resolve_target
 from grader.records import TargetResult
-from grader.sandbox import Target
+from grader.sandbox import Target, leftovers
 
 KIT_FOLDERS = ("exercises", "solutions")
+STAGING = "grader-staged-"  # the prefix of a run's staging folder in the temporary folder
 
 
 class Staged:
     """The targets of one run, staged in a temporary folder removed at `close`."""
 
     def __init__(self) -> None:
-        self.folder = tempfile.mkdtemp(prefix="grader-staged-")
+        leftovers.sweep(STAGING)  # those of runs killed before they could remove theirs
+        self.folder = tempfile.mkdtemp(prefix=STAGING)
+        self.lease: int | None = leftovers.claim(self.folder)
         self.targets: list[Target] = []
         self.submissions: dict[str, submissions.Submission] = {}  # label -> Submission
 
@@ -52,3 +55,6 @@ class Staged:
 
     def close(self) -> None:
         shutil.rmtree(self.folder, ignore_errors=True)
+        if self.lease is not None:
+            os.close(self.lease)
+            self.lease = None

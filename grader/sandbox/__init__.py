@@ -23,7 +23,8 @@ itself (`worker`), the wire format (`wire`) and the layers the kernel enforces o
   is graded from a copy of its own, beside a scratch dir of its own; the reference works in a
   scratch dir no submission may read, and leaves what submissions must read (checkpoints) apart.
 A worker also starts from nothing: a session of its own with no controlling terminal, stdin
-from /dev/null, no descriptor but its channel and its log.
+from /dev/null, no descriptor but its channel and its log. A grader killed before it could clean
+up leaves its run folder (and, as root, its scratch mounts): the next grader removes them (`leftovers`).
 Where the kernel lacks a layer, grading still works and `layers` says what is missing.
 """
 
@@ -41,7 +42,7 @@ from typing import Any, TypedDict
 
 from grader.records import Absence, Layer, Reply, Status
 from grader.sandbox import confinement as confine
-from grader.sandbox import forkservers, host, identity, landlock, memory, namespaces, syscall_filter
+from grader.sandbox import forkservers, host, identity, landlock, leftovers, memory, namespaces, syscall_filter
 from grader.sandbox import scratch as scratch_folder
 from grader.sandbox.containers import Container, Containers, available_kind
 from grader.sandbox.containers import describe as describe_container
@@ -53,6 +54,7 @@ OUTPUT_LIMIT = 8 * 2**20  # bytes a submission may print per call before writes 
 MEMORY_LIMIT = 12 * 2**30  # address space of one untrusted CPU worker
 COPY_LIMIT = 64 * 2**20  # bytes of a submission folder copied for grading
 SCRATCH_MB = scratch_folder.LIMIT // 2**20
+RUN_FOLDER = "grader-"  # the prefix of a grader's run folder in the temporary folder
 REFERENCE_ALLOWANCE = 300.0  # seconds; the reference is trusted, its limit only guards the kit
 START_ALLOWANCE = 60.0  # seconds a worker (or a group) may take to start
 AHEAD_WORKERS = 6  # at most so many workers started ahead for a folder's next grading (Sandbox.start_ahead)
@@ -133,7 +135,9 @@ class Sandbox:
         self.switch_user = _may_switch_user(self.namespaces, self.readable)
         self.containers = Containers(self.switch_user)
         self.memory_limit = memory_limit
-        self.rundir = tempfile.mkdtemp(prefix="grader-")
+        leftovers.sweep(RUN_FOLDER)  # those of graders killed before they could remove theirs
+        self.rundir = tempfile.mkdtemp(prefix=RUN_FOLDER)
+        self.lease: int | None = leftovers.claim(self.rundir)  # this grader's while it lives
         os.chmod(self.rundir, 0o711)  # submissions' users may pass through to their own folders
         self.bounded_scratch = _may_bound_scratch()
         self.logs = self._folder("logs", 0o700)
@@ -378,6 +382,9 @@ class Sandbox:
             if prepared.bounded:
                 scratch_folder.unmount(prepared.scratch)
         scratch_folder.remove_tree(self.rundir)  # sealed copies too (a grader not root)
+        if self.lease is not None:
+            os.close(self.lease)
+            self.lease = None
 
 
 def _looks_stuck(replies: Sequence[Reply]) -> bool:

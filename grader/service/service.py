@@ -92,7 +92,7 @@ class Service:
     def start(self) -> None:
         if self.alive:
             return
-        self.log = tempfile.NamedTemporaryFile("w+", prefix="grader-service-", suffix=".log")
+        self.log = tempfile.TemporaryFile("w+", prefix="grader-service-", suffix=".log")  # no name to leave behind
         path = os.pathsep.join(p for p in (os.path.dirname(GRADER_DIR), os.environ.get("PYTHONPATH")) if p)
         self.process = subprocess.Popen(
             [sys.executable, "-m", "grader", "serve"], cwd=KIT_ROOT, text=True, bufsize=1,
@@ -137,10 +137,11 @@ class Service:
         last = ""
         if self.log is not None:
             try:
-                with open(self.log.name) as handle:
-                    lines = [line.strip() for line in handle if line.strip()]
+                descriptor = self.log.fileno()  # shared with the service's stderr: read it without moving its offset
+                text = os.pread(descriptor, os.fstat(descriptor).st_size, 0).decode(errors="replace")
+                lines = [line.strip() for line in text.splitlines() if line.strip()]
                 last = lines[-1] if lines else ""
-            except OSError:
+            except (OSError, ValueError):
                 pass
         status = f"exit status {code}" if code is not None else "no reply"
         return f"{status}: {last}" if last else status

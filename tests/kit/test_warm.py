@@ -9,6 +9,7 @@ and `check()` in a real IPython shell grades the cells it ran.
 import os
 import subprocess
 import sys
+import tempfile
 import textwrap
 
 import pytest
@@ -327,6 +328,29 @@ def test_a_second_grading_in_one_process_works():
                           env=dict(os.environ, PYTHONPATH=KIT_ROOT, GRADER_STATE=os.devnull))
     assert "codes [0, 0]" in done.stdout and "Error" not in done.stderr, done.stdout + done.stderr
     assert done.stdout.count("15 / 15") >= 4  # each grading's chapter line and total
+
+
+def test_a_service_that_died_is_named_by_its_status_and_last_line_and_leaves_no_log_file(tmp_path, monkeypatch):
+    """Why the service stopped: its exit status and the last line it wrote, read from a log that has no name, so a
+    notebook kernel killed before it could close it leaves nothing in the temporary folder."""
+    from grader.service.service import Service
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # read TMPDIR again
+    service = Service()
+    service.log = tempfile.TemporaryFile("w+")
+    service.start = lambda: None
+    service.process = subprocess.Popen([sys.executable, "-c", "import sys; print('first', file=sys.stderr); "
+                                        "print('the last words', file=sys.stderr); sys.exit(3)"], stderr=service.log)
+    service.process.wait()
+    assert service._why() == "exit status 3: the last words"
+    service.close()
+    fresh = Service()
+    fresh.start()
+    try:
+        assert os.listdir(tmp_path) == [], "the service's log has a name in the temporary folder"
+    finally:
+        fresh.close()
 
 
 @pytest.mark.slow

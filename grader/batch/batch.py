@@ -9,7 +9,6 @@ reports: more cores, more submissions at once.
 
 import os
 import shutil
-import tempfile
 from collections.abc import Sequence
 
 from grader.batch import submissions
@@ -25,9 +24,8 @@ class Staged:
     """The targets of one run, staged in a temporary folder removed at `close`."""
 
     def __init__(self) -> None:
-        leftovers.sweep(STAGING)  # those of runs killed before they could remove theirs
-        self.folder = tempfile.mkdtemp(prefix=STAGING)
-        self.lease: int | None = leftovers.claim(self.folder)
+        self.folder, lease = leftovers.fresh_folder(STAGING)  # those of runs killed before it removed
+        self.lease: int | None = lease
         self.targets: list[Target] = []
         self.submissions: dict[str, submissions.Submission] = {}  # label -> Submission
 

@@ -15,7 +15,6 @@ import html
 import os
 import shutil
 import sys
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -181,14 +180,18 @@ def service() -> Service:
 
 
 _folders: list[str] = []
+NOTEBOOK_FOLDER = "grader-notebook-"  # the prefix of a kernel's folder in the temporary folder
 
 
 def _folder() -> str:
     """The kernel's one folder for the code it has graded: one folder, so that the service starts the workers
     of the next check while the learner edits (Sandbox.start_ahead); removed with the kernel."""
     if not _folders or not os.path.isdir(_folders[0]):
-        _folders[:] = [tempfile.mkdtemp(prefix="grader-notebook-")]
-        atexit.register(shutil.rmtree, _folders[0], True)
+        from grader.sandbox import leftovers  # not at import: the kernel imports this module, and nothing heavy
+
+        folder, _ = leftovers.fresh_folder(NOTEBOOK_FOLDER)  # and those of kernels restarted before they removed
+        _folders[:] = [folder]
+        atexit.register(shutil.rmtree, folder, True)
     return _folders[0]
 
 

@@ -135,9 +135,8 @@ class Sandbox:
         self.switch_user = _may_switch_user(self.namespaces, self.readable)
         self.containers = Containers(self.switch_user)
         self.memory_limit = memory_limit
-        leftovers.sweep(RUN_FOLDER)  # those of graders killed before they could remove theirs
-        self.rundir = tempfile.mkdtemp(prefix=RUN_FOLDER)
-        self.lease: int | None = leftovers.claim(self.rundir)  # this grader's while it lives
+        self.rundir, lease = leftovers.fresh_folder(RUN_FOLDER)  # those of graders killed before it removed
+        self.lease: int | None = lease
         os.chmod(self.rundir, 0o711)  # submissions' users may pass through to their own folders
         self.bounded_scratch = _may_bound_scratch()
         self.logs = self._folder("logs", 0o700)

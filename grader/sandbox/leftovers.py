@@ -2,11 +2,12 @@
 
 A grader ended by SIGKILL (a notebook's service stopped at Ctrl-C, the OOM killer, a batch job's
 time limit) cannot remove its run folder, and as root its submissions' scratch folders stay mounted
-(a tmpfs each). Every run folder holds a lock for as long as its grader lives (`claim`: an flock,
-which the kernel lets go of when the process dies, however it dies; a fork of the grader closes it
-at once, and no worker ever holds it); a grader that starts removes every folder of its kind whose
-lock it can take (`sweep`), unmounting what is mounted beneath it first. A folder with no lock is
-never touched: it is another program's, or a grader's that is still setting up.
+(a tmpfs each); a notebook kernel restarted leaves the folder of the code it graded. Every such
+folder holds a lock for as long as its process lives (`claim`: an flock, which the kernel lets go
+of when the process dies, however it dies; a fork of the grader closes it at once, and no worker
+ever holds it); a process that makes one removes every folder of its kind whose lock it can take
+(`sweep`), unmounting what is mounted beneath it first. A folder with no lock is never touched:
+it is another program's, or one still being set up.
 """
 
 from __future__ import annotations
@@ -21,6 +22,14 @@ from grader.sandbox import scratch
 
 LOCK = ".grader-lock"  # in a run folder: locked while its grader lives
 _SUFFIX = r"[a-z0-9_]{8}"  # what tempfile.mkdtemp adds to a prefix
+
+
+def fresh_folder(prefix: str) -> tuple[str, int]:
+    """A new temporary folder `prefix`*, held for this process's life, once the folders of that prefix whose
+    process has ended are removed: the folder, and the descriptor to close once it is removed."""
+    sweep(prefix)
+    folder = tempfile.mkdtemp(prefix=prefix)
+    return folder, claim(folder)
 
 
 def claim(folder: str) -> int:

@@ -94,3 +94,28 @@ def test_a_grader_killed_while_grading_leaves_nothing_once_the_next_one_starts()
         assert all(_mounts_beneath(folder) == [] for folder in left)
     finally:
         scratch.remove_tree(where)
+
+
+def test_a_restarted_kernels_folder_goes_with_the_next_kernels_first_check(tmp_path):
+    """A kernel restarted (killed: no exit handler runs) leaves the folder of the code it graded; the next
+    kernel's first check removes it, and leaves a living kernel's alone."""
+    code = ("import os, sys, time\nfrom grader.learner import check\nprint(check._folder(), flush=True)\n"
+            "if sys.argv[1] == 'die':\n    os._exit(0)\ntime.sleep(60)\n")
+    env = dict(os.environ, TMPDIR=str(tmp_path), PYTHONPATH=KIT_ROOT)
+
+    def kernel(how):
+        process = subprocess.Popen([sys.executable, "-c", code, how], cwd=KIT_ROOT, env=env, stdout=subprocess.PIPE,
+                                   text=True)
+        return process, process.stdout.readline().strip()
+
+    killed, left = kernel("die")
+    killed.wait()
+    living, kept = kernel("live")
+    try:
+        assert not os.path.exists(left) and os.path.isdir(kept)
+        fresh, third = kernel("die")
+        fresh.wait()
+        assert os.path.isdir(kept) and os.path.isdir(third), "a living kernel's folder was removed"
+    finally:
+        living.kill()
+        living.wait()

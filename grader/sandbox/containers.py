@@ -31,7 +31,6 @@ CGROUP_PIDS = "/sys/fs/cgroup/pids"
 CGROUP_MEMORY = "/sys/fs/cgroup/memory"
 
 
-
 class MemoryCounters(NamedTuple):
     """A submission's memory cgroup (v1), as its counters stand."""
 

@@ -8,9 +8,12 @@ this process starts). MPS is asked in a subprocess too, although on macOS the wo
 like the rest of Apple's Objective-C frameworks, is not fork-safe, so any later fork of this process (a
 subprocess started by fork, a fork server where one is used) could crash or hang in a child; the
 process that compares and scores never computes on a GPU, so it has no reason to start one. Where torch
-was built without MPS (every non-Apple build) there is nothing to ask, and nothing is started.
+was built without MPS (every non-Apple build) there is nothing to ask, and nothing is started; where
+torch is a CUDA build (pip's default on Linux) on a Linux machine with no CUDA driver's device node, nothing
+is asked either: the subprocess would import torch (2 s) to answer no.
 """
 
+import os
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -19,6 +22,9 @@ DEVICES = ("cpu", "cuda", "mps")  # what a check may run on
 GPUS = ("cuda", "mps")  # asked for in a subprocess; asking where there is none is a usage error
 CHOICES = (*DEVICES, "all")  # every --device option's choices (the CLIs, pytest, the grading service)
 NAMES = {"cuda": "CUDA device", "mps": "MPS device (Apple's GPU)"}
+# Where CUDA's driver reaches a GPU on Linux: NVIDIA's control node (a machine, a container given a GPU), or
+# WSL2's paravirtualized GPU.
+DRIVER_NODES = ("/dev/nvidiactl", "/dev/dxg")
 
 
 class NoSuchDevice(Exception):
@@ -37,9 +43,14 @@ def _probe(test: str) -> bool:
 def cuda_present() -> bool:
     import torch
 
-    if torch.version.cuda is None:
+    if torch.version.cuda is None or not _cuda_driver_here():
         return False
     return _probe("torch.cuda.is_available()")
+
+
+def _cuda_driver_here() -> bool:
+    """False on a Linux machine where no CUDA driver could reach a GPU; elsewhere the probe tells."""
+    return not sys.platform.startswith("linux") or any(os.path.exists(node) for node in DRIVER_NODES)
 
 
 def mps_present() -> bool:

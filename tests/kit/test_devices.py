@@ -57,6 +57,27 @@ def test_cpu_asks_no_gpu_and_an_unknown_name_is_no_device(monkeypatch):
         devices.select("tpu")
 
 
+def test_cuda_is_asked_in_a_subprocess_only_where_a_driver_could_reach_a_gpu(monkeypatch, tmp_path):
+    """pip's default torch on Linux is a CUDA build: on a machine with no CUDA driver's device node the probe (a fresh
+    interpreter importing torch, 2 s) is never started; where there is one, or on another system, it is."""
+    import torch
+
+    started = []
+    monkeypatch.setattr(devices.subprocess, "run", lambda command, **kwargs: started.append(command) or
+                        subprocess.CompletedProcess(command, 0))
+    monkeypatch.setattr(torch.version, "cuda", "13.0")
+    monkeypatch.setattr(devices.sys, "platform", "linux")
+    monkeypatch.setattr(devices, "DRIVER_NODES", (str(tmp_path / "nvidiactl"), str(tmp_path / "dxg")))
+    assert devices.cuda_present() is False and started == []
+    (tmp_path / "dxg").touch()  # WSL2's GPU
+    assert devices.cuda_present() is True and len(started) == 1
+    (tmp_path / "dxg").unlink()
+    monkeypatch.setattr(devices.sys, "platform", "win32")
+    assert devices.cuda_present() is True and len(started) == 2
+    monkeypatch.setattr(torch.version, "cuda", None)  # a CPU build: nothing to ask anywhere
+    assert devices.cuda_present() is False and len(started) == 2
+
+
 def test_mps_is_asked_in_a_subprocess_only_where_torch_has_it(monkeypatch):
     """Where torch was built without MPS nothing is started; where it was, the probe runs in a subprocess (Metal,
     like CUDA, must never start in the process that forks the workers)."""

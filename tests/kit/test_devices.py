@@ -10,6 +10,7 @@ import os
 import re
 import subprocess
 import sys
+import types
 
 import pytest
 
@@ -57,14 +58,21 @@ def test_cpu_asks_no_gpu_and_an_unknown_name_is_no_device(monkeypatch):
         devices.select("tpu")
 
 
+def _record_probes(monkeypatch, started):
+    """devices' own view of subprocess replaced by one that records each command and answers yes: never the
+    subprocess module itself, which the fixtures computed ahead in other threads are using meanwhile."""
+    fake = types.SimpleNamespace(run=lambda command, **kwargs: started.append(command) or
+                                 subprocess.CompletedProcess(command, 0), SubprocessError=subprocess.SubprocessError)
+    monkeypatch.setattr(devices, "subprocess", fake)
+
+
 def test_cuda_is_asked_in_a_subprocess_only_where_a_driver_could_reach_a_gpu(monkeypatch, tmp_path):
     """pip's default torch on Linux is a CUDA build: on a machine with no CUDA driver's device node the probe (a fresh
     interpreter importing torch, 2 s) is never started; where there is one, or on another system, it is."""
     import torch
 
     started = []
-    monkeypatch.setattr(devices.subprocess, "run", lambda command, **kwargs: started.append(command) or
-                        subprocess.CompletedProcess(command, 0))
+    _record_probes(monkeypatch, started)
     monkeypatch.setattr(torch.version, "cuda", "13.0")
     monkeypatch.setattr(devices.sys, "platform", "linux")
     monkeypatch.setattr(devices, "DRIVER_NODES", (str(tmp_path / "nvidiactl"), str(tmp_path / "dxg")))
@@ -84,8 +92,7 @@ def test_mps_is_asked_in_a_subprocess_only_where_torch_has_it(monkeypatch):
     import torch
 
     started = []
-    monkeypatch.setattr(devices.subprocess, "run", lambda command, **kwargs: started.append(command) or
-                        subprocess.CompletedProcess(command, 0))
+    _record_probes(monkeypatch, started)
     monkeypatch.setattr(torch.backends.mps, "is_built", lambda: False)
     assert devices.mps_present() is False and started == []
     monkeypatch.setattr(torch.backends.mps, "is_built", lambda: True)

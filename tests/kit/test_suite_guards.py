@@ -1,7 +1,9 @@
 """The kit's own suite fails in bounded time: a hanging kit test is failed by pytest-timeout with
 its stack (tests/kit/conftest.py gives every test a timeout), not left to CI's 90 minutes. And no
 kit test grades in pytest's own process: closing a grading session ends every process the closing
-process started (Sandbox.close), the kit's zygote among them, and the tests after it would fail."""
+process started (Sandbox.close), the kit's zygote among them, and the tests after it would fail. Nor
+does a kit test replace what the gradings computed ahead in background threads (tests/kit/ahead.py) use
+meanwhile: the subprocess module's run and Popen, or the temporary folder."""
 
 import ast
 import os
@@ -61,3 +63,43 @@ def test_no_kit_test_grades_in_pytests_own_process(tmp_path):
                                                  "def test_it():\n    Warm(seed=1).close()\n\n\n"
                                                  "SCRIPT = 'Warm(seed=1)'\n")
     assert grading_in_process(tmp_path) == ["test_in_process.py:5: Warm(...)"]  # the call, not the string
+
+
+# What the gradings computed ahead in other threads use while a test runs: never to be replaced by a test.
+SHARED_NAMES = {"run", "Popen"}  # of the subprocess module, reached directly or through another module
+SHARED_SETTINGS = {("setenv", "TMPDIR"), ("setattr", "tempdir")}  # where tempfile makes its folders
+
+
+def replacing_shared_state(folder):
+    """The monkeypatch calls in `folder`'s test files that replace, for the whole process, what other threads use."""
+    found = []
+    for name in sorted(os.listdir(folder)):
+        if not (name.startswith("test_") and name.endswith(".py")):
+            continue
+        with open(os.path.join(folder, name)) as handle:
+            tree = ast.parse(handle.read())
+        for node in ast.walk(tree):
+            func = node.func if isinstance(node, ast.Call) else None
+            if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)
+                    and func.value.id == "monkeypatch" and len(node.args) >= 2):
+                continue
+            target = node.args[0]
+            named = node.args[0 if func.attr == "setenv" else 1]  # setenv(NAME, value), setattr(target, NAME, value)
+            what = named.value if isinstance(named, ast.Constant) else None
+            of_subprocess = ast.unparse(target) == "subprocess" or ast.unparse(target).endswith(".subprocess")
+            if (func.attr == "setattr" and of_subprocess and what in SHARED_NAMES) or \
+                    (func.attr, what) in SHARED_SETTINGS:
+                found.append(f"{name}:{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_no_kit_test_replaces_what_other_threads_use(tmp_path):
+    found = replacing_shared_state(os.path.join(KIT_ROOT, "tests", "kit"))
+    assert not found, "replace the module's own reference instead (monkeypatch.setattr(module, 'subprocess', " \
+                      "fake)): " + "; ".join(found)
+    (tmp_path / "test_shares.py").write_text(
+        "def test_it(monkeypatch):\n    monkeypatch.setattr(devices.subprocess, 'run', print)\n"
+        "    monkeypatch.setattr(devices, 'subprocess', object())\n    monkeypatch.setenv('TMPDIR', '/x')\n")
+    assert replacing_shared_state(tmp_path) == [
+        "test_shares.py:2: monkeypatch.setattr(devices.subprocess, 'run', print)",
+        "test_shares.py:4: monkeypatch.setenv('TMPDIR', '/x')"]

@@ -24,8 +24,8 @@ class Staged:
     """The targets of one run, staged in a temporary folder removed at `close`."""
 
     def __init__(self) -> None:
-        self.folder, lease = leftovers.fresh_folder(STAGING)  # those of runs killed before it removed
-        self.lease: int | None = lease
+        self.held = leftovers.HeldFolder(STAGING)  # once those of runs killed before they could are removed
+        self.folder = self.held.path
         self.targets: list[Target] = []
         self.submissions: dict[str, submissions.Submission] = {}  # label -> Submission
 
@@ -53,6 +53,4 @@ class Staged:
 
     def close(self) -> None:
         shutil.rmtree(self.folder, ignore_errors=True)
-        if self.lease is not None:
-            os.close(self.lease)
-            self.lease = None
+        self.held.let_go()

@@ -189,7 +189,8 @@ def _folder() -> str:
     if not _folders or not os.path.isdir(_folders[0]):
         from grader.sandbox import leftovers  # not at import: the kernel imports this module, and nothing heavy
 
-        folder, _ = leftovers.fresh_folder(NOTEBOOK_FOLDER)  # and those of kernels restarted before they removed
+        # Held while the kernel lives; the folders of kernels restarted before they could remove theirs go first.
+        folder = leftovers.HeldFolder(NOTEBOOK_FOLDER).path
         _folders[:] = [folder]
         atexit.register(shutil.rmtree, folder, True)
     return _folders[0]

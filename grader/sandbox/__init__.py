@@ -135,8 +135,8 @@ class Sandbox:
         self.switch_user = _may_switch_user(self.namespaces, self.readable)
         self.containers = Containers(self.switch_user)
         self.memory_limit = memory_limit
-        self.rundir, lease = leftovers.fresh_folder(RUN_FOLDER)  # those of graders killed before it removed
-        self.lease: int | None = lease
+        self.held = leftovers.HeldFolder(RUN_FOLDER)  # once those of graders killed before they could are removed
+        self.rundir = self.held.path
         os.chmod(self.rundir, 0o711)  # submissions' users may pass through to their own folders
         self.bounded_scratch = _may_bound_scratch()
         self.logs = self._folder("logs", 0o700)
@@ -381,9 +381,7 @@ class Sandbox:
             if prepared.bounded:
                 scratch_folder.unmount(prepared.scratch)
         scratch_folder.remove_tree(self.rundir)  # sealed copies too (a grader not root)
-        if self.lease is not None:
-            os.close(self.lease)
-            self.lease = None
+        self.held.let_go()
 
 
 def _looks_stuck(replies: Sequence[Reply]) -> bool:

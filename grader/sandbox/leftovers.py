@@ -24,12 +24,20 @@ LOCK = ".grader-lock"  # in a run folder: locked while its grader lives
 _SUFFIX = r"[a-z0-9_]{8}"  # what tempfile.mkdtemp adds to a prefix
 
 
-def fresh_folder(prefix: str) -> tuple[str, int]:
-    """A new temporary folder `prefix`*, held for this process's life, once the folders of that prefix whose
-    process has ended are removed: the folder, and the descriptor to close once it is removed."""
-    sweep(prefix)
-    folder = tempfile.mkdtemp(prefix=prefix)
-    return folder, claim(folder)
+class HeldFolder:
+    """A new temporary folder `prefix`* (`path`), made once the folders of that prefix whose process has ended are
+    removed, and locked until `let_go` (or this process's end)."""
+
+    def __init__(self, prefix: str) -> None:
+        sweep(prefix)
+        self.path = tempfile.mkdtemp(prefix=prefix)
+        self._lock: int | None = claim(self.path)
+
+    def let_go(self) -> None:
+        """Once the folder is removed: its lock (a second call does nothing)."""
+        if self._lock is not None:
+            os.close(self._lock)
+            self._lock = None
 
 
 def claim(folder: str) -> int:

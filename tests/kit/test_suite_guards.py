@@ -36,23 +36,26 @@ IN_PROCESS = {"Warm", "Engine", "Session", "Sandbox"}
 IN_PROCESS_MEASURE = ("demo_figures", "measure")
 
 
-def grading_in_process(folder):
-    """The calls in `folder`'s test files that would grade in pytest's own process."""
-    found = []
+def calls_in_tests(folder):
+    """(file name, call) for every call in `folder`'s test files (a script in a string is no call here)."""
     for name in sorted(os.listdir(folder)):
         if not (name.startswith("test_") and name.endswith(".py")):
             continue
         with open(os.path.join(folder, name)) as handle:
             tree = ast.parse(handle.read())
-        for node in ast.walk(tree):  # a script in a string runs in a subprocess: no Call node here
-            if not isinstance(node, ast.Call):
-                continue
-            func = node.func
-            called = func.id if isinstance(func, ast.Name) else \
-                (func.value.id, func.attr) if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) \
-                else None
-            if called in IN_PROCESS or called == IN_PROCESS_MEASURE:
-                found.append(f"{name}:{node.lineno}: {ast.unparse(func)}(...)")
+        yield from ((name, node) for node in ast.walk(tree) if isinstance(node, ast.Call))
+
+
+def grading_in_process(folder):
+    """The calls in `folder`'s test files that would grade in pytest's own process."""
+    found = []
+    for name, node in calls_in_tests(folder):  # a script in a string runs in a subprocess
+        func = node.func
+        called = func.id if isinstance(func, ast.Name) else \
+            (func.value.id, func.attr) if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) \
+            else None
+        if called in IN_PROCESS or called == IN_PROCESS_MEASURE:
+            found.append(f"{name}:{node.lineno}: {ast.unparse(func)}(...)")
     return found
 
 
@@ -73,23 +76,17 @@ SHARED_SETTINGS = {("setenv", "TMPDIR"), ("setattr", "tempdir")}  # where tempfi
 def replacing_shared_state(folder):
     """The monkeypatch calls in `folder`'s test files that replace, for the whole process, what other threads use."""
     found = []
-    for name in sorted(os.listdir(folder)):
-        if not (name.startswith("test_") and name.endswith(".py")):
+    for name, node in calls_in_tests(folder):
+        func = node.func
+        if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)
+                and func.value.id == "monkeypatch" and len(node.args) >= 2):
             continue
-        with open(os.path.join(folder, name)) as handle:
-            tree = ast.parse(handle.read())
-        for node in ast.walk(tree):
-            func = node.func if isinstance(node, ast.Call) else None
-            if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)
-                    and func.value.id == "monkeypatch" and len(node.args) >= 2):
-                continue
-            target = node.args[0]
-            named = node.args[0 if func.attr == "setenv" else 1]  # setenv(NAME, value), setattr(target, NAME, value)
-            what = named.value if isinstance(named, ast.Constant) else None
-            of_subprocess = ast.unparse(target) == "subprocess" or ast.unparse(target).endswith(".subprocess")
-            if (func.attr == "setattr" and of_subprocess and what in SHARED_NAMES) or \
-                    (func.attr, what) in SHARED_SETTINGS:
-                found.append(f"{name}:{node.lineno}: {ast.unparse(node)}")
+        target = node.args[0]
+        named = node.args[0 if func.attr == "setenv" else 1]  # setenv(NAME, value), setattr(target, NAME, value)
+        what = named.value if isinstance(named, ast.Constant) else None
+        of_subprocess = ast.unparse(target) == "subprocess" or ast.unparse(target).endswith(".subprocess")
+        if (func.attr == "setattr" and of_subprocess and what in SHARED_NAMES) or (func.attr, what) in SHARED_SETTINGS:
+            found.append(f"{name}:{node.lineno}: {ast.unparse(node)}")
     return found
 
 

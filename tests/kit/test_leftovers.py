@@ -51,6 +51,17 @@ def test_only_the_folders_of_graders_that_ended_are_removed(tmp_path):
     assert leftovers.sweep("grader-", str(tmp_path)) == [living], "its grader ended: now it goes"
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="makes a folder of another user: needs root")
+def test_a_folder_another_user_planted_is_never_removed_by_a_root_grader(tmp_path):
+    """A local user may make /tmp/grader-xxxxxxxx with a free lock of their own: a grader running as root leaves it
+    (and whatever it holds or points to) alone."""
+    planted = _claimed_by_a_process_that_ended(tmp_path)
+    for path in (planted, os.path.join(planted, leftovers.LOCK)):
+        os.chown(path, 65534, 65534)
+    assert leftovers.sweep("grader-", str(tmp_path)) == []
+    assert os.path.isdir(planted)
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="mounts a tmpfs: needs root")
 def test_a_scratch_folder_left_mounted_is_unmounted(tmp_path):
     where = tempfile.mkdtemp(dir="/tmp")  # not under pytest's own folders

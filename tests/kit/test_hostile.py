@@ -30,6 +30,10 @@ def hostile_indices(body):
         "\n".join("    " + line for line in body.strip().splitlines()) + "\n"
 
 
+REPLY_CHANNEL = ("import gc, multiprocessing.connection, os, struct, time\n"
+                 "from grader.sandbox import wire\n"
+                 "channel = next(o for o in gc.get_objects() if type(o) is multiprocessing.connection.Connection)\n")
+
 AT_IMPORT = {
     "syntax_error": ("def shard_indices(:\n    pass\n", "error at import"),
     "import_error": ("import a_module_that_does_not_exist\n", "error at import"),
@@ -57,6 +61,15 @@ IN_A_FUNCTION = {
         "import torch\nclass T(torch.Tensor):\n    pass\n"
         "return torch.zeros(1).as_subclass(T)", "invalid result"),
     "lazy_generator": ("return (i for i in range(num_samples))", "invalid result"),
+    # Its own reply channel, found as any code in the worker can find it, written to before the real reply: the
+    # 800-byte pickle that once hashed 2**64 tuples in the grading process (and held a batch there for ever) ...
+    "sends_a_hash_bomb": (REPLY_CHANNEL + "bomb = b')' + b''.join(b'\\x94h' + bytes((i,)) + b'\\x86' for i in range(64))\n"
+                          "skeleton = b'\\x80\\x04}' + bomb + b'Ns.'\n"
+                          "channel.send_bytes(wire.MAGIC + struct.pack('<Q', len(skeleton)) + skeleton)\n"
+                          "return list(range(rank, num_samples, world_size))", "invalid result"),
+    # ... and a frame's header with half its body, then nothing: the grading process once waited in the read.
+    "stalls_mid_reply": (REPLY_CHANNEL + "os.write(channel.fileno(), struct.pack('!i', 1000) + b'x' * 10)\n"
+                         "time.sleep(10**6)", "timed out"),
 }
 
 # Submissions that tamper with the grading machinery, on top of a wrong shard_indices.
@@ -79,6 +92,7 @@ def graded(tmp_path_factory):
     submissions |= {name: hostile_indices(body) for name, (body, _) in IN_A_FUNCTION.items()}
     submissions |= {name: prefix + hostile_indices(WRONG_INDICES) for name, prefix in TAMPERING.items()}
     submissions["control"] = hostile_indices(WRONG_INDICES)
+    submissions["classmate"] = mutate(EX)  # right: graded after the others in the same batch
     started = time.monotonic()
     results = grade_submissions(tmp_path_factory.mktemp("hostile"), EX, submissions, "--timeout", "8",
                                 profile="fast")
@@ -99,6 +113,13 @@ def test_a_hostile_function_costs_only_its_own_checks(graded, name):
     statuses = {c["name"]: c["status"] for c in result["exercises"][0]["checks"]}
     assert statuses[INDICES] == IN_A_FUNCTION[name][1], failed_checks(result)
     assert statuses[BATCH] == "passed", failed_checks(result)
+
+
+def test_a_right_classmate_in_the_same_batch_scores_full(graded):
+    """After every hostile submission of the batch (replies that are bombs or that never end among
+    them), the report is written and a right one loses nothing."""
+    result = graded[0]["classmate"]
+    assert result["score"] == result["max_score"], failed_checks(result)
 
 
 @pytest.mark.parametrize("name", sorted(TAMPERING))

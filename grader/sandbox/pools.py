@@ -22,10 +22,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
 from grader.records import WORKER_CAUSES, WORKER_STATUSES, Cause, Reply, Status
-from grader.sandbox import memory, worker
+from grader.sandbox import channel, memory, worker
 from grader.sandbox.containers import MemoryMark
 from grader.sandbox.forkservers import ServerStuck, server
-from grader.sandbox.wire import MAX_REPLY_BYTES, InvalidResult, decode
+from grader.sandbox.wire import DECODE_SECONDS, MAX_REPLY_BYTES, InvalidResult, decode
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 PoolKey = tuple[str | int, ...]
 
 GRACE_AFTER_FAILURE = 1.0  # seconds the other ranks get once one rank has failed
+READ_GRACE = 5.0  # seconds a reply begun before its call's deadline may take to arrive whole
 # A call's time counts only while its ranks could run: the time they spent waiting for a CPU (the
 # kernel's run delay) is added to its deadline, up to HANG_BOUND times its limit in all. A worker
 # that spins or sleeps is not waiting for a CPU, and times out at its limit.
@@ -150,7 +151,8 @@ class Ranks:
             ready = cast("list[Connection]", multiprocessing.connection.wait(list(pending), remaining))
             for connection in ready:
                 rank = pending.pop(connection)
-                reply = replies[rank] = self._read(connection, rank, starting)
+                until = max(deadline, time.monotonic() + READ_GRACE)
+                reply = replies[rank] = self._read(connection, rank, starting, until)
                 if reply.status not in (Status.OK, Status.READY):
                     failed = True
                     deadline = min(deadline, time.monotonic() + GRACE_AFTER_FAILURE)
@@ -203,24 +205,21 @@ class Ranks:
             return container.ran_out_of_memory(mark)
         return False if (memory.oom_kills() or 0) > (mark or 0) else None
 
-    def _read(self, connection: Connection, rank: int, starting: bool) -> Reply:
+    def _read(self, connection: Connection, rank: int, starting: bool, deadline: float) -> Reply:
+        """The reply on a connection that has something to read, read and decoded with work bounded
+        by its size before `deadline`: a worker that stops half-way through a message is a hang."""
         try:
-            data = connection.recv_bytes(MAX_REPLY_BYTES)
-        except EOFError:
+            data = channel.receive(connection, MAX_REPLY_BYTES, deadline)
+        except (EOFError, OSError):
             return self._crash_reply(rank)
-        except OSError:
-            # A message over the limit, or one cut short. Which, multiprocessing says only in words; what
-            # decides is a fact: a worker still alive a second later wrote it (too large, or not a message
-            # its loop wrote), one that is gone died while writing.
-            process = self.processes[rank]
-            process.join(1)
-            if process.exitcode is not None:
-                return self._crash_reply(rank)
+        except channel.Late:
             self.kill()
-            return Reply(Status.INVALID, message=f"the result is larger than {MAX_REPLY_BYTES // 2**20} MB (or not "
-                                                 "a message the worker's own loop wrote)")
+            return Reply(Status.TIMED_OUT, message="did not finish writing its reply in time")
+        except channel.TooLarge:
+            self.kill()
+            return Reply(Status.INVALID, message=f"the result is larger than {MAX_REPLY_BYTES // 2**20} MB")
         try:
-            fields = decode(data)
+            fields = decode(data, deadline=max(deadline, time.monotonic() + DECODE_SECONDS))
         except InvalidResult as error:
             # The worker's own encoder writes nothing decode refuses: this message is the code's, and whatever
             # follows it in the channel (the loop's real reply) can no longer be paired with a request.

@@ -134,6 +134,7 @@ class Sandbox:
         self.readable = tuple(readable) + _interpreter_paths()
         self.switch_user = _may_switch_user(self.namespaces, self.readable)
         self.containers = Containers(self.switch_user)
+        self.users = identity.Users() if self.switch_user else None  # a uid of its own for each submission
         self.memory_limit = memory_limit
         self.held = leftovers.HeldFolder(RUN_FOLDER)  # once those of graders killed before they could are removed
         self.rundir = self.held.path
@@ -290,7 +291,7 @@ class Sandbox:
         os.makedirs(base, 0o711)
         os.chmod(os.path.dirname(base), 0o711)
         os.chmod(base, 0o711)
-        uid = identity.uid_of(index) if self.switch_user else None
+        uid = self.users.claim() if self.users is not None else None
         copy, scratch = os.path.join(base, "src"), os.path.join(base, "scratch")
         os.mkdir(copy, 0o700)  # filled, then sealed, before any of its workers is sent a request
         os.mkdir(scratch, 0o700)
@@ -382,6 +383,8 @@ class Sandbox:
                 scratch_folder.unmount(prepared.scratch)
         scratch_folder.remove_tree(self.rundir)  # sealed copies too (a grader not root)
         self.held.let_go()
+        if self.users is not None:
+            self.users.close()
 
 
 def _looks_stuck(replies: Sequence[Reply]) -> bool:

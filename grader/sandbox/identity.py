@@ -11,12 +11,17 @@ reachable by the worker's namespaces (`namespaces`), not by a capability.
 """
 
 import ctypes
+import fcntl
 import os
+import stat
+import tempfile
 from collections.abc import Iterable
 
 from grader.sandbox import host
 
 FIRST_UID = 1_000_000  # far above any account a machine has
+UID_RANGE = 2**31 - FIRST_UID
+UID_LOCKS = "/run/grader-uids" if os.path.isdir("/run") else os.path.join(tempfile.gettempdir(), "grader-uids")
 _PR_CAPBSET_DROP, _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 24, 47, 4
 _CAP_VERSION_3 = 0x20080522
 
@@ -35,10 +40,69 @@ def available() -> bool:
     return host.LINUX and os.geteuid() == 0
 
 
-def uid_of(index: int) -> int:
-    """Target `index` of this grader: graders running at once (--jobs) have distinct pids, so
-    their submissions never share a uid."""
-    return FIRST_UID + (os.getpid() * 1024 + index % 1024) % (2**31 - FIRST_UID)
+class Users:
+    """The uids a root grader gives its submissions, one each, never shared by two live submissions: each
+    claimed with an flock on a file named after it in a folder of root's (`UID_LOCKS`), held until `close`
+    (or the grader's end, however it ends), so neither another grader on the machine nor this one's
+    thousand-and-first submission is given a uid still in use. A grader's candidates start at a place of
+    its own (by pid), so graders at once rarely even try the same uid."""
+
+    def __init__(self, folder: str = UID_LOCKS) -> None:
+        self.folder = _root_folder(folder)
+        self.private = self.folder != folder  # a folder of its own, removed at `close`
+        self.held: dict[int, int] = {}  # uid -> the descriptor that holds its lock
+        self.next = (os.getpid() * 1024) % UID_RANGE
+
+    def claim(self) -> int:
+        for _ in range(UID_RANGE):
+            uid = FIRST_UID + self.next
+            self.next = (self.next + 1) % UID_RANGE
+            if uid not in self.held and self._lock(uid):
+                return uid
+        raise OSError("no uid left to give a submission")
+
+    def _lock(self, uid: int) -> bool:
+        path = os.path.join(self.folder, str(uid))
+        descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if os.fstat(descriptor).st_ino != os.lstat(path).st_ino:  # removed by its last holder meanwhile
+                raise BlockingIOError
+        except OSError:
+            os.close(descriptor)
+            return False
+        self.held[uid] = descriptor
+        return True
+
+    def close(self) -> None:
+        """Give every uid back (its submission's processes are gone by now): the lock file first, then the lock."""
+        for uid, descriptor in self.held.items():
+            try:
+                os.unlink(os.path.join(self.folder, str(uid)))
+            except OSError:
+                pass
+            os.close(descriptor)
+        self.held.clear()
+        if self.private:
+            try:
+                os.rmdir(self.folder)
+            except OSError:
+                pass
+
+
+def _root_folder(folder: str) -> str:
+    """`folder`, made root's and no one else's where it is not yet; a folder of this process's own where the
+    place is taken by anything else (another user's folder, a link)."""
+    try:
+        os.mkdir(folder, 0o700)
+    except FileExistsError:
+        pass
+    except OSError:
+        return tempfile.mkdtemp(prefix="grader-uids-")
+    info = os.lstat(folder)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid() or info.st_mode & 0o077:
+        return tempfile.mkdtemp(prefix="grader-uids-")
+    return folder
 
 
 def reachable_by_others(paths: Iterable[str]) -> bool:

@@ -109,7 +109,7 @@ class _Writer:
             if depth >= MAX_DEPTH:
                 raise InvalidResult(f"the result nests containers more than {MAX_DEPTH} deep")
             if obj and id(obj) in self.seen:
-                raise InvalidResult("the result holds a container twice (shared references)")
+                raise InvalidResult("the result holds a container that appears twice (shared references)")
             self.seen.add(id(obj))
             out.append(LIST if kind is list else TUPLE if kind is tuple else DICT)
             out += _COUNT.pack(len(obj))

@@ -334,6 +334,7 @@ class Sandbox:
         The reference's workers serve every exercise of their preload, so those of the next
         exercise's preload stay (exercises are graded grouped by preload)."""
         self.pools.close(keep=lambda key: key[0] == "reference" and key[1] == next_preload)
+        self.pools.reap()  # the workers gone, what they started is adopted here or dead: then found
         for prepared in self.prepared.values():
             prepared.container.kill()
             scratch_folder.empty(prepared.scratch)  # nothing written for one exercise is left for the next
@@ -345,6 +346,7 @@ class Sandbox:
         if target is None:
             return
         self.pools.close(keep=lambda key: not (key[0] == "target" and key[1] == target.path))
+        self.pools.reap()
         if target.path in self.prepared:
             self.prepared[target.path].container.kill()
 

@@ -13,8 +13,10 @@ Whichever the machine allows, in this order:
   the box had free for it when the call began; the grader's otherwise (`Container.ran_out_of_memory`).
 - `uid`: as root without cgroups (a container such as Gradescope's), the submission's own uid:
   RLIMIT_NPROC caps its processes, and every process of that uid is killed.
-- none: the grader is the subreaper of its tree (`adopt_orphans`) and kills its descendants,
-  which catches most, but not all, of what a submission can start; the report says so.
+- none (a grader that is not root): the grader is the subreaper of its tree (`adopt_orphans`), so
+  whatever a submission starts is either below a worker of its own, killed with its workers, or, once
+  orphaned, a child of the grader marked by the worker's confinement (`confined_orphans`), killed
+  when the exercise ends.
 """
 
 import os
@@ -68,9 +70,11 @@ class Container:
         return None
 
     def pids(self) -> list[int]:
-        return []
+        """Without a cgroup or a uid of its own, what can still be told apart as a submission's: the
+        confined processes this grader adopted (see `confined_orphans`)."""
+        return confined_orphans()
 
-    def kill(self, wait: float = 0.0) -> bool:
+    def kill(self, wait: float = 1.0) -> bool:
         """SIGKILL everything inside, again and again for up to `wait` s until nothing is left;
         True when it is empty."""
         deadline = time.monotonic() + wait
@@ -260,7 +264,8 @@ def describe(kind: str) -> str:
     memory_too = ", a memory cgroup of its own" if kind == "cgroup" and _own_memory_cgroup() else ""
     return {"cgroup": f"a pids cgroup per submission (at most {PROCESS_LIMIT} tasks){memory_too}, killed as one",
                 "uid": f"a uid per submission (RLIMIT_NPROC {PROCESS_LIMIT}), all its processes killed",
-                "none": "no cgroup, no uid of its own: the grader kills its descendants (as subreaper on Linux)"}[kind]
+                "none": "no cgroup, no uid of its own: the grader adopts what a submission starts (as subreaper on "
+                    "Linux) and kills it when the exercise ends"}[kind]
 
 
 def _held(path: str) -> int:
@@ -315,6 +320,44 @@ def _remove_folders(*paths: str | None) -> None:
                 os.rmdir(path)
         except OSError:
             pass
+
+
+def confined_orphans() -> list[int]:
+    """This process's children that carry a worker's confinement: more seccomp filters than this process has,
+    or no_new_privs where it has none (Landlock sets it). The grader is the subreaper of every process below it
+    (`adopt_orphans`), so whatever a submission started is, once the worker or the process that started it
+    is gone (a double fork into a new session), adopted here, and no process of the grader's own carries
+    those marks. Without root (no cgroup, no uid of its own) this is how a submission's processes are found
+    and ended when its exercise does, and not only when the grader does."""
+    own = _confinement("self")
+    if own is None:
+        return []
+    found = []
+    parent = str(os.getpid())
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as handle:
+                state, ppid = handle.read().rsplit(")", 1)[1].split()[:2]
+        except (OSError, ValueError):
+            continue
+        if ppid != parent or state in ("Z", "X"):
+            continue
+        marks = _confinement(name)
+        if marks is not None and (marks[0] > own[0] or (marks[1] and not own[1])):
+            found.append(int(name))
+    return found
+
+
+def _confinement(pid: str) -> tuple[int, bool] | None:
+    """(seccomp filters, no_new_privs) of a process, from /proc (None where it cannot be read)."""
+    try:
+        with open(f"/proc/{pid}/status") as handle:
+            fields = dict(line.split(":", 1) for line in handle if ":" in line)
+        return int(fields.get("Seccomp_filters", "0")), fields.get("NoNewPrivs", "0").strip() == "1"
+    except (OSError, ValueError):
+        return None
 
 
 def _write(path: str, text: str) -> None:

@@ -1,10 +1,15 @@
-"""The uids a root grader gives its submissions: no two live submissions share one, however many
-a grader has seen and however many graders run at once (a shared uid would let one submission's
-processes read another's scratch and signal its workers wherever Landlock is missing)."""
+"""Who a submission's processes are. The uids a root grader gives its submissions: no two live
+submissions share one, however many a grader has seen and however many graders run at once (a
+shared uid would let one submission's processes read another's scratch and signal its workers
+wherever Landlock is missing); and, without root, how the processes a submission leaves behind
+are found."""
 
 import os
+import subprocess
+import sys
 
 from grader.sandbox import identity
+from tests.kit.harness import KIT_ROOT
 
 
 def test_a_grader_never_gives_two_submissions_one_uid_however_many_it_grades(tmp_path):
@@ -54,3 +59,54 @@ def test_a_lock_folder_planted_by_anyone_else_is_not_used(tmp_path):
     users = identity.Users(str(open_folder))
     users.close()
     assert users.folder != str(open_folder) and not os.path.exists(users.folder)  # its own, and removed
+
+
+# A stand-in for the grader: the subreaper of its tree, with one worker-like child that marks itself as a
+# worker's confinement does (no_new_privs), starts a grandchild in a session of its own and exits; and one
+# child of its own kind (unmarked) whose grandchild it leaves too. Only the marked orphan is killed.
+ORPHANS = r"""
+import ctypes, os, sys, time
+from grader.sandbox import containers, forkservers
+forkservers.adopt_orphans()
+libc = ctypes.CDLL(None, use_errno=True)
+
+def orphan(confined):
+    ready, done = os.pipe()
+    if os.fork() == 0:
+        if confined:
+            libc.prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS, which Landlock needs and sets for a worker
+        if os.fork() == 0:
+            os.setsid()
+            os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # the test's pipes closed: it reads to their end
+            os.dup2(1, 2)
+            os.write(done, b"x")
+            time.sleep(300)
+            os._exit(0)
+        os._exit(0)
+    os.read(ready, 1)
+    time.sleep(0.2)  # adopted here once its parent is gone
+
+orphan(True)
+orphan(False)
+children = lambda: sorted(int(p) for p in os.listdir("/proc") if p.isdigit()
+                          and open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[1] == str(os.getpid())
+                          and open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[0] != "Z")
+before = children()
+found = containers.confined_orphans()
+emptied = containers.Container().kill()
+after = children()
+print(len(before), len(found), emptied, len(after), int(set(after) <= set(before) - set(found)))
+for pid in after:
+    os.kill(pid, 9)
+"""
+
+
+def test_a_submissions_orphan_is_found_and_killed_without_root_or_cgroup(tmp_path):
+    """Without a cgroup or a uid of its own (a grader that is not root), a process a submission started in a
+    session of its own, adopted by the grader once its parent is gone, is told from the grader's own
+    children by its confinement and killed when the exercise ends; the grader's own stay."""
+    done = subprocess.run([sys.executable, "-c", ORPHANS], cwd=KIT_ROOT, capture_output=True, text=True,
+                          timeout=60, env=dict(os.environ, PYTHONPATH=KIT_ROOT))
+    assert done.returncode == 0, done.stderr[-2000:]
+    before, found, emptied, after, kept_own = done.stdout.split()
+    assert (before, found, emptied, after, kept_own) == ("2", "1", "True", "1", "1"), done.stdout

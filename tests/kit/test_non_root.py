@@ -243,7 +243,123 @@ def test_a_grader_that_is_not_root_leaves_nothing_in_the_temporary_folder(kit, w
     writes = _attack('''
 with open("left-behind", "wb") as handle:
     handle.write(b"x" * 1024)
-os.chmod(".", 0o500)  # its scratch folder made read-only, with a file in it
+os.makedirs("inner/deeper")
+try:
+    os.chmod("inner", 0o500)  # read-only, with a folder in it (where seccomp is missing: it refuses chmod)
+except PermissionError:
+    pass
 raise OSError("wrote into its scratch folder")''')
     results = _grade(kit, work, {"writer": {EX: "import os\n" + writes}}, "ex04")
     assert "wrote into its scratch folder" in _message(results["writer"], EX, INDICES)
+
+
+# A right ex04 that first tries to change the mode, owner, times and extended attributes of the grader user's
+# files (its home, ~/.ssh and what is in it, the kit's private copy of the references), each failure swallowed.
+TAMPERS = '''
+import os
+for path in {paths!r}:
+    for change in (lambda: os.chmod(path, 0o777), lambda: os.utime(path, (0, 0)),
+                   lambda: os.setxattr(path, "user.grader", b"x"), lambda: os.chown(path, os.getuid(), -1)):
+        try:
+            change()
+        except OSError:
+            pass
+'''
+
+
+def _attributes(path):
+    """Mode, owner, whether its times were set to the epoch, and its extended attributes' names."""
+    info = os.lstat(path)
+    try:
+        names = os.listxattr(path, follow_symlinks=False)
+    except OSError:
+        names = []
+    return (oct(info.st_mode), info.st_uid, info.st_gid, info.st_mtime_ns == 0, sorted(names))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("without", ["", "seccomp"])
+def test_a_submission_changes_no_attribute_of_the_graders_files(kit, work, without):
+    """A grader that is not root shares its user with its workers, and Landlock has no right for a file's mode,
+    owner, times or extended attributes: the seccomp filter refuses those calls, so the grader user's home,
+    ~/.ssh, authorized_keys and the kit's references keep every attribute and the right file scores full.
+    Without the filter the same submission makes them world-writable: the attack is real here."""
+    ssh = os.path.join(work, ".ssh")
+    os.mkdir(ssh, 0o700)
+    keys = os.path.join(ssh, "authorized_keys")
+    with open(keys, "w") as handle:
+        handle.write("ssh-ed25519 AAAA grader\n")
+    os.chmod(keys, 0o600)
+    if AS_ROOT:
+        for path in (ssh, keys):
+            os.chown(path, GRADER_UID, GRADER_UID)
+    os.chmod(work, 0o700)
+    targets = [work, ssh, keys, os.path.join(kit, "solutions"), os.path.join(kit, "solutions", f"{EX}.py")]
+    before = {path: _attributes(path) for path in targets}
+    try:
+        results = _grade(kit, work, {"tamperer": {EX: TAMPERS.format(paths=targets) + mutate(EX)}}, "ex04",
+                         without=without)
+        after = {path: _attributes(path) for path in targets}
+    finally:
+        _let_all_read(os.path.join(kit, "solutions"))
+        os.chmod(work, 0o700)
+    changed = [path for path in targets if after[path] != before[path]]
+    if without == "seccomp":
+        assert work in changed and keys in changed, "the attack did nothing even without the filter"
+    else:
+        assert changed == [], {path: (before[path], after[path]) for path in changed}
+        result = results["tamperer"]
+        assert result["score"] == result["max_score"], result["exercises"]
+
+
+# A right ex04 that leaves a process in a session of its own at every call; and a right classmate, graded after
+# it, that fails where it can still see one of them (without namespaces of its own, /proc shows every process).
+ESCAPER = '''
+import subprocess
+subprocess.Popen(["sleep", "{mark}"], start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+'''
+WATCHER = '''
+import os
+
+
+def _survivors():
+    found = []
+    for pid in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{{pid}}/cmdline", "rb") as handle:
+                if b"{mark}" in handle.read():
+                    found.append(pid)
+        except OSError:
+            pass
+    return found
+'''
+
+
+@pytest.mark.slow
+def test_a_process_a_submission_leaves_dies_when_its_exercise_ends_not_with_the_grader(kit, work):
+    """Without root there is no cgroup and no uid of the submission's own: the grader, subreaper of its tree,
+    adopts what a submission left running and tells it from its own children by the worker's confinement, and
+    kills it when the submission is done, so a classmate graded next never runs beside it."""
+    mark = f"299.{uuid.uuid4().int % 10**12:012d}"
+    watcher = mutate(EX, ("def shard_indices(\n", "def _reference_shard_indices(\n")) + WATCHER.format(mark=mark) + '''
+
+def shard_indices(*args, **kwargs):
+    if _survivors():
+        raise RuntimeError(f"a classmate's process is still running beside this one: {_survivors()}")
+    return _reference_shard_indices(*args, **kwargs)
+'''
+    escaper = mutate(EX, ("def shard_indices(\n", "def _reference_shard_indices(\n")) + '''
+
+def shard_indices(*args, **kwargs):
+''' + "\n".join("    " + line for line in ESCAPER.format(mark=mark).strip().splitlines()) + '''
+    return _reference_shard_indices(*args, **kwargs)
+'''
+    try:
+        results = _grade(kit, work, {"a_escaper": {EX: escaper}, "b_watcher": {EX: watcher}}, "ex04",
+                         without="namespaces")
+    finally:
+        left = subprocess.run(["pkill", "-f", f"sleep {mark}"], capture_output=True)
+    assert left.returncode == 1, "the grader left a submission's process running after it ended"
+    assert results["a_escaper"]["score"] == results["a_escaper"]["max_score"], results["a_escaper"]["exercises"]
+    watcher_result = results["b_watcher"]
+    assert watcher_result["score"] == watcher_result["max_score"], _message(watcher_result, EX, INDICES)

@@ -433,14 +433,19 @@ def _placed(frame: traceback.FrameSummary, module_file: str) -> traceback.FrameS
 
 
 def _reaches_reference(error: BaseException, spec: WorkerSpec) -> bool:
-    """A refused read of the reference (or the kit's solutions folder) is named as such."""
+    """A refused read of the reference (or the kit's solutions folder) is named as such; a refused read of the
+    submission's own files (its copy, its scratch: a mode someone else set) never is."""
     if getattr(error, "reaches_reference", False):
         return True
     name = getattr(error, "filename", None)
     if not isinstance(error, PermissionError) or not isinstance(name, (str, bytes)) or spec.confinement is None:
         return False
     real = os.path.realpath(os.fsdecode(name)) + os.sep
-    return any(real.startswith(os.path.realpath(path) + os.sep) for path in spec.confinement.blocked)
+
+    def within(paths: tuple[str, ...]) -> bool:
+        return any(real.startswith(os.path.realpath(path) + os.sep) for path in paths)
+
+    return within(spec.confinement.blocked) and not within(spec.confinement.own)
 
 
 def _shown(text: str, spec: WorkerSpec) -> str:

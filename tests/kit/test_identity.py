@@ -110,3 +110,25 @@ def test_a_submissions_orphan_is_found_and_killed_without_root_or_cgroup(tmp_pat
     assert done.returncode == 0, done.stderr[-2000:]
     before, found, emptied, after, kept_own = done.stdout.split()
     assert (before, found, emptied, after, kept_own) == ("2", "1", "True", "1", "1"), done.stdout
+
+
+def test_a_refused_read_of_its_own_files_is_never_taken_for_reaching_the_reference(tmp_path):
+    """A submission whose own copy cannot be read (a mode set by someone else) fails as itself, never as
+    "uses the reference solutions"; a refused read of the reference, or of a classmate's copy, is named so."""
+    from grader.sandbox import confinement, containers, worker
+
+    targets = tmp_path / "run" / "targets"
+    own = targets / "3" / "src"
+    confined = confinement.Confinement(
+        scratch=str(targets / "3" / "scratch"), read=(), blocked=(str(tmp_path / "solutions"), str(targets)),
+        own=(str(own), str(targets / "3" / "scratch")), container=containers.Container(), uid=None, landlock=True,
+        deny_tcp=True, output_limit=0, memory_limit=None)
+    spec = worker.WorkerSpec(preload="torch", trusted=False, rank=0, world_size=1, store="", log="", scratch="",
+                             collective_timeout=1.0, confinement=confined)
+
+    def refused(path):
+        return worker._reaches_reference(PermissionError(13, "Permission denied", str(path)), spec)
+
+    assert not refused(own / "ex04_sharding.py")
+    assert refused(tmp_path / "solutions" / "ex04_sharding.py")
+    assert refused(targets / "4" / "src" / "ex04_sharding.py")  # a classmate's copy

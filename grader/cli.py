@@ -57,8 +57,8 @@ def build_parser() -> Parser:
                         help="grade shard K of N of --submissions DIR (sorted folders, the i-th to shard i mod N + 1); "
                              "auto/N takes K from SLURM_ARRAY_TASK_ID or JOB_COMPLETION_INDEX")
     parser.add_argument("--regrade", metavar="PREVIOUS",
-                        help="grade only the rows of a batch's previous CSV or JSON that were not graded; "
-                             "write the whole table again")
+                        help="grade only the rows of a batch's previous CSV or JSON that were not graded or were "
+                             "cut short by --budget; write the whole table again")
     parser.add_argument("--device", choices=CHOICES, default="all",
                         help="where to check: all (default: cpu, and cuda or mps where there is one) or one of them")
     parser.add_argument("--timeout", type=positive, default=60.0, metavar="SECONDS",
@@ -98,7 +98,10 @@ def build_parser() -> Parser:
     parser.add_argument("--jobs", type=count, default=1, metavar="N",
                         help="grade N submissions at once, each part in a grader process of its own")
     parser.add_argument("--budget", type=positive, default=None, metavar="SECONDS",
-                        help="the longest all the checks of one submission may take together")
+                        help="the longest all the checks of one submission may take together, counted as --timeout "
+                             "counts (its code's time, not the grader's); each exercise may spend an even share of "
+                             "what is left, so a hang costs only its own exercise; a check it cuts short is "
+                             "'over budget', and --regrade grades it again")
     parser.add_argument("--only-checks", metavar="JSON",
                         help='grade each named submission folder on the named checks only: a JSON file '
                              '{"folder": ["test_...", ...]} (the kit\'s own tests grade each wrong implementation so)')

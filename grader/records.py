@@ -35,6 +35,9 @@ class Status(enum.Enum):
     TIMED_OUT = ("timed out", True, 8)
     STUCK = ("timed out", True, 9)  # waited in a collective after another rank failed
     FAILED = ("failed", False, 10)
+    # The submission's time budget (--budget), or its exercise's share of it, ran out before the check could
+    # run: the check is unjudged, and --regrade grades it again (TargetResult.budget_cut).
+    OVER_BUDGET = ("over budget", True, 11)
     NOT_GRADED = ("not graded", True, -1)  # the grader's own failure: it outweighs anything a rank did
 
     def __repr__(self) -> str:  # a record's repr reads the word a report prints (`passed`), not the tuple
@@ -279,10 +282,15 @@ class ExerciseResult:
     def graded(self) -> bool:
         return self.status is not Status.NOT_GRADED
 
+    @property
+    def cut(self) -> bool:
+        """Whether the time budget stopped some of its checks before they ran (Status.OVER_BUDGET)."""
+        return any(check.status is Status.OVER_BUDGET for check in self.checks)
+
     def as_dict(self) -> dict[str, Any]:
         return {"id": self.id, "title": self.title, "chapter": self.chapter, "score": self.score,
                 "max_score": self.max_score, "status": self.status.label, "status_id": self.status.name.lower(),
-                "graded": self.graded,
+                "graded": self.graded, "cut": self.cut,
                 "passed": self.passed, "total": self.total, "devices": self.devices,
                 "checks": [check.as_dict() for check in self.checks],
                 "figures": [figure.as_dict() for figure in self.figures]}
@@ -353,11 +361,17 @@ class TargetResult:
     def not_graded(self) -> list[str]:
         return [e.id for e in self.exercises if not e.graded]
 
+    @property
+    def budget_cut(self) -> list[str]:
+        """The exercises the time budget cut short (some checks never ran): what --regrade grades again."""
+        return [e.id for e in self.exercises if e.cut]
+
     def as_dict(self) -> dict[str, Any]:
         return {"target": self.target, "score": self.score, "max_score": self.max_score, "devices": self.devices,
                 "chapters": [chapter.as_dict() for chapter in self.chapters],
                 "execution_time": self.execution_time, "seed": self.seed, "profile": self.profile,
-                "not_graded": self.not_graded, "sandbox": [layer.as_dict() for layer in self.sandbox],
+                "not_graded": self.not_graded, "budget_cut": self.budget_cut,
+                "sandbox": [layer.as_dict() for layer in self.sandbox],
                 "review": [str(flag) for flag in self.review], "notes": list(self.notes), "problem": self.problem,
                 "left_out": list(self.left_out), "kept_off": list(self.kept_off),
                 "exercises": [e.as_dict() for e in self.exercises]}

@@ -82,9 +82,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         class_report.write(args.class_report, results)
     if args.canvas:
         report.write(args.canvas, canvas.gradebook_csv(results, students))
-    not_graded = sum(bool(result.not_graded) for result in results)
+    not_graded = sum(bool(result.not_graded or result.budget_cut) for result in results)
     print(f"merged {rec['merged']} shards: {len(results)} submissions"
-          + (f"; {not_graded} not graded (regrade them with --regrade)" if not_graded else ""))
+          + (f"; {not_graded} not graded or cut short by the budget (regrade them with --regrade)" if not_graded
+             else ""))
     return 0
 
 

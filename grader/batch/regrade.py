@@ -1,8 +1,9 @@
-"""`--regrade PREVIOUS.csv|.json`: grade again only what the grader failed on, keep the rest.
+"""`--regrade PREVIOUS.csv|.json`: grade again only what the grader failed on or cut short, keep the rest.
 
 A row is graded again when the previous file says the grader itself failed on it (its
-`not_graded`: a reference that crashed, a worker that could not start), and a folder of the class
-that the previous file has no row for is graded too (a late submission). Every other row is kept
+`not_graded`: a reference that crashed, a worker that could not start) or that the time budget cut
+it short (its `budget_cut`: checks that never ran, over budget), and a folder of the class that the
+previous file has no row for is graded too (a late submission). Every other row is kept
 as the previous file holds it, and the whole table is written again: the same columns in the
 same order, each row in the place a full batch would give it. A row's `problem` (an empty folder,
 no exercise file) is the submission's own, never the grader's: such a row is kept.
@@ -68,7 +69,7 @@ def _from_json(path: str, content: str) -> Previous:
         result = TargetResult.from_dict(row)
         rows[result.target] = result
         order.append(result.target)
-        if row.get("not_graded"):
+        if row.get("not_graded") or row.get("budget_cut"):
             redo.add(result.target)
     return Previous(path, "json", order, rows, cast(shards.BatchRecord, rec), redo, data.get("versions"))
 
@@ -102,7 +103,7 @@ def _from_csv(path: str, content: str) -> Previous:
     if len(set(order)) != len(order):
         raise shards.ShardError(f"--regrade {path}: a submission has two rows")
     rows = {row[0]: row for row in body}
-    redo = {row[0] for row in body if row[column["not_graded"]].strip()}
+    redo = {row[0] for row in body if row[column["not_graded"]].strip() or row[column["budget_cut"]].strip()}
     return Previous(path, "csv", order, rows, rec, redo)
 
 
@@ -122,12 +123,12 @@ def key(previous: Previous, label: str) -> str:
 
 
 def chosen(previous: Previous, labels: Sequence[str], submissions_dir: str) -> list[str]:
-    """The labels (folders of the class) to grade: those the previous file says were not graded, and
-    those it has no row for. A row to regrade whose folder is gone is a usage error."""
+    """The labels (folders of the class) to grade: those the previous file says were not graded or were cut
+    short by the budget, and those it has no row for. A row to regrade whose folder is gone is a usage error."""
     present = {key(previous, label): label for label in labels}
     gone = sorted(previous.redo - set(present))
     if gone:
-        raise shards.ShardError(f"--regrade {previous.path}: {text.one_line(gone[0])} was not graded, and "
+        raise shards.ShardError(f"--regrade {previous.path}: {text.one_line(gone[0])} is to be graded again, and "
                                 f"{submissions_dir} has no folder of that name to grade again")
     return [label for label in labels if key(previous, label) in previous.redo or key(previous, label)
             not in previous.rows]
@@ -142,4 +143,5 @@ def order(previous: Previous, labels: Sequence[str]) -> list[str]:
 def describe(previous: Previous, graded: Sequence[str]) -> str:
     new = sum(key(previous, label) not in previous.rows for label in graded)
     return (f"regrade: grading {len(graded)} of {len(previous.rows) + new} submissions ({len(graded) - new} not "
-            f"graded in {os.path.basename(previous.path)}, {new} new); the other rows are kept as they were")
+            f"graded or cut short by the budget in {os.path.basename(previous.path)}, {new} new); the other rows are "
+            "kept as they were")

@@ -202,7 +202,7 @@ def csv_header(exercise_ids: Collection[str]) -> list[str]:
                                                           for e in catalog.EXERCISES)]
     ids = [e.id for e in catalog.EXERCISES if e.id in exercise_ids]
     return (["target", "score", "max_score"] + [f"chapter{n}" for n in chapters]
-            + ["seconds", "not_graded", "review", "problem"] + ids + list(CSV_COLUMNS))
+            + ["seconds", "not_graded", "budget_cut", "review", "problem"] + ids + list(CSV_COLUMNS))
 
 
 def report_csv(results: Sequence[TargetResult], rec: BatchRecord,

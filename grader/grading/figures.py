@@ -79,9 +79,9 @@ def measure(session: Session, target: Target, exercise: str, declarations: Seque
 
 def skipped(checks: Sequence[CheckResult]) -> str:
     """Why a submission's figures are not measured after these checks of its exercise ('' to measure them): no
-    code to measure, or code that ran out of time (a figure would wait as long again)."""
+    code to measure, or code that ran out of time or budget (a figure would wait as long again)."""
     statuses = {check.status for check in checks}
-    for status in (Status.MISSING, Status.IMPORT_ERROR, Status.USES_REFERENCE, Status.TIMED_OUT):
+    for status in (Status.MISSING, Status.IMPORT_ERROR, Status.USES_REFERENCE, Status.TIMED_OUT, Status.OVER_BUDGET):
         if status in statuses:
             return status.label
     return Status.NOT_STARTED.label if statuses == {Status.NOT_STARTED} else ""

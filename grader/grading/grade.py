@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn, TypeAlias
 
 from grader import catalog
+from grader.grading.budget import Hang, functions_called
 from grader.grading.recordings import RUN
 from grader.records import Cause, CheckFailed, Reply, Status, Verdict, most_telling
 from grader.sandbox import Request, WorkerFailure
@@ -36,15 +37,17 @@ class Grade:
     turns replies into verdicts and failures.
     """
 
-    def __init__(self, session: Session, target: Target, exercise: str, device: str) -> None:
+    def __init__(self, session: Session, target: Target, exercise: str, device: str, check: str = "") -> None:
         self.session = session
         self.target = target
         self.exercise = exercise
         self.device = device
-        self.budget_left = session.budget_left(target)
+        self.check = check  # the check's name, which a hang's later refusals name
+        # What the budget allows this check: what its exercise has left of its share (grading.budget)
+        self.allowance = session.budget.allowance(target.path, exercise)
         # The check's time is what the target's calls took while their workers could run: starting
         # workers, the reference's turn and waiting for a CPU are not the student's (see _charge).
-        self.allowed = min(session.timeout, max(0.0, self.budget_left))
+        self.allowed = min(session.timeout, max(0.0, self.allowance.seconds))
         self.used = 0.0  # seconds of the target's calls, less their waits for a CPU
         self.spent = 0.0  # their wall seconds: at most HANG_BOUND x allowed
         self.printed = ""  # what the target's code printed in its latest call: `-v` shows it beside a wrong value
@@ -106,19 +109,58 @@ class Grade:
         cache = self.session.reference_cache if trusted else self.session.target_cache
         if key in cache:
             return key, None, trusted
-        if not trusted and self.budget_left <= 0:
-            raise Verdict(Status.TIMED_OUT, f"the submission's time budget ({self.session.options.budget:g} s, "
-                                            "--budget) ran out before this check")
+        probe_file = os.path.abspath(probe.__code__.co_filename)
+        if not trusted:
+            self._refuse_if_cut(probe_file, probe.__name__)
         request = Request(target=self.target, exercise=self.exercise, preload=catalog.get(self.exercise).preload,
-                          probe_file=os.path.abspath(probe.__code__.co_filename), probe_name=probe.__name__,
+                          probe_file=probe_file, probe_name=probe.__name__,
                           args=args, device=self.device, world_size=world_size, trusted=trusted,
                           deadline=time.monotonic() + self._time_left())
         try:
             return key, self.session.sandbox.start(request), trusted
         except WorkerFailure as error:
-            if error.status is Status.TIMED_OUT:
-                raise Verdict(Status.TIMED_OUT, f"the check ran out of time ({self.session.timeout:g} s, --timeout)")
+            if error.status is Status.TIMED_OUT and not trusted:
+                raise self._hung(probe_file, probe.__name__,
+                                 Verdict(Status.TIMED_OUT, f"the check ran out of time ({self._limit()})"))
             raise Verdict(error.status, str(error))
+
+    def _refuse_if_cut(self, probe_file: str, probe_name: str) -> None:
+        """Refuse a target call at once where it would repeat a hang of this exercise (the student's own
+        failure: timed out), or where the budget left it no time (over budget, graded again by --regrade)."""
+        hang = self.session.budget.hang(self.target.path, self.exercise, functions_called(probe_file, probe_name))
+        if hang is not None:
+            raise Verdict(hang.status, hang.message())
+        if self.allowance.seconds <= 0:
+            budget = self.session.options.budget or 0.0
+            if self.allowance.share:
+                share = self.session.budget.share(self.target.path, self.exercise)
+                raise Verdict(Status.OVER_BUDGET, f"this exercise's share of the submission's time budget ({share:.1f} "
+                                                  f"s of --budget {budget:g} s) ran out before this check")
+            raise Verdict(Status.OVER_BUDGET, f"the submission's time budget ({budget:g} s, --budget) ran out "
+                                              "before this check")
+
+    def _hung(self, probe_file: str, probe_name: str, verdict: Verdict) -> Verdict:
+        """`verdict` of a target's call, noted as a hang of this exercise where the call ran out of time. Where
+        the budget bounded the call, not --timeout, it is over budget instead: cut short, not proven hung."""
+        if verdict.status is not Status.TIMED_OUT:
+            return verdict
+        functions = functions_called(probe_file, probe_name)
+        hang = self.session.budget.hang(self.target.path, self.exercise, functions)  # replies cached from it
+        if hang is None:
+            hang = Hang(self.check, self.device, self._limit(), functions,
+                        cut=self.allowance.seconds < self.session.timeout)
+            self.session.budget.hung(self.target.path, self.exercise, hang)
+        if hang.cut:
+            message = str(verdict) if hang.limit in str(verdict) else f"{verdict} ({hang.limit})"
+            return Verdict(Status.OVER_BUDGET, message, verdict.details, verdict.own_words)
+        return verdict
+
+    def _limit(self) -> str:
+        """What bounded this check's time, in a learner's words: --timeout, or what the budget left it."""
+        if self.session.timeout <= self.allowance.seconds:
+            return f"{self.session.timeout:g} s, --timeout"
+        part = "this exercise's share" if self.allowance.share else "what was left"
+        return f"{self.allowed:.1f} s, {part} of the time budget, --budget {self.session.options.budget or 0:g} s"
 
     def _finish(self, started: Started) -> list[Reply]:
         key, call, trusted = started
@@ -127,7 +169,8 @@ class Grade:
             try:
                 cache[key] = self.session.sandbox.finish(call)
             except WorkerFailure as error:
-                raise Verdict(error.status, str(error))
+                verdict = Verdict(error.status, str(error))
+                raise verdict if trusted else self._hung(call.request.probe_file, call.request.probe_name, verdict)
             finally:
                 if not trusted:
                     self._charge(call)
@@ -137,12 +180,15 @@ class Grade:
         return min(self.allowed - self.used, HANG_BOUND * self.allowed - self.spent)
 
     def _charge(self, call: Call) -> None:
-        """Count a target call against the check's time: its wall time less what its workers spent
-        starting or waiting for a CPU (a starved worker is not a stuck one; one that spins or sleeps
-        does not wait for a CPU), and its wall time against HANG_BOUND x --timeout."""
+        """Count a target call against the check's time and the submission's budget: its wall time less
+        what its workers spent starting or waiting for a CPU (a starved worker is not a stuck one; one that
+        spins or sleeps does not wait for a CPU), and its wall time against HANG_BOUND x --timeout. So a
+        slow or busy machine spends no submission's budget: only its own code's time does."""
         elapsed = time.monotonic() - call.sent
+        charged = max(0.0, elapsed - call.waited)
         self.spent += elapsed
-        self.used += max(0.0, elapsed - call.waited)
+        self.used += charged
+        self.session.budget.charge(self.target.path, self.exercise, charged)
 
     def _reference_value(self, probe: Callable[..., Any], args: tuple[Any, ...], world_size: int) -> Any:
         """The reference's settled observation. A reference that failed is run once more with no
@@ -180,7 +226,12 @@ class Grade:
         replies = self.session.target_cache[self._key(probe, args, world_size, trusted=False)]
         self.printed = _printed(replies)
         if any(not reply.ok for reply in replies):
-            raise _failure(replies, args)
+            try:
+                _failure(replies, args)
+            except Verdict as verdict:
+                if any(reply.status is Status.TIMED_OUT for reply in replies):  # a rank ran out of the check's time
+                    raise self._hung(os.path.abspath(probe.__code__.co_filename), probe.__name__, verdict)
+                raise  # a collective that gave up on ranks that never came: diagnosed in each check
         return _unwrap(replies)
 
 

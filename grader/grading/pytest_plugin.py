@@ -9,7 +9,6 @@ line).
 from __future__ import annotations
 
 import gc
-import time
 from collections.abc import Generator, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
@@ -31,6 +30,8 @@ from grader.text import one_line, shown
 
 if TYPE_CHECKING:
     from pluggy import Result
+
+    from grader.sandbox import Target
 
 SESSION = pytest.StashKey[Session]()  # the run's grading session, on pytest's config
 VISIBILITY = pytest.StashKey[Visibility]()  # each check's, decided once at collection (grading.visibility)
@@ -205,6 +206,14 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     order: dict[str, int] = {}
     items.sort(key=lambda item: (_preload_rank(item), order.setdefault(str(item.path), len(order)),
                                  _target_index(item)))
+    if grader_session is not None:  # each target's exercises in grading order: what its budget is shared among
+        planned: dict[str, list[str]] = {}
+        for item in items:
+            case, exercise = _case(item), exercise_of(item.path)
+            if case is not None and exercise is not None:
+                planned.setdefault(case[0].path, []).append(exercise)
+        for target_path, exercises in planned.items():
+            grader_session.budget.plan(target_path, exercises)
     graded = {exercise_of(item.path) for item in items if "grade" in getattr(item, "fixturenames", ())}
     # Everything imported so far lives for the whole run: the collector need not walk it again
     # every time Hypothesis's garbage triggers a collection (0.5 s over a full grade).
@@ -219,12 +228,15 @@ def _preload_rank(item: pytest.Item) -> int:
     return catalog.preload_order(catalog.get(exercise).preload) if exercise else 0
 
 
-def _target_index(item: pytest.Item) -> int:
+def _case(item: pytest.Item) -> tuple[Target, str] | None:
+    """(target, device) of a check's run; None for anything else."""
     callspec = getattr(item, "callspec", None)
-    if callspec is None or "grade" not in callspec.params:
-        return 0
-    target, _ = callspec.params["grade"]
-    return item.config.stash[SESSION].targets.index(target)
+    return None if callspec is None or "grade" not in callspec.params else callspec.params["grade"]
+
+
+def _target_index(item: pytest.Item) -> int:
+    case = _case(item)
+    return 0 if case is None else item.config.stash[SESSION].targets.index(case[0])
 
 
 @pytest.fixture
@@ -235,9 +247,7 @@ def grade(request: pytest.FixtureRequest) -> Iterator[Grade]:
     if exercise is None:
         raise pytest.UsageError(f"{request.node.path.name} is not the check file of a catalog exercise")
     session.enter(target, exercise)
-    started = time.monotonic()
-    yield Grade(session, target, exercise, device)
-    session.spent[target.path] = session.spent.get(target.path, 0.0) + time.monotonic() - started
+    yield Grade(session, target, exercise, device, check=getattr(request.node, "originalname", request.node.name))
 
 
 @pytest.hookimpl(tryfirst=True)

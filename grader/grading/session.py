@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from grader import catalog
+from grader.grading.budget import Budget
 from grader.grading.recordings import Recordings, reference_folder
 from grader.layout import GRADER_DIR, KIT_ROOT
 from grader.records import Reply
@@ -36,7 +37,7 @@ class Session:
 
         self.options = options
         self.targets = list(options.targets)
-        self.spent: dict[str, float] = {}  # seconds each target's checks took so far (its budget's account)
+        self.budget = Budget(options.budget)  # each target's time: spent, its exercises' shares, its hangs
         self.devices = list(options.devices)
         self.timeout = options.timeout
         self.recordings = options.recordings or Recordings.load(KIT_ROOT)
@@ -52,7 +53,9 @@ class Session:
 
     def enter(self, target: Target, exercise: str) -> None:
         """Free what the checks before no longer need: the workers of the exercise before, and
-        within an exercise those of the submission before (a batch's memory stays flat)."""
+        within an exercise those of the submission before (a batch's memory stays flat). The first
+        check of a target's exercise opens its share of the target's budget."""
+        self.budget.enter(target.path, exercise)
         if exercise != self.current_exercise:
             self.sandbox.end_exercise(next_preload=catalog.get(exercise).preload)
             self.target_cache.clear()
@@ -70,7 +73,7 @@ class Session:
         self.targets = list(options.targets)
         self.devices = list(options.devices)
         self.timeout = options.timeout
-        self.spent = {}
+        self.budget = Budget(options.budget)
         self.kept_off = []
         self.target_cache.clear()
         self.retried.clear()
@@ -95,11 +98,6 @@ class Session:
         if self.ahead is not None:
             (target, asked), self.ahead = self.ahead, None
             self.sandbox.start_ahead(target, asked, self.timeout)
-
-    def budget_left(self, target: Target) -> float:
-        if self.options.budget is None:
-            return float("inf")
-        return self.options.budget - self.spent.get(target.path, 0.0)
 
     def close(self) -> None:
         self.sandbox.close()

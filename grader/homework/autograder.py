@@ -103,8 +103,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=None, help="the grading seed (default: a secret random one)")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds one check may run")
     parser.add_argument("--budget", type=positive, default=BUDGET, metavar="SECONDS",
-                        help=f"seconds all of one submission's checks may take together (default {BUDGET:g}: "
-                             "Gradescope stops a job at 10 minutes unless told otherwise)")
+                        help=f"seconds all of one submission's checks may take together, each exercise an even "
+                             f"share of what is left (default {BUDGET:g}: Gradescope stops a job at 10 minutes unless "
+                             "told otherwise)")
     parser.add_argument("--require-sandbox", action="store_true",
                         help="refuse to grade where Gradescope's kernel lacks a sandbox layer")
     parser.add_argument("--chapter", type=int, default=None, metavar="N",

@@ -124,6 +124,9 @@ def build(results: Sequence[TargetResult]) -> ClassReport:
         if result.not_graded:
             ungraded.append(Ungraded(result.target, "the grader's own failure on " + ", ".join(result.not_graded)
                                      + " (grade them again with --regrade)"))
+        if result.budget_cut:
+            ungraded.append(Ungraded(result.target, "cut short by the time budget on " + ", ".join(result.budget_cut)
+                                     + " (grade them again with --regrade and a larger --budget)"))
     first = results[0] if results else None
     return ClassReport(len(results), first.seed if first else 0, first.profile if first else "", total, exercises,
                        flagged, tuple(ungraded))

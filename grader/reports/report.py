@@ -42,6 +42,8 @@ def terminal(result: TargetResult, verbose: bool = False) -> str:
     lines.append(f"{'total':<{width}}  {f'{result.score:g} / {result.max_score:g}':>13}".rstrip())
     if result.not_graded:
         lines.append(f"not graded (the grader's own failure, not yours): {', '.join(result.not_graded)}")
+    if result.budget_cut:
+        lines.append(f"cut short by the time budget (--budget; some checks never ran): {', '.join(result.budget_cut)}")
     if result.problem:
         lines.append(f"nothing to grade: {text.one_line(result.problem)}")
     lines += [text.one_line(note) for note in result.notes if _telling(note)]
@@ -195,6 +197,7 @@ def gradescope(result: TargetResult, visibility: str = "visible", hidden_visibil
         "score": result.score, "execution_time": result.execution_time, "output": "\n".join(lines),
         "output_format": "text", "visibility": "visible", "stdout_visibility": "hidden", "tests": tests,
         "extra_data": {"seed": result.seed, "profile": result.profile, "not_graded": result.not_graded,
+                       "budget_cut": result.budget_cut,
                        "chapters": [chapter.as_dict() for chapter in result.chapters],
                        "review": [text.one_line(flag) for flag in result.review], **versions.as_report()},
     })
@@ -206,11 +209,12 @@ def summary_csv(results: Sequence[TargetResult]) -> str:
     ids = [row.id for row in results[0].exercises] if results else []
     chapters = [chapter.number for chapter in results[0].chapters] if results else []
     writer.writerow(["target", "score", "max_score"] + [f"chapter{number}" for number in chapters]
-                    + ["seconds", "not_graded", "review", "problem"] + ids)
+                    + ["seconds", "not_graded", "budget_cut", "review", "problem"] + ids)
     for result in results:
         own = {chapter.number: chapter.score for chapter in result.chapters}
         cells = ([result.target, result.score, result.max_score] + [own.get(number, "") for number in chapters]
-               + [result.execution_time, " ".join(result.not_graded), len(result.review), result.problem]
+               + [result.execution_time, " ".join(result.not_graded), " ".join(result.budget_cut), len(result.review),
+                  result.problem]
                + [row.score if row.graded else "" for row in result.exercises])
         writer.writerow([text.csv_cell(cell) for cell in cells])
     return buffer.getvalue()

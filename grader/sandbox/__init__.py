@@ -30,8 +30,6 @@ Where the kernel lacks a layer, grading still works and `layers` says what is mi
 
 import dataclasses
 import os
-import shutil
-import stat
 import sys
 import sysconfig
 import tempfile
@@ -46,6 +44,7 @@ from grader.sandbox import forkservers, host, identity, landlock, leftovers, mem
 from grader.sandbox import scratch as scratch_folder
 from grader.sandbox.containers import Container, Containers, available_kind
 from grader.sandbox.containers import describe as describe_container
+from grader.sandbox.copying import copy_tree
 from grader.sandbox.forkservers import ABSTRACT_ADDRESSES, AUTHENTICATED, adopt_orphans, kill_descendants
 from grader.sandbox.pools import PoolKey, Pools, Ranks, WorkerFailure
 from grader.sandbox.worker import WorkerSpec
@@ -147,7 +146,7 @@ class Sandbox:
         self.reference = Target("solutions", os.path.abspath(reference))
         self.reference_copy = os.path.join(self.rundir, "reference")
         if os.path.isdir(reference):
-            _copy_tree(reference, self.reference_copy, COPY_LIMIT)
+            copy_tree(reference, self.reference_copy, COPY_LIMIT)
         else:
             os.mkdir(self.reference_copy)
         os.chmod(self.reference_copy, 0o700)
@@ -275,7 +274,7 @@ class Sandbox:
         if target.path not in self.prepared:
             slot = self.ahead.pop(target.path, None) or self._slot()
             try:
-                _copy_tree(target.path, slot.copy, COPY_LIMIT)
+                copy_tree(target.path, slot.copy, COPY_LIMIT)
             except OSError as error:  # the grader's own folder (a full disk): never the student's failure
                 self._dispose(slot)
                 raise WorkerFailure(Status.NOT_GRADED, f"the grader could not copy {target.label}: {error}")
@@ -337,7 +336,7 @@ class Sandbox:
         self.pools.reap()  # the workers gone, what they started is adopted here or dead: then found
         for prepared in self.prepared.values():
             prepared.container.kill()
-            scratch_folder.empty(prepared.scratch)  # nothing written for one exercise is left for the next
+            self._fresh_scratch(prepared)  # nothing written for one exercise is left for the next
         if next_preload is not None:
             forkservers.retire_lighter_than(next_preload)  # in a small box
 
@@ -355,7 +354,11 @@ class Sandbox:
         check starts from nothing the checks before left (see Options.secret_seed)."""
         self.release(target)
         if target.path in self.prepared:
-            scratch_folder.empty(self.prepared[target.path].scratch)
+            self._fresh_scratch(self.prepared[target.path])
+
+    @staticmethod
+    def _fresh_scratch(prepared: _Prepared) -> None:
+        prepared.bounded = scratch_folder.fresh(prepared.scratch, prepared.uid, prepared.bounded)
 
     def forget(self, target: Target) -> None:
         """Free a submission's workers, kill what it started and remove its copy and scratch dir:
@@ -509,23 +512,6 @@ def _interpreter_paths() -> tuple[str, ...]:
     paths |= {path for name, path in sysconfig.get_paths().items() if name in wanted}
     paths |= {path for path in sys.path if path and ("site-packages" in path or "dist-packages" in path)}
     return tuple(sorted(path for path in paths if path and os.path.exists(path)))
-
-
-def _copy_tree(source: str, destination: str, limit: int) -> None:
-    """Copy regular files and folders only (a symlink could point at the reference), up to `limit` bytes."""
-    os.makedirs(destination, exist_ok=True)
-    budget = limit
-    for root, folders, files in os.walk(source, followlinks=False):
-        folders[:] = [f for f in folders if not f.startswith(".") and f != "__pycache__"]
-        into = os.path.join(destination, os.path.relpath(root, source))
-        os.makedirs(into, exist_ok=True)
-        for name in files:
-            path = os.path.join(root, name)
-            info = os.lstat(path)
-            if not stat.S_ISREG(info.st_mode) or info.st_size > budget:
-                continue
-            budget -= info.st_size
-            shutil.copyfile(path, os.path.join(into, name), follow_symlinks=False)
 
 
 def _may_bound_scratch() -> bool:

@@ -1,4 +1,4 @@
-"""A submission's scratch folder: the one place it may write, bounded, and emptied when its exercise ends.
+"""A submission's scratch folder: the one place it may write, bounded, and made anew when its exercise ends.
 
 Without a bound a submission could fill the disk its scratch folder shares with the grader: the next
 classmate's copy, or the reference's own run, then fails, and the fault lands on someone else. Where
@@ -77,6 +77,21 @@ def empty(path: str) -> None:
                 os.unlink(child)
             except OSError:
                 pass
+
+
+def fresh(path: str, uid: int | None, bounded: bool) -> bool:
+    """Replace the folder (its workers gone) by a new one, fresh in every attribute: its mode, owner, times and
+    extended attributes, which emptying it would keep (a submission could leave notes there for its next
+    check), and its mount where it had one. Whether the new one is bounded."""
+    if bounded:
+        unmount(path)
+    remove_tree(path)
+    os.mkdir(path, 0o700)
+    os.chmod(path, 0o700)
+    bounded = bounded and mount_bounded(path, uid)
+    if uid is not None:
+        os.chown(path, uid, uid)
+    return bounded
 
 
 def remove_tree(folder: str) -> None:

@@ -298,9 +298,13 @@ ENGINE_MODULES = ("transformers.optimization",)
 
 
 def probe_engine_calls(ctx, case):
-    """Run adafactor_step with transformers' optimizer code watched: the names of what it reached."""
+    """Run adafactor_step with transformers' optimizer code watched, in this thread and in every thread the call
+    starts (through threading, or _thread directly): the names of what it reached, and a note where the call
+    took the watch off its own thread."""
+    import _thread
     import importlib
     import sys
+    import threading
 
     files = {importlib.import_module(name).__file__: name for name in ENGINE_MODULES}
     reached = set()
@@ -309,12 +313,32 @@ def probe_engine_calls(ctx, case):
         if event == "call" and frame.f_code.co_filename in files:
             reached.add(f"{files[frame.f_code.co_filename]}.{frame.f_code.co_qualname}")
 
-    previous = sys.getprofile()
+    starters = {name: getattr(_thread, name) for name in ("start_new_thread", "start_new", "start_joinable_thread")
+                if hasattr(_thread, name)}
+
+    def watched(start):
+        def start_watched(function, *args, **kwargs):
+            def run(*inner, **named):
+                sys.setprofile(profile)
+                return function(*inner, **named)
+            return start(run, *args, **kwargs)
+        return start_watched
+
+    previous, previous_threads = sys.getprofile(), threading.getprofile()
     sys.setprofile(profile)
+    threading.setprofile(profile)
+    for name, start in starters.items():
+        setattr(_thread, name, watched(start))
     try:
         probe_steps(ctx, case)
     finally:
+        unwatched = sys.getprofile() is not profile
         sys.setprofile(previous)
+        threading.setprofile(previous_threads)
+        for name, start in starters.items():
+            setattr(_thread, name, start)
+    if unwatched:
+        reached.add("sys.setprofile (the call replaced the grader's watch)")
     return sorted(reached)
 
 
@@ -599,7 +623,8 @@ def test_adafactor_step_leaves_grad_unchanged(grade, case):
                   "a new tensor (grad * grad)")
 
 
-@pytest.mark.measured_in_worker("which code of transformers.optimization the call reached (a profiler)")
+@pytest.mark.measured_in_worker("which code of transformers.optimization the call reached (a profiler in every "
+                                "thread the call starts)")
 @example(case=EXAMPLES[0])
 @example(case=EXAMPLES[7])
 @given(case=step_case())

@@ -111,6 +111,38 @@ def adafactor_step(param, grad, state, step, lr, eps=1e-30, clip_threshold=1.0, 
             state[key].copy_(optimizer.state[holder][key])
 '''
 
+IN_A_THREAD = '''
+
+def adafactor_step(*args, **kwargs):
+    import concurrent.futures
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(_adafactor_step, *args, **kwargs).result()
+'''
+
+IN_A_RAW_THREAD = '''
+
+def adafactor_step(*args, **kwargs):
+    import _thread
+    done = _thread.allocate_lock()
+    done.acquire()
+
+    def run():
+        try:
+            _adafactor_step(*args, **kwargs)
+        finally:
+            done.release()
+    _thread.start_new_thread(run, ())
+    done.acquire()
+'''
+
+UNWATCHED = '''
+
+def adafactor_step(*args, **kwargs):
+    import sys
+    sys.setprofile(None)
+    return _adafactor_step(*args, **kwargs)
+'''
+
 FULL_STATE = '''        return {"exp_avg_sq": torch.zeros(param.shape, dtype=dtype, device=param.device)}'''
 
 
@@ -192,6 +224,14 @@ WRONG = [
           diagnosis="leave grad unchanged"),
     # transformers' Adafactor does the step
     Wrong("through_transformers", THROUGH_TRANSFORMERS, ENGINE, diagnosis="skips the exercise"),
+    # ... in a thread of its own, started through threading, through _thread, or from a pool
+    Wrong("through_transformers_in_a_thread", THROUGH_TRANSFORMERS.replace(
+        "def adafactor_step(", "def _adafactor_step(") + IN_A_THREAD, ENGINE, diagnosis="skips the exercise"),
+    Wrong("through_transformers_in_a_raw_thread", THROUGH_TRANSFORMERS.replace(
+        "def adafactor_step(", "def _adafactor_step(") + IN_A_RAW_THREAD, ENGINE, diagnosis="skips the exercise"),
+    # ... with the watch taken off first
+    Wrong("through_transformers_unwatched", THROUGH_TRANSFORMERS.replace(
+        "def adafactor_step(", "def _adafactor_step(") + UNWATCHED, ENGINE, diagnosis="skips the exercise"),
     # transformers' own reconstruction of 1 / sqrt(V), borrowed
     Wrong("borrowed_approx_sq_grad", mutate(
         EX, ("import torch\n", "import torch\nfrom transformers.optimization import Adafactor\n"),

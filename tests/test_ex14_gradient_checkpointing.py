@@ -15,8 +15,10 @@ enable_gradient_checkpointing: a tiny transformers classifier (grader.models' co
 must be the same object, with the `gradient_checkpointing` flag on in the same modules as the
 reference leaves it (every layer). The mode it leaves the model in is not graded: the probe puts
 the result in train mode, as a training loop would, before its forward and backward, which
-must keep fewer saved tensors than the same model without checkpointing (no more than the
-reference's) and give that plain model's logits and gradients.
+must run every layer the reference's recomputes again in the backward pass (forward pre-hooks put
+on after the call see it: saved_tensors_hooks of the code's own can hide what autograd keeps, not
+a recomputation), keep fewer saved tensors than the same model without checkpointing (no more
+than the reference's) and give that plain model's logits and gradients.
 """
 
 import pytest
@@ -208,19 +210,30 @@ def _model(case, device):
 
 
 def _measure_model(model, case, device):
-    """One forward (as the model is, its mode untouched) and backward: kept tensors, logits, gradients."""
+    """One forward (as the model is, its mode untouched) and backward: kept tensors, logits, gradients, and the
+    modules that ran again during the backward pass (recomputed), seen by forward pre-hooks put on after the
+    call: a count of saved tensors can be hidden by hooks of the code's own, a recomputation cannot be faked."""
     import torch
 
     generator = torch.Generator().manual_seed(case["seed"] + 1)
     input_ids = torch.randint(3, models.VOCAB_SIZE, (2, SEQUENCE), generator=generator).to(device)
     for param in model.parameters():
         param.grad = None
-    with _SavedTensors() as saved:
-        logits = model(input_ids=input_ids, attention_mask=torch.ones_like(input_ids)).logits
-    logits.sum().backward()
+    phase, recomputed = ["forward"], set()
+    handles = [module.register_forward_pre_hook(
+        lambda module, args, name=name: recomputed.add(name) if phase[0] == "backward" else None)
+        for name, module in model.named_modules()]
+    try:
+        with _SavedTensors() as saved:
+            logits = model(input_ids=input_ids, attention_mask=torch.ones_like(input_ids)).logits
+        phase[0] = "backward"
+        logits.sum().backward()
+    finally:
+        for handle in handles:
+            handle.remove()
     return {"saved_count": saved.count, "saved_bytes": saved.bytes, "logits": logits.detach().cpu().clone(),
             "grads": {name: p.grad.detach().cpu().clone() for name, p in model.named_parameters()
-                      if p.grad is not None}}
+                      if p.grad is not None}, "recomputed": sorted(recomputed)}
 
 
 def probe_enable(ctx, case):
@@ -405,7 +418,8 @@ def test_enable_turns_checkpointing_on_in_every_layer(grade, case):
                  + (f" (off in {off})" if off else ""), hint=hint)
 
 
-@pytest.mark.measured_in_worker("the tensors autograd kept for the backward pass (saved_tensors_hooks)")
+@pytest.mark.measured_in_worker("the tensors autograd kept for the backward pass (saved_tensors_hooks), and the "
+                                "layers that ran again in it (forward pre-hooks put on after the call)")
 @given(case=enable_case())
 @with_enable_examples
 def test_enabled_model_keeps_fewer_activations(grade, case):
@@ -415,6 +429,15 @@ def test_enabled_model_keeps_fewer_activations(grade, case):
             f"({got['saved_bytes']} bytes); the reference's model keeps {want['saved_count']} "
             f"({want['saved_bytes']} bytes), the same model without checkpointing {plain['saved_count']} "
             f"({plain['saved_bytes']} bytes)")
+    missing = sorted(set(want["recomputed"]) - set(got["recomputed"]))
+    if missing and not got["recomputed"]:
+        fail(f"{describe_enable(case)}: the layers did not run again in the backward pass (none of the "
+             f"reference's {len(want['recomputed'])} recomputed modules did), so nothing was checkpointed, whatever "
+             "the count of saved tensors says", hint=ENABLE_HINT)
+    if missing:
+        fail(f"{describe_enable(case)}: {len(missing)} of the {len(want['recomputed'])} modules the reference's model "
+             f"runs again in the backward pass did not run again (e.g. {missing[0]!r})",
+             hint="checkpoint every layer (the default every_n_layers=1)")
     if got["saved_count"] < plain["saved_count"] and got["saved_count"] <= want["saved_count"]:
         return
     if got["saved_count"] >= plain["saved_count"]:

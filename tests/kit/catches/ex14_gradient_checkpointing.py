@@ -8,6 +8,16 @@ EX = "ex14_gradient_checkpointing"
 
 CALL = "x = torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False)"
 ENABLE = "    enable()\n"
+HIDES_WHAT_IT_KEEPS = '''    for module in model.modules():
+        if hasattr(module, "_gradient_checkpointing_func"):
+            module._gradient_checkpointing_func = lambda function, *args, **kwargs: function(*args, **kwargs)
+    forward = model.forward
+
+    def hidden(*args, **kwargs):
+        with torch.autograd.graph.saved_tensors_hooks(lambda tensor: tensor, lambda tensor: tensor):
+            return forward(*args, **kwargs)
+    model.forward = hidden
+'''
 RETURN_MODEL = "    return model\n"
 LOOP = "    for block in blocks:\n"
 
@@ -75,6 +85,9 @@ WRONG = [
     Wrong("dry_run_first", mutate(EX, (LOOP, "    with torch.no_grad():\n        y = x\n        for block in blocks:\n"
                                              "            y = block(y)\n" + LOOP)), RECOMPUTED),
     # half precision on top "to save even more memory": other outputs and gradients
+    # the flags on, the checkpointing function replaced by a plain call, and the saves hidden under hooks of its own
+    Wrong("flags_without_checkpointing_hidden", mutate(EX, (ENABLE, ENABLE + HIDES_WHAT_IT_KEEPS)), FEWER,
+          diagnosis="did not run again in the backward pass"),
     Wrong("half_precision_too", mutate(EX, (ENABLE, ENABLE + "    model.half()\n")), SAME_RESULTS),
 ]
 

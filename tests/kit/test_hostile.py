@@ -63,7 +63,8 @@ IN_A_FUNCTION = {
     "lazy_generator": ("return (i for i in range(num_samples))", "invalid result"),
     # Its own reply channel, found as any code in the worker can find it, written to before the real reply: the
     # 800-byte pickle that once hashed 2**64 tuples in the grading process (and held a batch there for ever) ...
-    "sends_a_hash_bomb": (REPLY_CHANNEL + "bomb = b')' + b''.join(b'\\x94h' + bytes((i,)) + b'\\x86' for i in range(64))\n"
+    "sends_a_hash_bomb": (REPLY_CHANNEL + "bomb = b')' + b''.join(b'\\x94h' + bytes((i,)) + b'\\x86'"
+                          " for i in range(64))\n"
                           "skeleton = b'\\x80\\x04}' + bomb + b'Ns.'\n"
                           "channel.send_bytes(wire.MAGIC + struct.pack('<Q', len(skeleton)) + skeleton)\n"
                           "return list(range(rank, num_samples, world_size))", "invalid result"),

@@ -93,6 +93,10 @@ def _strings(value: Any, change: Callable[[str], str]) -> Any:
 
 
 def reference_folder(kit_root: str) -> str:
-    """Where the reference's modules are: the solutions, or a release's placeholders."""
+    """Where the reference's modules are: a release's placeholders wherever it has its recordings (a
+    `solutions/` folder a student committed beside them is never the reference), else the kit's solutions."""
+    recorded = os.path.join(kit_root, FOLDER, "reference")
+    if Recordings.meta(kit_root) is not None:
+        return recorded
     solutions = os.path.join(kit_root, "solutions")
-    return solutions if os.path.isdir(solutions) else os.path.join(kit_root, FOLDER, "reference")
+    return solutions if os.path.isdir(solutions) else recorded

@@ -46,7 +46,8 @@ collected and graded with `python -m grader --submissions FOLDER`, where a submi
 data. What the workflow does refuse is the honest accident and the casual hook: before grading it checks
 every file of the kit (the grader, the check files, `conftest.py`, `pyproject.toml`) against the SHA-256
 sums written into it, and refuses any other `conftest.py`, `pytest.ini`, `sitecustomize.py` or `.pth` file,
-anywhere in the repository, and any file added to the kit's folders.
+anywhere in the repository, any file added to the kit's folders, and a `solutions/` folder (a release grades
+against its recordings whatever the repository holds; a committed `solutions/` once became the reference).
 """
 
 from __future__ import annotations
@@ -132,6 +133,7 @@ def append(path: str, lines: str) -> None:
 
 
 KIT_FOLDERS = ("grader", "tests")
+REFERENCES = "solutions"  # where a kit keeps its references: a release has none, and a student's may not either
 KIT_FILES = ("conftest.py", "pyproject.toml")
 # Files Python or pytest load on their own from where they lie: none but the kit's may change how it grades.
 LOADED_ON_THEIR_OWN = r"(^|/)(conftest\.py|pytest\.ini|tox\.ini|setup\.cfg|sitecustomize\.py|usercustomize\.py)$|\.pth$"
@@ -155,7 +157,7 @@ def kit_check_script(sums: Sequence[tuple[str, str]]) -> str:
     """The workflow step's shell script: the kit's files as the assignment gave them, and no file beside
     them that Python or pytest would load on its own."""
     listed = "\n".join(f"{digest}  {path}" for digest, path in sums)
-    kit = "|".join(KIT_FOLDERS)
+    kit = "|".join((*KIT_FOLDERS, REFERENCES))
     return f"""# A self-check in the student's own repository, not the grade of record (the instructor grades
 # the collected repositories with python -m grader --submissions): the kit must be as the assignment gave it.
 sums=$(mktemp)

@@ -322,11 +322,24 @@ def _step(steps, name):
     return [s for s in steps if s.get("name") == name][0]
 
 
+def test_a_release_grades_against_its_recordings_whatever_the_repository_holds(tmp_path):
+    """A `solutions/` folder committed into a student's release repository is never taken for the reference (it
+    once was, and a wrong ex04 and ex14 scored full against it); a kit with no recordings keeps its solutions."""
+    from grader.grading import recordings
+
+    (tmp_path / "solutions").mkdir()
+    assert recordings.reference_folder(str(tmp_path)) == str(tmp_path / "solutions")
+    recorded = tmp_path / recordings.FOLDER
+    (recorded / "reference").mkdir(parents=True)
+    (recorded / "meta.json").write_text('{"seed": 1, "profile": "fast", "devices": ["cpu"]}')
+    assert recordings.reference_folder(str(tmp_path)) == str(recorded / "reference")
+
+
 @pytest.mark.slow
 def test_the_classroom_workflow_refuses_a_changed_kit_and_any_hook_beside_it(graded, tmp_path):
     """The workflow's kit-check step, run in a student repository made from the release: the kit untouched passes;
-    a hook added to the kit's conftest.py, a conftest.py among the exercises, a module added to the grader or
-    a .pth anywhere is refused, named, before anything is installed or graded."""
+    a hook added to the kit's conftest.py, a conftest.py among the exercises, a module added to the grader,
+    a .pth anywhere or a solutions/ folder is refused, named, before anything is installed or graded."""
     data = _workflow(graded.workflow_text)
     if data is None:
         pytest.skip("PyYAML is not installed")
@@ -339,6 +352,7 @@ def test_the_classroom_workflow_refuses_a_changed_kit_and_any_hook_beside_it(gra
     def check(change=None):
         if change:
             path, text = change
+            (repo / path).parent.mkdir(parents=True, exist_ok=True)
             (repo / path).write_text(((repo / path).read_text() if (repo / path).exists() else "") + text)
         subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
         subprocess.run(["git", "add", "-A"], cwd=repo, check=True)
@@ -354,7 +368,8 @@ def test_the_classroom_workflow_refuses_a_changed_kit_and_any_hook_beside_it(gra
                           (("exercises/conftest.py", hook), "exercises/conftest.py"),
                           (("grader/extra.py", "x = 1\n"), "grader/extra.py"),
                           (("exercises/sitecustomize.py", "x = 1\n"), "exercises/sitecustomize.py"),
-                          (("exercises/evil.pth", "import os\n"), "exercises/evil.pth")]:
+                          (("exercises/evil.pth", "import os\n"), "exercises/evil.pth"),
+                          (("solutions/ex04_sharding.py", "x = 1\n"), "solutions/ex04_sharding.py")]:
         code, said = check(change)
         assert code == 1 and named in said and "::error::" in said, (change[0], said)
 

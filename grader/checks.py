@@ -41,6 +41,14 @@ NEEDS_FLOAT64 = pytest.mark.not_on("mps", why="float64, which MPS lacks")
 NEEDS_GLOO = pytest.mark.not_on("mps", why="a gloo process group, which carries no MPS tensors")
 
 
+def fresh_workers(probe: F) -> F:
+    """Mark a probe to run, for a submission, in workers that ran nothing of it before (the last ones are
+    killed first): what it observes then crossed a process boundary, as a restart's state must (a
+    checkpoint kept in memory is gone). The reference's run where they are."""
+    probe.fresh_workers = True  # type: ignore[attr-defined]
+    return probe
+
+
 def holds(device: str, dtype: str) -> bool:
     """Whether the device `device` ('cpu', 'cuda', 'mps') has tensors of `dtype` (a torch dtype's name): MPS
     has no float64."""

@@ -8,8 +8,8 @@ joined (one process on the cuda device: an Accelerator on it). Every rank seeds 
 differently, so its dropout masks are its own.
 
 The probe runs train_and_checkpoint for `steps` optimizer steps, the checkpoint saved after step save_at in an
-empty folder of the ranks' shared scratch folder: that is the uninterrupted run. Then, as a new process would,
-it builds fresh objects (the model with other weights, a new optimizer, scheduler, DataLoader and Accelerator,
+empty folder of the ranks' shared scratch folder: that is the uninterrupted run. Then, in processes that ran
+nothing of the submission before (a restart: a checkpoint kept in memory is gone), it builds fresh objects (the model with other weights, a new optimizer, scheduler, DataLoader and Accelerator,
 the global generators seeded anew) and calls resume with the same folder. A resumed run replays the same
 arithmetic on the same batches with the same dropout masks, so it is compared with the uninterrupted run
 exactly, bit for bit; the uninterrupted run is compared with the reference solution's (float64: within 1e-12).
@@ -35,7 +35,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from grader import probing, training
-from grader.checks import NEEDS_FLOAT64, example, expect_equal, explicit_examples, fail
+from grader.checks import NEEDS_FLOAT64, example, expect_equal, explicit_examples, fail, fresh_workers
 
 LOSSES = ["mse_loss", "cross_entropy"]
 OPTIMIZERS = ["sgd_momentum", "adam", "adamw"]  # each keeps a state (plain SGD keeps none)
@@ -204,29 +204,64 @@ def _run(ctx, case, call, model_seed, rng_seed):
     return record, returned
 
 
-def probe_resume(ctx, case):
-    folder = os.path.abspath(f"ex21-checkpoint-{case['world_size']}-{zlib.crc32(repr(case).encode()):08x}")
+def _checkpoint_folder(case):
+    """An empty folder of the ranks' scratch folder for one case's checkpoint (its name from the case)."""
+    return os.path.abspath(f"ex21-checkpoint-{case['world_size']}-{zlib.crc32(repr(case).encode()):08x}")
+
+
+def probe_uninterrupted(ctx, case):
+    """train_and_checkpoint in fresh objects, the checkpoint saved into the case's folder, which stays for
+    probe_resumed: the uninterrupted run."""
+    folder = _checkpoint_folder(case)
     if ctx.rank == 0:
         shutil.rmtree(folder, ignore_errors=True)
         os.makedirs(folder)
     _barrier(ctx)
-    steps, save_at, seed = case["steps"], case["save_at"], case["seed"] * 8
+    seed = case["seed"] * 8
 
     def uninterrupted(*objects):
-        return ctx.module.train_and_checkpoint(*objects, steps, folder, save_at)
-
-    def resumed(*objects):
-        return ctx.module.resume(*objects, steps, folder)
+        return ctx.module.train_and_checkpoint(*objects, case["steps"], folder, case["save_at"])
 
     first, _ = _run(ctx, case, uninterrupted, seed, seed * 16 + ctx.rank)
     _barrier(ctx)  # every rank's part of the checkpoint written before any rank reads it
+    return first
+
+
+@fresh_workers
+def probe_resumed(ctx, case):
+    """resume from that folder, in processes that ran nothing of the submission before, as after a restart: what
+    it restores can only have come from the disk (a checkpoint kept in memory is gone)."""
+    folder = _checkpoint_folder(case)
+    seed = case["seed"] * 8
+
+    def resumed(*objects):
+        return ctx.module.resume(*objects, case["steps"], folder)
+
     second, returned = _run(ctx, case, resumed, seed + 5, seed * 16 + 8 + ctx.rank)
     second["returned_type"] = f"{type(returned).__module__}.{type(returned).__qualname__}"
     second["returned"] = returned if type(returned) is int else None
-    _barrier(ctx)
-    if ctx.rank == 0:
-        shutil.rmtree(folder, ignore_errors=True)
-    return {"uninterrupted": first, "resumed": second}
+    return second
+
+
+def _joined(first, second, case):
+    """Each rank's {"uninterrupted", "resumed"} (one dict for a single process, as a probe's observation is)."""
+    joined = [{"uninterrupted": a, "resumed": b} for a, b in zip(_runs(first, case), _runs(second, case))]
+    return joined[0] if case["world_size"] == 1 else joined
+
+
+def _resume_runs(grade, case):
+    """The submission's uninterrupted run, then its resumed run in fresh processes."""
+    size = case["world_size"]
+    return _joined(grade.run(probe_uninterrupted, case, world_size=size),
+                   grade.run(probe_resumed, case, world_size=size), case)
+
+
+def _compared_runs(grade, case):
+    """(the reference's, the submission's) runs, each as `_resume_runs`."""
+    size = case["world_size"]
+    first = grade.compare(probe_uninterrupted, case, world_size=size)
+    second = grade.compare(probe_resumed, case, world_size=size)
+    return _joined(first[0], second[0], case), _joined(first[1], second[1], case)
 
 
 # --- what a resumed run restored, and the cause of a wrong one ------------------------------
@@ -461,14 +496,14 @@ def _check_random_state(case, runs):
 @given(case=resume_case())
 @with_examples
 def test_resume_takes_the_steps_left_and_returns_the_step_saved_at(grade, case):
-    _check_steps(case, _runs(grade.run(probe_resume, case, world_size=case["world_size"]), case))
+    _check_steps(case, _runs(_resume_runs(grade, case), case))
 
 
 @pytest.mark.device_free
 @given(case=resume_case())
 @with_examples
 def test_resumed_run_ends_with_the_uninterrupted_runs_parameters(grade, case):
-    expected, actual = grade.compare(probe_resume, case, world_size=case["world_size"])
+    expected, actual = _compared_runs(grade, case)
     _check_parameters(case, _runs(expected, case), _runs(actual, case))
 
 
@@ -477,7 +512,7 @@ def test_resumed_run_ends_with_the_uninterrupted_runs_parameters(grade, case):
 @given(case=resume_case())
 @with_examples
 def test_resume_restores_the_optimizer_state(grade, case):
-    _check_optimizer(case, _runs(grade.run(probe_resume, case, world_size=case["world_size"]), case))
+    _check_optimizer(case, _runs(_resume_runs(grade, case), case))
 
 
 @pytest.mark.device_free
@@ -485,7 +520,7 @@ def test_resume_restores_the_optimizer_state(grade, case):
 @given(case=resume_case())
 @with_examples
 def test_resume_restores_the_scheduler(grade, case):
-    expected, actual = grade.compare(probe_resume, case, world_size=case["world_size"])
+    expected, actual = _compared_runs(grade, case)
     _check_scheduler(case, _runs(expected, case), _runs(actual, case))
 
 
@@ -494,7 +529,7 @@ def test_resume_restores_the_scheduler(grade, case):
 @given(case=resume_case())
 @with_examples
 def test_resume_continues_the_dataloader_where_it_stopped(grade, case):
-    expected, actual = grade.compare(probe_resume, case, world_size=case["world_size"])
+    expected, actual = _compared_runs(grade, case)
     _check_batches(case, _runs(expected, case), _runs(actual, case))
 
 
@@ -503,14 +538,14 @@ def test_resume_continues_the_dataloader_where_it_stopped(grade, case):
 @given(case=resume_case())
 @with_examples
 def test_resume_restores_the_random_state(grade, case):
-    _check_random_state(case, _runs(grade.run(probe_resume, case, world_size=case["world_size"]), case))
+    _check_random_state(case, _runs(_resume_runs(grade, case), case))
 
 
 @NEEDS_FLOAT64
 @given(case=resume_case(world_sizes=st.just(1)))
 @example(case=case(1, 5, 2, 6, 4, optimizer="adam", scheduler="linear"))
 def test_resume_on_the_accelerators_device(grade, case):
-    expected, actual = grade.compare(probe_resume, case)
+    expected, actual = _compared_runs(grade, case)
     runs, references = _runs(actual, case), _runs(expected, case)
     _check_steps(case, runs)
     _check_random_state(case, runs)

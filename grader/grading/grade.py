@@ -115,7 +115,8 @@ class Grade:
         request = Request(target=self.target, exercise=self.exercise, preload=catalog.get(self.exercise).preload,
                           probe_file=probe_file, probe_name=probe.__name__,
                           args=args, device=self.device, world_size=world_size, trusted=trusted,
-                          deadline=time.monotonic() + self._time_left())
+                          deadline=time.monotonic() + self._time_left(),
+                          fresh=getattr(probe, "fresh_workers", False) is True)
         try:
             return key, self.session.sandbox.start(request), trusted
         except WorkerFailure as error:

@@ -80,6 +80,7 @@ class Request:
     world_size: int = 1
     trusted: bool = False
     deadline: float = 0.0  # time.monotonic() by which the replies must be in (ignored when trusted)
+    fresh: bool = False  # on workers that ran nothing of the target before (grader.checks.fresh_workers)
 
 
 class _Common(TypedDict):
@@ -193,6 +194,8 @@ class Sandbox:
         if limit <= 0:
             raise WorkerFailure(Status.TIMED_OUT, "the check ran out of time")
         key = self.pool_key(request)
+        if request.fresh and not request.trusted:
+            self.pools.discard(key)
         spec = self._spec(request, prepared, limit)
         ranks = self.pools.get(key, spec, request.world_size, start_timeout=max(limit, START_ALLOWANCE))
         ranks.send({"module_file": module_file, "module_name": request.exercise, "probe_file": request.probe_file,

@@ -109,11 +109,29 @@ def resume(accelerator, model, optimizer, scheduler, dataloader, loss_fn, steps,
 '''
 
 
+# The whole state kept in the process's memory at save_at (the random state too), and taken back from there:
+# right within one process, nothing after a restart.
+IN_MEMORY_SAVE = '''                _MEMORY[accelerator.process_index] = copy.deepcopy({
+                    "model": accelerator.unwrap_model(model).state_dict(), "optimizer": optimizer.state_dict(),
+                    "scheduler": scheduler.state_dict(), "step": progress.step, "random": torch.get_rng_state()})
+'''
+IN_MEMORY_LOAD = '''    saved = _MEMORY[accelerator.process_index]
+    accelerator.unwrap_model(model).load_state_dict(saved["model"])
+    optimizer.load_state_dict(saved["optimizer"])
+    scheduler.load_state_dict(saved["scheduler"])
+    progress.step = saved["step"]
+    torch.set_rng_state(saved["random"])
+'''
+
+
 def by_hand(random_save="", random_load=""):
     return mutate(EX, (DOCSTRING, IMPORTS), (SAVE, BY_HAND_SAVE + random_save), (LOAD, BY_HAND_LOAD + random_load))
 
 
 WRONG = [
+    # the checkpoint kept in memory, not in checkpoint_dir: resume runs in a fresh process, as after a restart
+    Wrong("kept_in_memory", mutate(EX, (DOCSTRING, DOCSTRING + "\nimport copy\n\nimport torch\n\n_MEMORY = {}\n"),
+                                   (SAVE, IN_MEMORY_SAVE), (LOAD, IN_MEMORY_LOAD)), STEPS, diagnosis="KeyError"),
     # only the model's weights saved (and the step): the optimizer starts cold, the scheduler from the top, the
     # random state is a fresh process's
     Wrong("model_only", mutate(EX, (DOCSTRING, IMPORTS), (SAVE, '''                if accelerator.is_main_process:

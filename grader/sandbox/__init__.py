@@ -336,7 +336,7 @@ class Sandbox:
         The reference's workers serve every exercise of their preload, so those of the next
         exercise's preload stay (exercises are graded grouped by preload)."""
         self.pools.close(keep=lambda key: key[0] == "reference" and key[1] == next_preload)
-        self.pools.reap()  # the workers gone, what they started is adopted here or dead: then found
+        self._await_orphans()
         for prepared in self.prepared.values():
             prepared.container.kill()
             self._fresh_scratch(prepared)  # nothing written for one exercise is left for the next
@@ -348,9 +348,15 @@ class Sandbox:
         if target is None:
             return
         self.pools.close(keep=lambda key: not (key[0] == "target" and key[1] == target.path))
-        self.pools.reap()
+        self._await_orphans()
         if target.path in self.prepared:
             self.prepared[target.path].container.kill()
+
+    def _await_orphans(self) -> None:
+        """Where a submission's processes are found as the grader's adopted orphans (no cgroup, no uid of its
+        own), wait for the workers just stopped to be gone: what they started is then adopted, or dead."""
+        if self.containers.kind == "none":
+            self.pools.reap()
 
     def renew(self, target: Target) -> None:
         """Free one submission's workers, kill what it started and empty its scratch folder: the next

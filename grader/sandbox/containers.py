@@ -53,6 +53,9 @@ class Container:
 
     kind = "none"
     memory_limit: int | None = None  # bytes, where the submission has a memory cgroup of its own
+    # Seconds a kill goes on while it still finds processes: an orphan's own children are adopted only once it
+    # is dead, so found by a later pass. A cgroup or a uid holds every process at once: one pass.
+    settle = 1.0
 
     def enter(self) -> None:
         """In the worker, still privileged, before anything untrusted runs."""
@@ -74,10 +77,10 @@ class Container:
         confined processes this grader adopted (see `confined_orphans`)."""
         return confined_orphans()
 
-    def kill(self, wait: float = 1.0) -> bool:
-        """SIGKILL everything inside, again and again for up to `wait` s until nothing is left;
-        True when it is empty."""
-        deadline = time.monotonic() + wait
+    def kill(self, wait: float | None = None) -> bool:
+        """SIGKILL everything inside, again and again for up to `wait` s (`settle` by default) until nothing is
+        left; True when it is empty."""
+        deadline = time.monotonic() + (self.settle if wait is None else wait)
         while True:
             pids = self.pids()
             for pid in pids:
@@ -96,6 +99,7 @@ class Container:
 
 class CgroupContainer(Container):
     kind = "cgroup"
+    settle = 0.0
 
     def __init__(self, path: str, memory_path: str | None = None, box_path: str | None = None) -> None:
         self.path = path
@@ -179,6 +183,7 @@ class CgroupContainer(Container):
 
 class UidContainer(Container):
     kind = "uid"
+    settle = 0.0
 
     def __init__(self, uid: int | None) -> None:
         self.uid = uid

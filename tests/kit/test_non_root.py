@@ -363,3 +363,56 @@ def shard_indices(*args, **kwargs):
     assert results["a_escaper"]["score"] == results["a_escaper"]["max_score"], results["a_escaper"]["exercises"]
     watcher_result = results["b_watcher"]
     assert watcher_result["score"] == watcher_result["max_score"], _message(watcher_result, EX, INDICES)
+
+
+# A notebook's grading service run by the learner's own account: request 1 grades a submission that leaves a
+# process running, and the service promises nothing of it is left when the reply comes.
+SERVICE_REQUESTS = '''
+import os, sys
+from grader.service.service import GradeRequest, Service
+
+service = Service()
+try:
+    for folder in sys.argv[1:]:
+        reply = service.grade(GradeRequest(exercises=("ex04_sharding",), target=folder, profile="fast", seed=7))
+        alive = []
+        for pid in os.listdir("/proc"):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                    alive += [pid] if handle.read().startswith(b"sleep\\x00MARK") else []
+            except OSError:
+                pass
+        print(os.path.basename(folder), reply.result.score if reply.result else reply.error, len(alive))
+finally:
+    service.close()
+'''
+
+
+@pytest.mark.slow
+def test_a_process_left_by_one_request_of_the_service_is_gone_when_its_reply_comes(kit, work):
+    """The grading service behind check() in a notebook, run as the learner's own account (no root, no cgroup):
+    the processes request 1's submission started are gone when its reply comes, before request 2 is graded."""
+    mark = f"299.{uuid.uuid4().int % 10**12:012d}"
+    escaper = mutate(EX, ("def shard_indices(\n", "def _reference_shard_indices(\n")) + '''
+
+def shard_indices(*args, **kwargs):
+''' + "\n".join("    " + line for line in ESCAPER.format(mark=mark).strip().splitlines()) + '''
+    return _reference_shard_indices(*args, **kwargs)
+'''
+    folders = []
+    for name, source in (("escaper", escaper), ("classmate", mutate(EX))):
+        folder = os.path.join(work, name)
+        os.makedirs(folder)
+        with open(os.path.join(folder, f"{EX}.py"), "w") as handle:
+            handle.write(source)
+        folders.append(folder)
+    _let_all_read(work)
+    env = {"PATH": os.environ.get("PATH", ""), "HOME": work, "HF_HUB_OFFLINE": "1", "GRADER_STATE": os.devnull,
+           "LANG": "C.UTF-8", "PYTHONPATH": kit}
+    try:
+        done = subprocess.run([PYTHON, "-c", SERVICE_REQUESTS.replace("MARK", mark), *folders], cwd=kit, env=env,
+                              capture_output=True, text=True, timeout=600, **GRADERS_USER)
+    finally:
+        subprocess.run(["pkill", "-f", f"sleep {mark}"], capture_output=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["escaper", "15.0", "0", "classmate", "15.0", "0"], done.stdout + done.stderr[-2000:]

@@ -72,7 +72,8 @@ libc = ctypes.CDLL(None, use_errno=True)
 
 def orphan(confined):
     ready, done = os.pipe()
-    if os.fork() == 0:
+    parent = os.fork()
+    if parent == 0:
         if confined:
             libc.prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS, which Landlock needs and sets for a worker
         if os.fork() == 0:
@@ -84,7 +85,7 @@ def orphan(confined):
             os._exit(0)
         os._exit(0)
     os.read(ready, 1)
-    time.sleep(0.2)  # adopted here once its parent is gone
+    os.waitpid(parent, 0)  # its parent gone: adopted here (the kernel re-parents before it reports the exit)
 
 orphan(True)
 orphan(False)

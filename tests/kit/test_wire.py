@@ -165,10 +165,10 @@ def test_decode_reads_no_byte_twice_and_counts_elements_and_tensors_as_it_goes()
     (b"", "cut short"),
 ])
 def test_decode_refuses_forged_skeletons_at_once(skeleton, cause):
-    started = time.monotonic()
+    started = time.thread_time()  # CPU seconds: a loaded machine does not move them
     with pytest.raises(wire.InvalidResult, match=cause):
         wire.decode(framed(skeleton))
-    assert time.monotonic() - started < 1 + SECONDS_PER_MB * len(skeleton) / 2**20
+    assert time.thread_time() - started < 1 + SECONDS_PER_MB * len(skeleton) / 2**20
 
 
 def test_decode_refuses_other_formats_and_replies_cut_short():
@@ -190,12 +190,12 @@ def test_decode_gives_up_at_its_deadline():
 @KIT
 @given(st.binary(max_size=400))
 def test_any_bytes_after_the_header_are_read_or_refused_quickly(skeleton):
-    started = time.monotonic()
+    started = time.thread_time()
     try:
         wire.decode(framed(skeleton))
     except wire.InvalidResult:
         pass
-    assert time.monotonic() - started < 0.5
+    assert time.thread_time() - started < 0.5
 
 
 # The largest skeletons of the cheapest tokens, each close to a budget: the worst cases per byte.
@@ -216,20 +216,20 @@ from grader.sandbox import wire
 wire.decode(wire.encode([torch.zeros(1)]))  # torch's own first-use costs apart
 data = sys.stdin.buffer.read()
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-started = time.monotonic()
+started = time.process_time()  # CPU seconds: a loaded machine does not move them
 try:
     wire.decode(data)
 except wire.InvalidResult:
     pass
-print(time.monotonic() - started, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before)
+print(time.process_time() - started, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before)
 """
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(BOMBS))
 def test_the_worst_replies_per_byte_decode_in_bounded_time_and_memory(name):
-    """In a process of its own, so that its peak memory is the decoder's: at most 2 s a MB and 40 bytes
-    of memory a byte (measured: at most 0.5 s a MB, 15 bytes a byte)."""
+    """In a process of its own, so that its peak memory is the decoder's: at most 2 CPU seconds a MB and 40
+    bytes of memory a byte (measured: at most 0.5 s a MB, 15 bytes a byte)."""
     data = framed(BOMBS[name])
     done = subprocess.run([sys.executable, "-c", MEASURE], input=data, capture_output=True, timeout=120)
     assert done.returncode == 0, done.stderr.decode()[-2000:]

@@ -359,7 +359,7 @@ class Sandbox:
             self.pools.reap()
 
     def renew(self, target: Target) -> None:
-        """Free one submission's workers, kill what it started and empty its scratch folder: the next
+        """Free one submission's workers, kill what it started and make its scratch folder anew: the next
         check starts from nothing the checks before left (see Options.secret_seed)."""
         self.release(target)
         if target.path in self.prepared:

@@ -318,6 +318,14 @@ ESCAPER = '''
 import subprocess
 subprocess.Popen(["sleep", "{mark}"], start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 '''
+RIGHT_AFTERWARDS = "return _reference_shard_indices(num_samples, rank, world_size, **kwargs)"
+
+
+def _escaper(mark):
+    """A right ex04 that leaves a `sleep {mark}` running in a session of its own at every call."""
+    return _attack(ESCAPER.format(mark=mark) + RIGHT_AFTERWARDS)
+
+
 WATCHER = '''
 import os
 
@@ -341,19 +349,9 @@ def test_a_process_a_submission_leaves_dies_when_its_exercise_ends_not_with_the_
     adopts what a submission left running and tells it from its own children by the worker's confinement, and
     kills it when the submission is done, so a classmate graded next never runs beside it."""
     mark = f"299.{uuid.uuid4().int % 10**12:012d}"
-    watcher = mutate(EX, ("def shard_indices(\n", "def _reference_shard_indices(\n")) + WATCHER.format(mark=mark) + '''
-
-def shard_indices(*args, **kwargs):
-    if _survivors():
-        raise RuntimeError(f"a classmate's process is still running beside this one: {_survivors()}")
-    return _reference_shard_indices(*args, **kwargs)
-'''
-    escaper = mutate(EX, ("def shard_indices(\n", "def _reference_shard_indices(\n")) + '''
-
-def shard_indices(*args, **kwargs):
-''' + "\n".join("    " + line for line in ESCAPER.format(mark=mark).strip().splitlines()) + '''
-    return _reference_shard_indices(*args, **kwargs)
-'''
+    watcher = _attack("if _survivors():\n    raise RuntimeError(f\"a classmate's process runs: {_survivors()}\")\n"
+                      + RIGHT_AFTERWARDS) + WATCHER.format(mark=mark)
+    escaper = _escaper(mark)
     try:
         results = _grade(kit, work, {"a_escaper": {EX: escaper}, "b_watcher": {EX: watcher}}, "ex04",
                          without="namespaces")
@@ -393,12 +391,7 @@ def test_a_process_left_by_one_request_of_the_service_is_gone_when_its_reply_com
     """The grading service behind check() in a notebook, run as the learner's own account (no root, no cgroup):
     the processes request 1's submission started are gone when its reply comes, before request 2 is graded."""
     mark = f"299.{uuid.uuid4().int % 10**12:012d}"
-    escaper = mutate(EX, ("def shard_indices(\n", "def _reference_shard_indices(\n")) + '''
-
-def shard_indices(*args, **kwargs):
-''' + "\n".join("    " + line for line in ESCAPER.format(mark=mark).strip().splitlines()) + '''
-    return _reference_shard_indices(*args, **kwargs)
-'''
+    escaper = _escaper(mark)
     folders = []
     for name, source in (("escaper", escaper), ("classmate", mutate(EX))):
         folder = os.path.join(work, name)

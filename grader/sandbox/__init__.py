@@ -296,10 +296,7 @@ class Sandbox:
         uid = self.users.claim() if self.users is not None else None
         copy, scratch = os.path.join(base, "src"), os.path.join(base, "scratch")
         os.mkdir(copy, 0o700)  # filled, then sealed, before any of its workers is sent a request
-        os.mkdir(scratch, 0o700)
-        bounded = self.bounded_scratch and scratch_folder.mount_bounded(scratch, uid)
-        if uid is not None:
-            os.chown(scratch, uid, uid)
+        bounded = scratch_folder.make(scratch, uid, self.bounded_scratch)
         return _Prepared(index, copy, scratch, uid, self.containers.new(index, uid), bounded)
 
     def start_ahead(self, target: Target, asked: Sequence[tuple[PoolKey, str]], timeout: float) -> None:

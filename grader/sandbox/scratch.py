@@ -86,6 +86,12 @@ def fresh(path: str, uid: int | None, bounded: bool) -> bool:
     if bounded:
         unmount(path)
     remove_tree(path)
+    return make(path, uid, bounded)
+
+
+def make(path: str, uid: int | None, bounded: bool) -> bool:
+    """A new scratch folder at `path`, its user's alone, a tmpfs of its own where `bounded` asks for one and
+    the grader may mount; whether it is bounded."""
     os.mkdir(path, 0o700)
     os.chmod(path, 0o700)
     bounded = bounded and mount_bounded(path, uid)

@@ -174,7 +174,7 @@ def _imports(nodes: list[ast.AST]) -> dict[str, str]:
 def _qualified(node: ast.AST, imported: dict[str, str]) -> str | None:
     """`a.b.c` as the dotted name it stands for through the module's imports; None for anything else (a call's
     result, a subscript) or a chain longer than MAX_CHAIN."""
-    parts = []
+    parts: list[str] = []
     while isinstance(node, ast.Attribute) and len(parts) <= MAX_CHAIN:
         parts.append(node.attr)
         node = node.value

@@ -76,7 +76,8 @@ CURRENT = {
 
 MENTIONED = {
     "comments": "# Trainer(model, tokenizer=tok)\n# torch.cuda.amp.autocast() and torch.load(path)\n"
-                "# from torch.distributed.fsdp import FullyShardedDataParallel\nx = 1  # from_pretrained(torch_dtype=x)\n",
+                "# from torch.distributed.fsdp import FullyShardedDataParallel\n"
+                "x = 1  # from_pretrained(torch_dtype=x)\n",
     "strings": "'''torch.cuda.amp.GradScaler(), torch.load(path), FullyShardedDataParallel'''\n"
                "note = 'Trainer(tokenizer=tok) and from_pretrained(n, torch_dtype=d)'\n"
                "old = 'torch.distributed.fsdp.FullyShardedDataParallel'\nf'{torch_dtype} {tokenizer}'\n",

@@ -1,11 +1,12 @@
 """`python -m grader release OUT`: the student copy of the kit, without the solutions.
 
-It holds the stubs, the check files, the grader, one notebook per chapter (made from the stubs)
-and a README for students. Its checks still compare with the reference: the reference's
-observations on every input the public checks draw with the release's seed (each check's explicit
-examples and its drawn examples) are recorded now, as plain data, and replayed there (see
-`recordings`). The hidden checks (`grading.visibility`) are neither recorded nor run there. The
-copy reveals no more of the solutions than those observations.
+It holds the stubs, the check files, the grader, one notebook per chapter (made from the stubs),
+a README for students and an AGENTS.md for the coding agents beside them (tutor, do not solve).
+Its checks still compare with the reference: the reference's observations on every input the
+public checks draw with the release's seed (each check's explicit examples and its drawn examples)
+are recorded now, as plain data, and replayed there (see `recordings`). The hidden checks
+(`grading.visibility`) are neither recorded nor run there. The copy reveals no more of the
+solutions than those observations.
 """
 
 import argparse
@@ -27,6 +28,8 @@ from grader.usage import command_parser
 LEARNER_PAGE = os.path.join("docs", "learner.md")
 RELEASE_END = "<!-- the student release's README ends here -->"
 KIT_LINK = re.compile(r"\[([^\]]+)\]\((?!https?:|#)[^)]*\)")
+# The release's AGENTS.md, named otherwise in the kit so that an agent working on the kit does not take it for its own.
+STUDENT_AGENTS = os.path.join("grader", "homework", "student_agents.md")
 
 
 def student_readme() -> str:
@@ -93,6 +96,7 @@ def copy_kit(out: str, kit_url: str | None = None) -> None:
         shutil.copyfile(os.path.join(KIT_ROOT, name), os.path.join(out, name))
     with open(os.path.join(out, "README.md"), "w") as handle:
         handle.write(student_readme())
+    shutil.copyfile(os.path.join(KIT_ROOT, STUDENT_AGENTS), os.path.join(out, "AGENTS.md"))
     with open(os.path.join(out, ".gitignore"), "w") as handle:  # what running the kit leaves is never committed
         handle.write(GITIGNORE)
 

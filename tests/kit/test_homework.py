@@ -113,6 +113,17 @@ def test_pytest_in_a_release_runs_the_recorded_checks(release):
     assert done.returncode == 1 and "NotImplementedError" in done.stdout, done.stdout[-2000:]
 
 
+def test_a_release_tells_a_coding_agent_to_tutor_not_to_solve(release):
+    """The release's AGENTS.md, at its root where agents look: short, naming the learner's folder, the solutions
+    never to be read and the commands whose failures an agent may explain."""
+    text = (release / "AGENTS.md").read_text()
+    assert 30 <= len(text.splitlines()) <= 60, len(text.splitlines())
+    for named in ("`exercises/`", "`solutions/`", "`pytest tests/test_ex04_sharding.py`", "`python -m grader ex04`",
+                  'check("ex04")', "`python -m grader hint ex04`", "do not write the exercises"):
+        assert named in text, named
+    assert "AGENTS.md" in (release / "README.md").read_text()
+
+
 # --- the Gradescope bundle ------------------------------------------------------------------------
 
 @pytest.fixture

@@ -3,6 +3,7 @@ tutorial uses, and the current APIs are not; hostile source gives no findings, q
 plain-data wire and come back, less what is malformed. No grading, no torch."""
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -11,6 +12,7 @@ import pytest
 
 from grader import old_apis
 from grader.old_apis import Finding, OldApi, from_plain, hint, scan, to_plain
+from tests.kit.harness import KIT_ROOT
 
 TRAINER, DTYPE, AMP, LOAD, FSDP1 = (OldApi.TRAINER_TOKENIZER, OldApi.TORCH_DTYPE, OldApi.CUDA_AMP,
                                     OldApi.TORCH_LOAD, OldApi.FSDP1)
@@ -104,6 +106,15 @@ def test_each_old_api_is_found_in_each_spelling(name):
 @pytest.mark.parametrize("name", sorted(CURRENT))
 def test_the_current_apis_find_nothing(name):
     assert scan(CURRENT[name]) == (), name
+
+
+def test_the_kits_references_and_stubs_find_nothing():
+    """They teach the current APIs: a finding there would be a false alarm on every learner who copies them."""
+    files = [os.path.join(KIT_ROOT, folder, name) for folder in ("solutions", "exercises")
+             for name in sorted(os.listdir(os.path.join(KIT_ROOT, folder))) if name.endswith(".py")]
+    assert len(files) > 20
+    found = {os.path.basename(file): scan(open(file).read()) for file in files}
+    assert {name: findings for name, findings in found.items() if findings} == {}
 
 
 @pytest.mark.parametrize("name", sorted(MENTIONED))

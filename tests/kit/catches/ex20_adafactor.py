@@ -143,6 +143,83 @@ def adafactor_step(*args, **kwargs):
     return _adafactor_step(*args, **kwargs)
 '''
 
+# transformers' layout: init_state makes the whole state its optimizer makes on a first step (a step count from 0,
+# the statistics, an RMS of 0); the step counts itself in the state and the param's RMS is kept, as a tensor
+TRANSFORMERS_LAYOUT = '''
+import math
+
+import torch
+
+SIXTEEN_BITS = (torch.float16, torch.bfloat16)
+
+
+def init_state(param):
+    dtype = torch.float64 if param.dtype == torch.float64 else torch.float32
+    state = {"step": 0}
+    if len(param.shape) >= 2:
+        state["exp_avg_sq_row"] = torch.zeros(param.shape[:-1], dtype=dtype, device=param.device)
+        state["exp_avg_sq_col"] = torch.zeros(param.shape[:-2] + param.shape[-1:], dtype=dtype, device=param.device)
+    else:
+        state["exp_avg_sq"] = torch.zeros(param.shape, dtype=dtype, device=param.device)
+    state["RMS"] = 0
+    return state
+
+
+def _rms(tensor):
+    return tensor.norm(2) / (tensor.numel() ** 0.5)
+
+
+def _inverse_root(row, col):
+    r_factor = (row / row.mean(dim=-1, keepdim=True)).rsqrt_().unsqueeze(-1)
+    c_factor = col.unsqueeze(-2).rsqrt()
+    return torch.mul(r_factor, c_factor)
+
+
+def second_moment(state):
+    if "exp_avg_sq" in state:
+        return state["exp_avg_sq"].clone()
+    row, col = state["exp_avg_sq_row"], state["exp_avg_sq_col"]
+    return (row / row.mean(dim=-1, keepdim=True)).unsqueeze(-1) * col.unsqueeze(-2)
+
+
+def adafactor_step(param, grad, state, step, lr, eps=1e-30, clip_threshold=1.0, decay_rate=-0.8):
+    if grad.dtype in SIXTEEN_BITS:
+        grad = grad.float()
+    p_data_fp32 = param.float() if param.dtype in SIXTEEN_BITS else param
+    state["step"] += 1
+    state["RMS"] = _rms(p_data_fp32)
+    beta2t = 1.0 - math.pow(state["step"], decay_rate)
+    update = (grad**2) + eps
+    if "exp_avg_sq_row" in state:
+        exp_avg_sq_row, exp_avg_sq_col = state["exp_avg_sq_row"], state["exp_avg_sq_col"]
+        exp_avg_sq_row.mul_(beta2t).add_(update.mean(dim=-1), alpha=(1.0 - beta2t))
+        exp_avg_sq_col.mul_(beta2t).add_(update.mean(dim=-2), alpha=(1.0 - beta2t))
+        update = _inverse_root(exp_avg_sq_row, exp_avg_sq_col)
+        update.mul_(grad)
+    else:
+        exp_avg_sq = state["exp_avg_sq"]
+        exp_avg_sq.mul_(beta2t).add_(update, alpha=(1.0 - beta2t))
+        update = exp_avg_sq.rsqrt().mul_(grad)
+    update.div_((_rms(update) / clip_threshold).clamp_(min=1.0))
+    update.mul_(lr)
+    p_data_fp32.add_(-update)
+    if param.dtype in SIXTEEN_BITS:
+        param.copy_(p_data_fp32)
+'''
+
+# fairseq's layout: the state made lazily in the step (init_state gives the statistics alone), the step count an int
+# written from the call's step, the RMS kept beside it
+FAIRSEQ_LAYOUT = (TRANSFORMERS_LAYOUT
+                  .replace('    state = {"step": 0}\n', "    state = {}\n").replace('    state["RMS"] = 0\n', "")
+                  .replace('    state["step"] += 1\n', '    state["step"] = step\n')
+                  .replace("math.pow(state[\"step\"], decay_rate)", "math.pow(step, decay_rate)"))
+
+# timm's layout (its Adafactor lifted from fairseq's), the step count kept as a float32 tensor, as torch.optim's
+# optimizers keep theirs
+TIMM_LAYOUT = (TRANSFORMERS_LAYOUT
+               .replace('    state = {"step": 0}\n', '    state = {"step": torch.tensor(0.0)}\n')
+               .replace("math.pow(state[\"step\"], decay_rate)", "math.pow(state[\"step\"].item(), decay_rate)"))
+
 FULL_STATE = '''        return {"exp_avg_sq": torch.zeros(param.shape, dtype=dtype, device=param.device)}'''
 
 
@@ -150,6 +227,10 @@ WRONG = [
     # the memory point: a matrix keeps the full n x m second moment
     Wrong("full_second_moment", mutate(EX, (INIT_FACTORED, FULL_STATE)), INIT,
           diagnosis="the full n x m second moment"),
+    # a first moment kept beside the statistics, as with beta1 (Adafactor without one keeps only step and RMS more)
+    Wrong("first_moment_kept", mutate(EX, (INIT_FACTORED, INIT_FACTORED[:-1] + ',\n                "exp_avg": '
+                                                          'torch.zeros_like(param)}')), INIT,
+          diagnosis="besides its statistics the state may hold"),
     # the statistics in the param's dtype: bfloat16 squares
     Wrong("state_in_param_dtype", mutate(EX, (DTYPE, "dtype = param.dtype")), INIT,
           diagnosis="float32 whatever the param's dtype"),
@@ -213,6 +294,14 @@ WRONG = [
     Wrong("squares_in_16_bits", mutate(EX, (GRAD_FLOAT, "")), STATE, diagnosis="square grad.float()"),
     # a 16-bit param's float32 copy updated and never written back
     Wrong("copy_never_written_back", mutate(EX, (WRITE_BACK, "")), IN_PLACE, diagnosis="param.float() is a copy"),
+    # ... written back before the update: param was written, with its old values (the cause, then the case)
+    Wrong("copy_written_back_first", mutate(EX, (WRITE_BACK, ""), (APPLY, "if work is not param:\n        "
+                                                                  "param.copy_(work)\n    " + APPLY)),
+          IN_PLACE, diagnosis="the update never reached the caller's tensor (case: adafactor_step("),
+    # transformers' relative step with warmup for lr (1e-6 * step): a bfloat16 param rounds back to itself, which is
+    # a wrong value, not an update that never reached param
+    Wrong("warmup_relative_step", mutate(EX, (APPLY, "work.sub_(update.mul_(min(1e-6 * step, 1.0 / step ** 0.5)))")), STEP,
+          passes=(IN_PLACE,)),
     # param.data replaced by a new tensor
     Wrong("param_data_assigned", mutate(EX, (APPLY, "param.data = (work - update.mul_(lr)).to(param.dtype)"),
                                         (WRITE_BACK, "")), IN_PLACE, diagnosis="new memory"),
@@ -241,6 +330,10 @@ WRONG = [
 
 RIGHT = [
     Right("textbook_outer_lerp", TEXTBOOK),
+    # the step count and RMS kept in the state as transformers', fairseq's and timm's Adafactor keep them
+    Right("transformers_state_layout", TRANSFORMERS_LAYOUT),
+    Right("fairseq_state_layout", FAIRSEQ_LAYOUT),
+    Right("timm_state_layout", TIMM_LAYOUT),
     # V rebuilt by second_moment and rooted; the update applied with add_(alpha=-lr)
     Right("through_second_moment", mutate(
         EX, (ROW_FACTOR + "\n        " + COL_FACTOR + "\n        update = row_factor * col_factor * grad",

@@ -65,6 +65,17 @@ The three functions:
   decay_rate)``: one update, in place: ``param`` and the state's tensors
   change (the caller keeps them between steps), ``grad`` does not.
 
+What the state holds. It must hold exactly those statistics, by those
+names, float32 (float64 for a float64 parameter), in their shapes. It may
+hold two entries besides, as transformers', fairseq's and timm's Adafactor
+keep them: a step count, ``"step"`` (an int or a tensor), and the
+parameter's root mean square, ``"RMS"`` (a number or a tensor); nothing
+else (a first moment is memory Adafactor saves). Their values are yours
+to keep: only the statistics are compared. Whether ``init_state`` makes
+them or ``adafactor_step`` adds them is yours too: ``adafactor_step`` is
+checked on zero statistics with the ``"step"`` and ``"RMS"`` that your
+``init_state`` makes, if it makes them.
+
 Step after step it must equal ``transformers.optimization.Adafactor([param],
 lr=lr, eps=(eps, 1e-3), clip_threshold=clip_threshold, decay_rate=decay_rate,
 beta1=None, weight_decay=0.0, scale_parameter=False, relative_step=False,

@@ -6,7 +6,9 @@ the reference's and the target's observations of the same probe on the same inpu
 them with `expect_equal` / `expect_close`, which turn a mismatch into a message a learner can act on.
 """
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any, NoReturn, TypeVar
 
 import pytest
@@ -63,12 +65,29 @@ def assume_dtype_on(device: str, dtype: str) -> None:
 
 # --- comparisons ------------------------------------------------------------------------
 
+CASE = "case: "  # the label of the line a failure's case takes, after its cause (`on_case`)
+_case: ContextVar[str] = ContextVar("case", default="")
+
+
+@contextmanager
+def on_case(description: str) -> Iterator[None]:
+    """The case (the input, in words) every failure inside is about: it goes on a line of its own after the
+    cause, so that the cause is what a learner reads first however long the case is to tell."""
+    token = _case.set(description)
+    try:
+        yield
+    finally:
+        _case.reset(token)
+
 
 def fail(message: str, hint: str | None = None, status: Status = Status.FAILED, expected: str = "",
          received: str = "") -> NoReturn:
-    """Fail the check; `expected` and `received`, the values compared as described in the message, let a
-    report show them apart (Gradescope's markdown)."""
+    """Fail the check (its case, where `on_case` gives one, on the next line); `expected` and `received`, the
+    values compared as described in the message, let a report show them apart (Gradescope's markdown)."""
     __tracebackhide__ = True
+    case = _case.get()
+    if case:
+        message = f"{message}\n{CASE}{case}"
     raise CheckFailed(message, status=status, hint=hint, expected=expected, received=received)
 
 
@@ -143,8 +162,18 @@ def _max_difference(actual: torch.Tensor, expected: torch.Tensor) -> str:
         return "(empty)"
     diff = (a - b).abs().nan_to_num(float("inf"))
     worst = int(diff.argmax())
-    return (f"max difference {diff.max().item():.3g} at flat index {worst} "
-            f"(expected {b.flatten()[worst].item():.6g}, got {a.flatten()[worst].item():.6g})")
+    want, got = apart(b.flatten()[worst].item(), a.flatten()[worst].item())
+    return f"max difference {diff.max().item():.3g} at flat index {worst} (expected {want}, got {got})"
+
+
+def apart(expected: float, actual: float, digits: int = 6) -> tuple[str, str]:
+    """The two numbers with `digits` significant digits, or as many more as it takes for two different
+    numbers to read differently ("expected 0.525844, got 0.525844" says nothing)."""
+    for precision in range(digits, 18):
+        want, got = f"{expected:.{precision}g}", f"{actual:.{precision}g}"
+        if want != got or expected == actual:
+            return want, got
+    return repr(expected), repr(actual)
 
 
 def _difference(actual: Any, expected: Any, where: str = "") -> str:

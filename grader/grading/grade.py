@@ -51,6 +51,9 @@ class Grade:
         self.used = 0.0  # seconds of the target's calls, less their waits for a CPU
         self.spent = 0.0  # their wall seconds: at most HANG_BOUND x allowed
         self.printed = ""  # what the target's code printed in its latest call: `-v` shows it beside a wrong value
+        # The latest observations handed to the check, by call (probe, args, world size) and whose ("expected",
+        # "actual"): an error the check's own comparison raises is explained by how a pair differs (pytest_plugin)
+        self.seen: dict[tuple[str, str, int], dict[str, Any]] = {}
 
     def __repr__(self) -> str:
         return f"<{self.exercise} on {self.device}>"
@@ -66,7 +69,7 @@ class Grade:
         if world_size > 1 and self.session.sandbox.groups_apart(catalog.get(self.exercise).preload):
             self._settle(self._start(probe, args, world_size, trusted=True))
             self._finish(self._start(probe, args, world_size, trusted=False))
-            return self._reference_value(probe, args, world_size), self._target_value(probe, args, world_size)
+            return self._seen_expected(probe, args, world_size), self._seen_actual(probe, args, world_size)
         reference = self._start(probe, args, world_size, trusted=True)
         try:
             target = self._start(probe, args, world_size, trusted=False)
@@ -77,13 +80,32 @@ class Grade:
             self._finish(target)  # first: its time is charged as its replies arrive (see _charge)
         finally:
             self._settle(reference)
-        expected = self._reference_value(probe, args, world_size)
-        return expected, self._target_value(probe, args, world_size)
+        expected = self._seen_expected(probe, args, world_size)
+        return expected, self._seen_actual(probe, args, world_size)
 
     def reference(self, probe: Callable[..., Any], *args: Any, world_size: int = 1) -> Any:
         """The reference's observation (cached: shrinking and other targets reuse it)."""
         self._settle(self._start(probe, args, world_size, trusted=True))
-        return self._reference_value(probe, args, world_size)
+        return self._seen_expected(probe, args, world_size)
+
+    def _seen_expected(self, probe: Callable[..., Any], args: tuple[Any, ...], world_size: int) -> Any:
+        return self._note("expected", (probe.__name__, repr(args), world_size),
+                          self._reference_value(probe, args, world_size))
+
+    def _seen_actual(self, probe: Callable[..., Any], args: tuple[Any, ...], world_size: int) -> Any:
+        value = self._target_value(probe, args, world_size)
+        return self._note("actual", (probe.__name__, repr(args), world_size), value)
+
+    def _note(self, whose: str, call: tuple[str, str, int], value: Any) -> Any:
+        self.seen[call] = dict(self.seen.pop(call, {}), **{whose: value})  # the latest last
+        while len(self.seen) > 8:
+            del self.seen[next(iter(self.seen))]
+        return value
+
+    def seen_pair(self) -> tuple[Any, Any] | None:
+        """(expected, actual) of the latest call the check was handed both of, else None."""
+        both = [seen for seen in self.seen.values() if len(seen) == 2]
+        return (both[-1]["expected"], both[-1]["actual"]) if both else None
 
     def _settle(self, started: Started) -> None:
         """Finish a reference call; workers that did not start become its failed reply."""
@@ -95,7 +117,7 @@ class Grade:
     def run(self, probe: Callable[..., Any], *args: Any, world_size: int = 1) -> Any:
         """The target's observation; its failures become CheckFailed or a Verdict."""
         self._finish(self._start(probe, args, world_size, trusted=False))
-        return self._target_value(probe, args, world_size)
+        return self._seen_actual(probe, args, world_size)
 
     def _key(self, probe: Callable[..., Any], args: tuple[Any, ...], world_size: int, trusted: bool) -> CacheKey:
         who = "reference" if trusted else self.target.path
@@ -258,6 +280,9 @@ def _failure(replies: Sequence[Reply], args: tuple[Any, ...]) -> NoReturn:
     """
     status = most_telling([reply.status for reply in replies if not reply.ok])
     reply = next(reply for reply in replies if reply.status is status)
+    gave_up = [reply for reply in replies if reply.cause is Cause.GAVE_UP]
+    if gave_up:  # the wait that could not end comes first: the others' errors (a peer gone) follow from it
+        reply, status = gave_up[0], Status.STUCK
     own_words = status in (Status.EXCEPTION, Status.NOT_STARTED, Status.IMPORT_ERROR)  # its exception's own text
     several = len(replies) > 1
     rank = f"rank {replies.index(reply)}: " if several else ""

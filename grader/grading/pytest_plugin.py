@@ -20,6 +20,7 @@ from grader.devices import CHOICES, DEVICES, NoSuchDevice, kept_off_line
 from grader.devices import select as select_devices
 from grader.grading import hypothesis_adapter, visibility
 from grader.grading.grade import Grade
+from grader.grading.layouts import layout_difference
 from grader.grading.options import Options, resolve
 from grader.grading.session import Session, exercise_of, resolve_target
 from grader.layout import KIT_ROOT
@@ -283,6 +284,9 @@ def pytest_runtest_makereport(item: pytest.Item,
     if call.excinfo is None or report.when != "call":
         return
     error = call.excinfo.value
+    grade = getattr(item, "funcargs", {}).get("grade")
+    if isinstance(grade, Grade) and isinstance(error, Exception) and not isinstance(error, (CheckFailed, Verdict)):
+        error = explained(error, grade)
     status = getattr(error, "status", Status.FAILED)
     report.grader_status = status.name  # plain text on the report: pytest-xdist sends reports between processes
     session = item.config.stash.get(SESSION, None)
@@ -300,6 +304,22 @@ def pytest_runtest_makereport(item: pytest.Item,
         # pytest shows no status column: name the status (once) unless it is a plain failure
         label = status.label
         report.longrepr = report.grader_message if label == "failed" else f"{label}: {report.grader_message}"
+
+
+def explained(error: Exception, grade: Grade) -> CheckFailed | Verdict:
+    """An error the check's own code raised, said as what it is about. After the check was handed a result laid
+    out otherwise than the reference's (a shape, a type, a key), that difference comes first: the learner's code
+    made it. On a result laid out as the reference's, the check itself failed: the kit's fault, not graded."""
+    raised = one_line(f"{type(error).__name__}: {error}")[:300]
+    pair = grade.seen_pair()
+    difference = layout_difference(pair[1], pair[0]) if pair is not None else ""
+    if difference:
+        return CheckFailed(f"your result is laid out otherwise than the reference's: {difference} (the check then "
+                           f"raised {raised})", expected="", received="")
+    if pair is None and any("actual" in seen for seen in grade.seen.values()):
+        return CheckFailed(f"the check could not read your result: {raised}")
+    return Verdict(Status.NOT_GRADED, f"the check itself failed, on a result laid out as the reference's (the "
+                                      f"kit's fault, not your code's): {raised}")
 
 
 def failure_message(error: BaseException, details: bool = False, printed: str = "", example: str = "") -> str:

@@ -3,8 +3,11 @@
 import pytest
 import torch
 
-from grader.checks import expect_close, expect_equal, expect_type
-from grader.records import CheckFailed
+from grader.checks import CASE, apart, expect_close, expect_equal, expect_type, on_case
+from grader.grading.grade import Grade
+from grader.grading.layouts import layout_difference
+from grader.grading.pytest_plugin import explained
+from grader.records import CheckFailed, Status, Verdict
 from grader.sandbox.wire import InvalidResult, decode, encode, validate
 
 
@@ -118,3 +121,61 @@ def test_a_meta_run_tells_a_mistake_from_a_value_read_by_the_failing_call_not_by
         raise NotImplementedError("meta, as the learner's own words")
 
     assert mistake(own) is None
+
+
+# --- what a failure says first ----------------------------------------------------------
+
+
+def test_two_different_numbers_are_printed_until_they_differ():
+    with pytest.raises(CheckFailed) as failed:
+        expect_close(torch.tensor([0.5258440375], dtype=torch.float64),
+                     torch.tensor([0.5258440379], dtype=torch.float64), "the mean")
+    expected, got = str(failed.value).split("(expected ")[1].rstrip(")").split(", got ")
+    assert expected != got and float(expected) != float(got), str(failed.value)
+    assert apart(0.25, 0.25) == ("0.25", "0.25") and apart(1.0, 2.0) == ("1", "2")
+
+
+def test_the_case_comes_after_the_cause():
+    case = "train(...) on each of 4 processes: " + "a long description of the input " * 8
+    with pytest.raises(CheckFailed) as failed, on_case(case):
+        expect_equal([1, 2], [1, 3], "the losses")
+    first, second = str(failed.value).splitlines()
+    assert first.startswith("the losses: expected [1, 3]") and len(first) < 120, first
+    assert second == CASE + case
+    with pytest.raises(CheckFailed) as outside:
+        expect_equal(1, 2, "x")
+    assert CASE not in str(outside.value)  # the case ends with its block
+
+
+def _graded(expected, actual, call=("probe", "(1,)", 1)):
+    grade = Grade.__new__(Grade)  # the comparison's record alone: no session, no workers
+    grade.seen = {}
+    if expected is not None:
+        grade._note("expected", call, expected)
+    if actual is not None:
+        grade._note("actual", call, actual)
+    return grade
+
+
+def test_an_error_in_the_checks_comparison_names_the_results_layout_first():
+    error = RuntimeError("inconsistent tensor size, expected tensor [1] and src [6]")
+    found = explained(error, _graded({"result": {"w": torch.zeros(2, 3)}}, {"result": {"w": torch.zeros(())}}))
+    assert isinstance(found, CheckFailed) and found.status is Status.FAILED
+    assert str(found).startswith("your result is laid out otherwise than the reference's: expected shape (2, 3) "
+                                 "at ['result']['w'], got shape ()"), str(found)
+    assert "RuntimeError: inconsistent tensor size" in str(found)
+    assert "missing 'b'" in str(explained(error, _graded({"a": 1, "b": 2}, {"a": 1})))
+    assert "expected a list at ['x'], got a tuple" in str(explained(error, _graded({"x": [1]}, {"x": (1,)})))
+    # laid out as the reference's: the check's own fault, never the learner's
+    same = explained(error, _graded({"w": torch.zeros(2)}, {"w": torch.ones(2)}))
+    assert isinstance(same, Verdict) and same.status is Status.NOT_GRADED
+    # before any result of the learner's: the check's fault too; with one but no reference to lay it beside: failed
+    assert explained(error, _graded({"w": 1}, None)).status is Status.NOT_GRADED
+    assert explained(error, _graded(None, {"w": 1})).status is Status.FAILED
+
+
+def test_a_layout_is_compared_with_bounded_work():
+    deep = {"k": list(range(100_000))}
+    assert layout_difference(deep, {"k": list(range(100_000))}) == ""  # gave up, no difference claimed
+    assert layout_difference([[1]] * 3, [[1]] * 3) == ""
+    assert "expected dtype torch.float64" in layout_difference(torch.zeros(2), torch.zeros(2, dtype=torch.float64))

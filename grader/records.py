@@ -84,6 +84,9 @@ class Cause(enum.Enum):
     FORGED = "forged"  # the reply channel carried a message the worker did not write (the grader's finding)
     REACHES_REFERENCE = "reaches_reference"  # the code reached for the reference solutions, and was refused
     RECORDED_ONLY = "recorded_only"  # a release's placeholder reference: its recorded observation stands in
+    # A rank gave up a collective wait that could not end (sandbox.collectives): its message says why, and the
+    # other ranks' errors (a peer that left) follow from it
+    GAVE_UP = "gave_up"
 
 
 class Visibility(enum.Enum):
@@ -96,13 +99,14 @@ class Visibility(enum.Enum):
 
 
 # What a worker may say of its own failure (FORGED is the grader's alone).
-WORKER_CAUSES = frozenset({Cause.NONE, Cause.REACHES_REFERENCE, Cause.RECORDED_ONLY})
+WORKER_CAUSES = frozenset({Cause.NONE, Cause.REACHES_REFERENCE, Cause.RECORDED_ONLY, Cause.GAVE_UP})
 
 
 # What an untrusted worker may say about itself. Anything else it sends is an invalid result:
 # a submission must not be able to claim, say, that the grader failed ("not graded").
 WORKER_STATUSES = frozenset({Status.OK, Status.READY, Status.NOT_STARTED, Status.IMPORT_ERROR,
-                             Status.EXCEPTION, Status.EXITED, Status.INVALID})
+                             Status.EXCEPTION, Status.EXITED, Status.INVALID,
+                             Status.STUCK})  # a collective wait that cannot end, given up (sandbox.collectives)
 
 
 def most_telling(statuses: Iterable[Status]) -> Status:

@@ -20,6 +20,7 @@ import linecache
 import os
 import signal
 import sys
+import threading
 import time
 import traceback
 import types
@@ -29,8 +30,8 @@ from importlib.util import module_from_spec, spec_from_file_location
 from typing import TYPE_CHECKING, Any
 
 from grader.notebook import places
+from grader.sandbox import collectives, host, memory
 from grader.sandbox import confinement as confine
-from grader.sandbox import host, memory
 from grader.sandbox.wire import InvalidResult, encode, validate
 
 if TYPE_CHECKING:
@@ -40,8 +41,6 @@ if TYPE_CHECKING:
 
 MESSAGE_LIMIT = 4000  # characters of one error message (a rank's whole error, not a cut at 300)
 OUTPUT_TAIL = 2000  # characters of what the code printed, sent with every reply
-COLLECTIVES = ("all_reduce", "broadcast", "reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter",
-               "reduce_scatter_tensor", "gather", "scatter", "barrier", "send", "recv", "all_to_all")
 
 
 @dataclass(frozen=True)
@@ -120,7 +119,24 @@ def _main(conn: Connection, spec: WorkerSpec) -> None:
     except BaseException as error:  # noqa: BLE001 - every outcome becomes a reply
         reply = {"status": "not_graded", "message": f"the worker could not start: {type(error).__name__}: {error}"}
     send(encode_reply(dict(reply, nonce=spec.nonce)))
-    counts = _count_collectives() if spec.world_size > 1 else {}
+    request: dict[str, Any] = {}
+    started = 0.0
+    sending = threading.Lock()
+
+    def give_up(message: str) -> None:
+        """The watchdog's reply to a collective wait that cannot end (collectives.Watch); then the worker ends."""
+        with sending:
+            counts = dict(watch.counts) if watch is not None else {}
+            reply = {"status": "stuck", "cause": "gave_up", "message": message, "collectives": counts,
+                     "seconds": time.perf_counter() - started, "output": _output_tail(), "nonce": request.get("token")}
+            try:
+                send(encode_reply(reply))
+            finally:
+                os._exit(0)
+
+    watch = collectives.Watch(spec.store, spec.rank, spec.world_size, give_up) if spec.world_size > 1 else None
+    if watch is not None:
+        watch.start()
     modules: dict[str, types.ModuleType] = {}  # a reference worker serves every exercise; a submission's only its own
     probes: dict[str, types.ModuleType] = {}  # check files by path: here, out of the submission's reach
     while True:
@@ -131,7 +147,8 @@ def _main(conn: Connection, spec: WorkerSpec) -> None:
         if request is None:
             os._exit(0)
         _truncate_output()
-        counts.clear()
+        if watch is not None:
+            watch.begin()
         started = time.perf_counter()
         try:
             probe = _probe(probes, request["probe_file"], request["probe_name"])  # before the submission's import
@@ -147,15 +164,18 @@ def _main(conn: Connection, spec: WorkerSpec) -> None:
             except TargetImportError as error:
                 reply = {"status": "import_error", "message": str(error), "cause": error.cause}
         token = request.get("token")
+        if watch is not None:
+            watch.finished()
         reply.update(seconds=time.perf_counter() - started, output=_output_tail(), nonce=token,
-                     collectives=dict(counts))
+                     collectives=dict(watch.counts) if watch is not None else {})
         try:
             data = encode_reply(reply)
         except Exception as error:  # noqa: BLE001
             data = encode_reply({"status": "invalid", "message": f"the result could not be sent ({error})",
                            "nonce": token})
         try:
-            send(data)
+            with sending:
+                send(data)
         except OSError:
             os._exit(0)
         if trim is not None:
@@ -263,26 +283,6 @@ def _join_group(spec: WorkerSpec) -> None:
         "gloo", init_method="file://" + spec.store, rank=rank, world_size=world,
         timeout=datetime.timedelta(seconds=spec.collective_timeout),
     )
-
-
-def _count_collectives() -> dict[str, int]:
-    """Count each collective this rank makes, so that one made by only some ranks can be named."""
-    import torch.distributed as dist
-
-    counts: dict[str, int] = {}
-
-    def counting(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
-        def call(*args: Any, **kwargs: Any) -> Any:
-            counts[name] = counts.get(name, 0) + 1
-            return function(*args, **kwargs)
-
-        call.__wrapped__ = function  # type: ignore[attr-defined]
-        return call
-
-    for name in COLLECTIVES:
-        if hasattr(dist, name):
-            setattr(dist, name, counting(name, getattr(dist, name)))
-    return counts
 
 
 def _group_alive() -> bool:

@@ -27,6 +27,25 @@ def all_reduce_gradients(model):
             param.grad.div_(world_size)
 '''
 
+RANKS_DISAGREE_ON_THE_COLLECTIVE = '''
+import torch.distributed as dist
+
+
+def average_gradients(replica_grads):
+    raise NotImplementedError
+
+
+def all_reduce_gradients(model):
+    world_size = dist.get_world_size()
+    for param in model.parameters():
+        if param.grad is not None:
+            if dist.get_rank() == 0:
+                dist.all_reduce(param.grad)
+            else:  # another collective than rank 0's: each waits for the other
+                dist.broadcast(param.grad, src=1)
+            param.grad.div_(world_size)
+'''
+
 PRINTS_AND_DEALS_CONTIGUOUSLY = '''
 import math
 
@@ -71,6 +90,24 @@ def test_a_collective_only_some_ranks_made_is_named_with_each_ranks_count(tmp_pa
         assert "rank 0 made " in made[0] and "rank 1 made 0 all_reduce calls" in made[0], made[0]
         assert "rank 0 made 0 " not in made[0]
         assert check["seconds"] < 10, check  # the collective gives up first, and ends the check at once
+
+
+@pytest.mark.slow
+def test_a_collective_wait_that_cannot_end_is_given_up_in_seconds_not_at_the_groups_timeout(tmp_path):
+    """With the default --timeout (60 s) a group's collectives give up after 30 s: a rank that skips one, or ranks
+    that wait in different ones, are found from the ranks' marks in a few seconds instead, and said so."""
+    results = grade_submissions(tmp_path, "ex05_gradient_averaging", {"rank0": ONLY_RANK_0_REDUCES,
+                                                                      "disagree": RANKS_DISAGREE_ON_THE_COLLECTIVE},
+                                profile="fast")
+    said = {"rank0": "for rank 1, which had returned without making it",
+            "disagree": "every rank must make the same collectives in the same order"}
+    for name, words in said.items():
+        checks = [c for e in results[name]["exercises"] for c in e["checks"] if "all_reduce" in c["name"]]
+        assert checks
+        for check in checks:
+            assert check["status"] == "timed out", check
+            assert words in check["message"].splitlines()[0], check["message"]
+            assert check["seconds"] < 20, check  # the group's own timeout is 30 s
 
 
 @pytest.mark.slow

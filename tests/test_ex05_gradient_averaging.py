@@ -16,7 +16,17 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from grader import probing
-from grader.checks import NEEDS_GLOO, close, example, expect_close, expect_equal, explicit_examples, fail, holds
+from grader.checks import (
+    NEEDS_GLOO,
+    close,
+    example,
+    expect_close,
+    expect_equal,
+    explicit_examples,
+    fail,
+    holds,
+    on_case,
+)
 from grader.probing import InvalidResult
 
 NAMES = ["embed.weight", "layers.0.weight", "layers.0.bias", "norm.weight", "head.bias", "scale"]
@@ -279,7 +289,13 @@ def _ulps(actual, exact):
     return float(((actual.double() - target).abs() / spacing).max()) if target.numel() else 0.0
 
 
+SHAPE_HINT = ("keep each gradient's shape: average over the replicas only, torch.stack(...).mean(dim=0), not over "
+              "every element (a .mean() without dim gives one number)")
+
+
 def _average_hint(actual, mean, count):
+    if actual.shape != mean.shape:
+        return SHAPE_HINT
     if actual.dtype != mean.dtype:
         return "keep the input's dtype: compute in float32 or wider if you like, then .to(the input dtype)"
     factor = _factor(actual, mean)
@@ -403,22 +419,22 @@ def test_all_reduce_gradients_gives_every_rank_the_mean(grade, case):
     world_size = case["world_size"]
     expected, actual = grade.compare(probe_all_reduce, case, world_size=world_size)
     mean = grade.reference(probe_expected_grads, case)
-    what = describe_model(case)
-    wrong = [[name for name, target in mean.items() if not _right(observed["grads"][name], target)]
-             for observed in actual]
-    right_ranks = [rank for rank, names in enumerate(wrong) if not names]
-    for rank, observed in enumerate(actual):
-        for name in wrong[rank]:
-            got, target = observed["grads"][name], mean[name]
-            hint = _grads_hint(name, got, target, observed["own"][name], world_size, wrong[rank], right_ranks)
-            where = f"{what}: rank {rank}'s {name}.grad"
-            if target is None or got is None:
-                expect_equal(got, target, where, hint=hint)
-            expect_close(got, target, f"{where} (the mean over the ranks)", hint=hint)
-            fail(f"{where}: not the mean over the ranks", hint=hint)  # unreachable unless tolerances disagree
-        for name, device in observed["grad_devices"].items():
-            expect_equal(device, expected[rank]["grad_devices"][name], f"{what}: the device of rank {rank}'s "
-                         f"{name}.grad", hint="keep the gradient where it is")
+    with on_case(describe_model(case)):
+        wrong = [[name for name, target in mean.items() if not _right(observed["grads"][name], target)]
+                 for observed in actual]
+        right_ranks = [rank for rank, names in enumerate(wrong) if not names]
+        for rank, observed in enumerate(actual):
+            for name in wrong[rank]:
+                got, target = observed["grads"][name], mean[name]
+                hint = _grads_hint(name, got, target, observed["own"][name], world_size, wrong[rank], right_ranks)
+                where = f"rank {rank}'s {name}.grad"
+                if target is None or got is None:
+                    expect_equal(got, target, where, hint=hint)
+                expect_close(got, target, f"{where} (the mean over the ranks)", hint=hint)
+                fail(f"{where}: not the mean over the ranks", hint=hint)  # unreachable unless tolerances disagree
+            for name, device in observed["grad_devices"].items():
+                expect_equal(device, expected[rank]["grad_devices"][name], f"the device of rank {rank}'s "
+                             f"{name}.grad", hint="keep the gradient where it is")
 
 
 @NEEDS_GLOO
@@ -427,16 +443,16 @@ def test_all_reduce_gradients_gives_every_rank_the_mean(grade, case):
 @given(case=model_case())
 def test_all_reduce_gradients_updates_grads_in_place(grade, case):
     actual = grade.run(probe_all_reduce, case, world_size=case["world_size"])
-    what = describe_model(case)
-    for rank, observed in enumerate(actual):
-        if observed["replaced"]:
-            fail(f"{what}: on rank {rank} the .grad of {observed['replaced']} is a new tensor, not the same one "
-                 f"updated in place",
-                 hint="dist.all_reduce(param.grad) writes into param.grad; then param.grad.div_(world_size) "
-                      "(param.grad = param.grad / n makes a new tensor)")
-        if observed["params_changed"]:
-            fail(f"{what}: on rank {rank} the parameter values of {observed['params_changed']} changed",
-                 hint="reduce the gradients (param.grad), not the parameters (param.data)")
-        if not observed["tied"]:
-            fail(f"{what}: on rank {rank} 'head.weight' is no longer the same Parameter as 'embed.weight'",
-                 hint="change only the gradients: leave the model's parameters as they are")
+    with on_case(describe_model(case)):
+        for rank, observed in enumerate(actual):
+            if observed["replaced"]:
+                fail(f"on rank {rank} the .grad of {observed['replaced']} is a new tensor, not the same one "
+                     f"updated in place",
+                     hint="dist.all_reduce(param.grad) writes into param.grad; then param.grad.div_(world_size) "
+                          "(param.grad = param.grad / n makes a new tensor)")
+            if observed["params_changed"]:
+                fail(f"on rank {rank} the parameter values of {observed['params_changed']} changed",
+                     hint="reduce the gradients (param.grad), not the parameters (param.data)")
+            if not observed["tied"]:
+                fail(f"on rank {rank} 'head.weight' is no longer the same Parameter as 'embed.weight'",
+                     hint="change only the gradients: leave the model's parameters as they are")

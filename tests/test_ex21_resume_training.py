@@ -24,6 +24,7 @@ scheduler, the batches and the random state, in that order, name the cause of a 
 of them that differs from the uninterrupted run's.
 """
 
+import functools
 import math
 import os
 import shutil
@@ -35,7 +36,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from grader import probing, training
-from grader.checks import NEEDS_FLOAT64, example, expect_equal, explicit_examples, fail, fresh_workers
+from grader.checks import NEEDS_FLOAT64, example, expect_equal, explicit_examples, fail, fresh_workers, on_case
 
 LOSSES = ["mse_loss", "cross_entropy"]
 OPTIMIZERS = ["sgd_momentum", "adam", "adamw"]  # each keeps a state (plain SGD keeps none)
@@ -105,6 +106,15 @@ def describe(case):
             f"Linear({case['in_features']}, {case['hidden']})-Dropout({case['dropout']})-Tanh-"
             f"Linear({case['hidden']}, {case['out_features']}), loss_fn=torch.nn.functional.{case['loss']}, "
             f"{optimizer}, {SCHEDULERS[case['scheduler']]}")
+
+
+def _on_its_case(check):
+    """A comparison of one case's runs: its failures name the case after their cause (checks.on_case)."""
+    @functools.wraps(check)
+    def compare(case, *runs, **options):
+        with on_case(describe(case)):
+            return check(case, *runs, **options)
+    return compare
 
 
 # --- probes: these run in the workers -----------------------------------------------------
@@ -383,42 +393,45 @@ def _diagnosis(case, runs):
             "train from the checkpoint's step as train_and_checkpoint does")
 
 
+@_on_its_case
 def _check_steps(case, runs):
     for rank, run in enumerate(runs):
         uninterrupted, resumed = run["uninterrupted"], run["resumed"]
         expect_equal(len(uninterrupted["lrs"]), case["steps"],
-                     f"{describe(case)}: the optimizer steps train_and_checkpoint took on rank {rank}",
+                     f"the optimizer steps train_and_checkpoint took on rank {rank}",
                      hint=TRAIN_STEPS_HINT)
         if resumed["returned_type"] != "builtins.int":
-            fail(f"{describe(case)}: resume returned a {resumed['returned_type']} on rank {rank}, expected an int "
+            fail(f"resume returned a {resumed['returned_type']} on rank {rank}, expected an int "
                  "(the step the checkpoint was saved at)",
                  hint="return the step the checkpoint recorded, a Python int", status="invalid")
         expect_equal(resumed["returned"], case["save_at"],
-                     f"{describe(case)}: the step resume returned on rank {rank} (the step the checkpoint was saved at)",
+                     f"the step resume returned on rank {rank} (the step the checkpoint was saved at)",
                      hint=RETURNED_LAST_HINT if resumed["returned"] == case["steps"] != case["save_at"] else
                      "the checkpoint must record the number of steps taken: an object with state_dict() and "
                      "load_state_dict() given to accelerator.register_for_checkpointing is saved and restored with "
                      "the rest; read it back right after load_state")
         expect_equal(len(resumed["lrs"]), case["steps"] - case["save_at"],
-                     f"{describe(case)}: the optimizer steps resume took on rank {rank}", hint=STEPS_HINT)
+                     f"the optimizer steps resume took on rank {rank}", hint=STEPS_HINT)
 
 
+@_on_its_case
 def _check_parameters(case, expected, actual, exact=True):
     tolerance = dict(rtol=0.0, atol=0.0) if exact else {}
     hint = None if all(_first_difference(case, run) is None for run in actual) else _diagnosis(case, actual)
     for rank, run in enumerate(actual):
         training.expect_parameters(
             run["resumed"]["parameters"], run["uninterrupted"]["parameters"],
-            f"{describe(case)}: rank {rank}'s model after resume (compared with the uninterrupted run of "
+            f"rank {rank}'s model after resume (compared with the uninterrupted run of "
             f"train_and_checkpoint{', bit for bit' if exact else ''})", hint, **tolerance)
     for rank, run in enumerate(actual):
         training.expect_parameters(
             run["uninterrupted"]["parameters"], expected[rank]["uninterrupted"]["parameters"],
-            f"{describe(case)}: rank {rank}'s model after train_and_checkpoint (compared with the reference solution)",
+            f"rank {rank}'s model after train_and_checkpoint (compared with the reference solution)",
             "per batch: loss_fn(model(inputs), targets), accelerator.backward(loss), optimizer.step(), "
             "scheduler.step(), optimizer.zero_grad(), with all four objects prepared")
 
 
+@_on_its_case
 def _check_optimizer(case, runs):
     for rank, run in enumerate(runs):
         got = _restored(case, run["resumed"], "states", True)
@@ -426,12 +439,13 @@ def _check_optimizer(case, runs):
         if _same_tensors(got, want):
             continue
         when = "at the end of resume" if case["save_at"] == case["steps"] else "at resume's first optimizer step"
-        fail(f"{describe(case)}: rank {rank}'s optimizer state {when} differs from the uninterrupted run's at step "
+        fail(f"rank {rank}'s optimizer state {when} differs from the uninterrupted run's at step "
              f"{case['save_at'] + 1 if case['save_at'] < case['steps'] else case['steps']} (compared bit for bit)",
              hint=_diagnosis(case, runs) if _first_difference(case, run) else OPTIMIZER_HINT,
              expected=repr(want)[:600], received=repr(got)[:600])
 
 
+@_on_its_case
 def _check_scheduler(case, expected, actual):
     k = case["save_at"]
     for rank, run in enumerate(actual):
@@ -443,31 +457,33 @@ def _check_scheduler(case, expected, actual):
                                  uninterrupted["last_lr"])):
             if got != want:
                 cause = _first_difference(case, run)
-                fail(f"{describe(case)}: rank {rank}'s resumed run, {what}: {got}; the uninterrupted run's: {want}",
+                fail(f"rank {rank}'s resumed run, {what}: {got}; the uninterrupted run's: {want}",
                      hint=_diagnosis(case, actual) if cause not in (None, "scheduler") else SCHEDULER_HINT)
     for rank, run in enumerate(actual):
         lrs, want = run["uninterrupted"]["lrs"], expected[rank]["uninterrupted"]["lrs"]
         if len(lrs) == len(want) and not all(math.isclose(a, b, rel_tol=1e-12, abs_tol=1e-15) for a, b in zip(lrs, want)):
-            fail(f"{describe(case)}: the learning rates of rank {rank}'s optimizer steps in train_and_checkpoint were "
+            fail(f"the learning rates of rank {rank}'s optimizer steps in train_and_checkpoint were "
                  f"{lrs}, expected {want}",
                  hint="prepare the scheduler with the rest and step it after every optimizer step: a prepared "
                       "scheduler steps the schedule num_processes times per optimizer step")
 
 
+@_on_its_case
 def _check_batches(case, expected, actual):
     k = case["save_at"]
     for rank, run in enumerate(actual):
         got, want = run["resumed"]["rows"], run["uninterrupted"]["rows"][k:]
         hint = _rows_hint(case, run) if _first_difference(case, run) in (None, "batches") else _diagnosis(case, actual)
-        expect_equal(got, want, f"{describe(case)}: the samples of each forward pass of rank {rank}'s resumed run, "
+        expect_equal(got, want, f"the samples of each forward pass of rank {rank}'s resumed run, "
                                 f"in order (those of the uninterrupted run after step {k}; -1: no sample)", hint)
     for rank, run in enumerate(actual):
         expect_equal(run["uninterrupted"]["rows"], expected[rank]["uninterrupted"]["rows"],
-                     f"{describe(case)}: the samples of each forward pass of rank {rank}'s train_and_checkpoint, in "
+                     f"the samples of each forward pass of rank {rank}'s train_and_checkpoint, in "
                      "order (compared with the reference solution)",
                      hint="iterate the prepared dataloader epoch after epoch and call the model on each batch's inputs")
 
 
+@_on_its_case
 def _check_random_state(case, runs):
     """The random state resume restored (at its first forward pass; after it, where it trains nothing); then, where
     the batches are the same (dropout draws as many numbers as a batch has rows), the state at every forward pass
@@ -477,7 +493,7 @@ def _check_random_state(case, runs):
     hint = _diagnosis(case, runs) if any(causes) else RANDOM_HINT
     for rank, run in enumerate(runs):
         uninterrupted, resumed = run["uninterrupted"], run["resumed"]
-        what = f"{describe(case)}: the state of rank {rank}'s random generators (a CRC-32 of it)"
+        what = f"the state of rank {rank}'s random generators (a CRC-32 of it)"
         expect_equal(resumed["fingerprints"][:1], uninterrupted["fingerprints"][k:k + 1],
                      f"{what} at the resumed run's first forward pass (the uninterrupted run's at step {k + 1})", hint)
         if resumed["rows"] != uninterrupted["rows"][k:]:
@@ -485,7 +501,7 @@ def _check_random_state(case, runs):
         expect_equal(resumed["fingerprints"], uninterrupted["fingerprints"][k:],
                      f"{what} at each forward pass of the resumed run (the uninterrupted run's after step {k})", hint)
         if not _same_tensors(resumed["draw"], uninterrupted["draw"]):
-            fail(f"{describe(case)}: torch.rand(4) on rank {rank} after resume drew {resumed['draw'].tolist()}, after "
+            fail(f"torch.rand(4) on rank {rank} after resume drew {resumed['draw'].tolist()}, after "
                  f"the uninterrupted run {uninterrupted['draw'].tolist()}", hint=hint)
 
 

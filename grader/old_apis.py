@@ -8,7 +8,7 @@ the sandboxed worker, so it is stdlib only, bounds its own work (`MAX_SOURCE` ch
 one finding per code) and never raises: source it cannot read gives no findings.
 
     findings = scan(source)                  # (Finding(OldApi.TORCH_LOAD, 12),)
-    hint(findings[0])                        # "line 12: torch.load(...) without weights_only= ..."
+    hint(findings[0])                        # "line 12: torch.load(...) without weights_only loads ..."
     from_plain(to_plain(findings)) == findings   # across a wire that carries plain data only
 """
 
@@ -81,7 +81,7 @@ def scan(source: str | bytes) -> tuple[Finding, ...]:
             tree = ast.parse(source)
         first: dict[OldApi, int] = {}
         for code, line in _found(tree):
-            if type(line) is int and line >= 1 and line < first.get(code, line + 1):
+            if code not in first or line < first[code]:
                 first[code] = line
         return tuple(sorted((Finding(code, line) for code, line in first.items()), key=lambda f: f.line))
     except Exception:  # SyntaxError, ValueError, RecursionError, MemoryError: nothing of it runs anyway

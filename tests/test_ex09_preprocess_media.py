@@ -21,7 +21,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from grader import media
-from grader.checks import expect_close, expect_equal, expect_type, explicit_examples, fail
+from grader.checks import expect_close, expect_equal, expect_type, explicit_examples, fail, on_case
 from grader.probing import InvalidResult, plain_dict
 
 RESAMPLE = {0: "nearest", 1: "lanczos", 2: "bilinear", 3: "bicubic"}
@@ -205,11 +205,12 @@ def _image_hint(got, want, case):
 @given(case=image_case())
 def test_preprocess_images_matches_the_processor(grade, case):
     expected, actual = grade.compare(probe_images, case)
-    got, what = actual["result"], describe_images(case)
+    got = actual["result"]
     hint = _image_hint(got, expected["result"], case)
-    expect_close(got, actual["oracle"], f"{what}: pixel_values (against the processor called on the whole list, "
-                                        f"cast to float32)", hint=hint)
-    expect_close(got, expected["result"], f"{what}: pixel_values", hint=hint)
+    with on_case(describe_images(case)):
+        expect_close(got, actual["oracle"], "pixel_values (against the processor called on the whole list, cast to "
+                                            "float32)", hint=hint)
+        expect_close(got, expected["result"], "pixel_values", hint=hint)
 
 
 @pytest.mark.measured_in_worker("how the image processor was called")
@@ -218,19 +219,20 @@ def test_preprocess_images_matches_the_processor(grade, case):
 @given(case=image_case())
 def test_preprocess_images_calls_the_processor_once(grade, case):
     actual = grade.run(probe_images, case)
-    calls, what, count = actual["calls"], describe_images(case), len(case["sizes"])
+    calls, count = actual["calls"], len(case["sizes"])
     if len(calls) != 1 or not calls[0]["first"].startswith("list of"):
         got = ", ".join(call["first"] for call in calls) or "never"
-        fail(f"{what}: the processor was called {len(calls)} time(s) (on: {got}), expected once on the list of "
-             f"{count} image(s)",
-             hint="call the processor once on the whole list: it resizes every image to one size and stacks them; "
-                  "one call per image repeats the work and gives batches of one")
+        with on_case(describe_images(case)):
+            fail(f"the processor was called {len(calls)} time(s) (on: {got}), expected once on the list of "
+                 f"{count} image(s)",
+                 hint="call the processor once on the whole list: it resizes every image to one size and stacks "
+                      "them; one call per image repeats the work and gives batches of one")
 
 
 # --- checks: audio ----------------------------------------------------------------------
 
 
-def _raised(actual, case, what):
+def _raised(actual, case):
     """Fail with the cause of the extractor's refusal, when preprocess_audio raised one."""
     message = actual["raised"]
     if message is None:
@@ -248,13 +250,13 @@ def _raised(actual, case, what):
         hint = ("call feature_extractor(waveforms, sampling_rate=feature_extractor.sampling_rate, "
                 "padding='max_length', max_length=max_length, truncation=True, return_attention_mask=True, "
                 "return_tensors='pt')")
-    fail(f"{what}: raised {message}", hint=hint)
+    fail(f"preprocess_audio raised {message}", hint=hint)
 
 
-def _result(actual, what):
+def _result(actual):
     result = actual["result"]
     if "input_values" not in result:
-        fail(f"{what}: the result has keys {sorted(result)}, expected input_values and attention_mask",
+        fail(f"the result has keys {sorted(result)}, expected input_values and attention_mask",
              hint="return {'input_values': ..., 'attention_mask': ...} from the extractor's output")
     return result
 
@@ -286,17 +288,17 @@ def _audio_hint(got, actual, case):
 @given(case=audio_case())
 def test_preprocess_audio_input_values(grade, case):
     expected, actual = grade.compare(probe_audio, case)
-    what = describe_audio(case)
-    _raised(actual, case, what)
-    got = _result(actual, what)["input_values"]
-    hint = _audio_hint(got, actual, case)
-    expect_close(got, actual["oracle"]["input_values"],
-                 f"{what}: input_values (against the extractor called with sampling_rate, padding='max_length', "
-                 f"truncation=True and return_attention_mask=True)", hint=hint)
-    expect_close(got, expected["result"]["input_values"], f"{what}: input_values", hint=hint)
-    if not actual["waveforms_unchanged"]:
-        fail(f"{what}: the waveforms passed in changed", hint="leave the caller's arrays as they were: no in-place "
-                                                              "normalising or casting")
+    with on_case(describe_audio(case)):
+        _raised(actual, case)
+        got = _result(actual)["input_values"]
+        hint = _audio_hint(got, actual, case)
+        expect_close(got, actual["oracle"]["input_values"],
+                     "input_values (against the extractor with sampling_rate, padding='max_length', truncation, "
+                     "the mask)", hint=hint)
+        expect_close(got, expected["result"]["input_values"], "input_values", hint=hint)
+        if not actual["waveforms_unchanged"]:
+            fail("the waveforms passed in changed", hint="leave the caller's arrays as they were: no in-place "
+                                                         "normalising or casting")
 
 
 @pytest.mark.device_free
@@ -304,25 +306,25 @@ def test_preprocess_audio_input_values(grade, case):
 @given(case=audio_case())
 def test_preprocess_audio_attention_mask(grade, case):
     expected, actual = grade.compare(probe_audio, case)
-    what = describe_audio(case)
-    _raised(actual, case, what)
-    result = actual["result"]
-    if result.get("attention_mask") is None:
-        got = "no attention_mask" if "attention_mask" not in result else "attention_mask None"
-        fail(f"{what}: the result has keys {sorted(result)}, {got}",
-             hint="request the attention mask (return_attention_mask=True): this extractor does not return one "
-                  "unless asked")
-    extra = sorted(set(result) - {"input_values", "attention_mask"})
-    if extra:
-        fail(f"{what}: the result has keys {sorted(result)}, expected exactly input_values and attention_mask")
-    mask = result["attention_mask"]
-    want = actual["oracle"]["attention_mask"]
-    expect_type(mask, type(want), f"{what}: attention_mask")
-    hint = ("the mask is 1 for each real sample and 0 for padding, max_length columns: return the extractor's own "
-            "attention_mask, asked for with return_attention_mask=True, padding='max_length', truncation=True")
-    if tuple(mask.shape) != tuple(want.shape) or not bool((mask.double() == want.double()).all()):
-        expect_equal(mask.long(), want.long(), f"{what}: attention_mask (compared by value)", hint=hint)
-    expect_equal(mask.long(), expected["result"]["attention_mask"].long(), f"{what}: attention_mask", hint=hint)
+    with on_case(describe_audio(case)):
+        _raised(actual, case)
+        result = actual["result"]
+        if result.get("attention_mask") is None:
+            got = "no attention_mask" if "attention_mask" not in result else "attention_mask None"
+            fail(f"the result has keys {sorted(result)}, {got}: expected an attention_mask tensor",
+                 hint="request the attention mask (return_attention_mask=True): this extractor does not return one "
+                      "unless asked")
+        extra = sorted(set(result) - {"input_values", "attention_mask"})
+        if extra:
+            fail(f"the result has keys {sorted(result)}, expected exactly input_values and attention_mask")
+        mask = result["attention_mask"]
+        want = actual["oracle"]["attention_mask"]
+        expect_type(mask, type(want), "attention_mask")
+        hint = ("the mask is 1 for each real sample and 0 for padding, max_length columns: return the extractor's "
+                "own attention_mask, asked for with return_attention_mask=True, padding='max_length', truncation=True")
+        if tuple(mask.shape) != tuple(want.shape) or not bool((mask.double() == want.double()).all()):
+            expect_equal(mask.long(), want.long(), "attention_mask (compared by value)", hint=hint)
+        expect_equal(mask.long(), expected["result"]["attention_mask"].long(), "attention_mask", hint=hint)
 
 
 @pytest.mark.measured_in_worker("how the feature extractor was called")
@@ -331,15 +333,17 @@ def test_preprocess_audio_attention_mask(grade, case):
 @given(case=audio_case())
 def test_preprocess_audio_passes_the_sampling_rate(grade, case):
     actual = grade.run(probe_audio, case)
-    calls, what, rate = actual["calls"], describe_audio(case), case["sampling_rate"]
-    if len(calls) != 1 or not calls[0]["first"].startswith("list of"):
-        got = ", ".join(call["first"] for call in calls) or "never"
-        fail(f"{what}: the feature extractor was called {len(calls)} time(s) (on: {got}), expected once on the list "
-             f"of {len(case['lengths'])} waveform(s)",
-             hint="call the extractor once on the whole list: it pads and stacks them together")
-    passed = calls[0]["sampling_rate"]
-    if passed != rate:
-        said = "without sampling_rate" if passed is None else f"with sampling_rate={passed}"
-        fail(f"{what}: the feature extractor was called {said}, expected sampling_rate={rate}",
-             hint="pass sampling_rate=feature_extractor.sampling_rate: with it the extractor checks that the audio "
-                  "has the rate it expects; without it, it only warns, and a fixed number is wrong for other models")
+    calls, rate = actual["calls"], case["sampling_rate"]
+    with on_case(describe_audio(case)):
+        if len(calls) != 1 or not calls[0]["first"].startswith("list of"):
+            got = ", ".join(call["first"] for call in calls) or "never"
+            fail(f"the feature extractor was called {len(calls)} time(s) (on: {got}), expected once on the list "
+                 f"of {len(case['lengths'])} waveform(s)",
+                 hint="call the extractor once on the whole list: it pads and stacks them together")
+        passed = calls[0]["sampling_rate"]
+        if passed != rate:
+            said = "without sampling_rate" if passed is None else f"with sampling_rate={passed}"
+            fail(f"the feature extractor was called {said}, expected sampling_rate={rate}",
+                 hint="pass sampling_rate=feature_extractor.sampling_rate: with it the extractor checks that the "
+                      "audio has the rate it expects; without it, it only warns, and a fixed number is wrong for "
+                      "other models")

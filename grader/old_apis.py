@@ -25,6 +25,7 @@ from dataclasses import dataclass
 MAX_SOURCE = 256 * 1024
 MAX_CHAIN = 16  # parts of a dotted name worth resolving: the longest old name has 5
 MAX_PLAIN = 64  # entries of plain data read back; a scan sends at most one per code
+MAX_PLACE = 100  # characters of a finding's place read back
 
 
 class OldApi(enum.Enum):
@@ -66,6 +67,7 @@ class Finding:
 
     code: OldApi
     line: int
+    place: str = ""  # where the learner finds the line ("Cell In[7], line 3" in a notebook's module), if not `line`
 
 
 def scan(source: str | bytes) -> tuple[Finding, ...]:
@@ -89,28 +91,31 @@ def scan(source: str | bytes) -> tuple[Finding, ...]:
 
 
 def hint(finding: Finding) -> str:
-    """The finding's hint with its line: `line 12: torch.load(...) without weights_only ...`."""
-    return f"line {finding.line}: {HINTS[finding.code]}"
+    """The finding's hint with its place: `line 12: torch.load(...) without weights_only ...`."""
+    return f"{finding.place or f'line {finding.line}'}: {HINTS[finding.code]}"
 
 
 def to_plain(findings: Iterable[Finding]) -> list[list[object]]:
-    """Findings as plain data, `[[code, line], ...]`, for a wire that carries only plain types."""
-    return [[finding.code.value, finding.line] for finding in findings]
+    """Findings as plain data, `[[code, line], ...]` (`[code, line, place]` where a place is given), for a wire
+    that carries only plain types."""
+    return [[finding.code.value, finding.line, *([finding.place] if finding.place else [])] for finding in findings]
 
 
 def from_plain(data: object) -> tuple[Finding, ...]:
     """Findings back from `to_plain`'s data, which came from an untrusted worker: an entry that is not a
-    `[code, line]` pair of a known code and a positive int is dropped, and so is a code's second entry."""
+    `[code, line]` pair of a known code and a positive int (or a triple with a place, a short str) is dropped, and
+    so is a code's second entry."""
     if not isinstance(data, (list, tuple)):
         return ()
     codes = {code.value: code for code in OldApi}
     findings: dict[OldApi, Finding] = {}
     for entry in data[:MAX_PLAIN]:
-        if not (isinstance(entry, (list, tuple)) and len(entry) == 2):
+        if not (isinstance(entry, (list, tuple)) and len(entry) in (2, 3)):
             continue
-        value, line = entry
-        if type(value) is str and value in codes and type(line) is int and line >= 1:
-            findings.setdefault(codes[value], Finding(codes[value], line))
+        value, line, place = (*entry, "")[:3]
+        if type(value) is str and value in codes and type(line) is int and line >= 1 and type(place) is str \
+                and len(place) <= MAX_PLACE:
+            findings.setdefault(codes[value], Finding(codes[value], line, place))
     return tuple(findings.values())
 
 

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from grader import catalog
+from grader import catalog, old_apis
 
 
 class Status(enum.Enum):
@@ -125,6 +125,7 @@ class Reply:
     seconds: float = 0.0
     collectives: dict[str, int] = field(default_factory=dict)  # {"all_reduce": 3, ...}: the calls this rank made
     cause: Cause = Cause.NONE
+    old_apis: tuple[old_apis.Finding, ...] = ()  # old-tutorial APIs the module under test uses (grader.old_apis)
 
     @property
     def ok(self) -> bool:

@@ -21,6 +21,7 @@ from grader.sandbox.pools import HANG_BOUND
 
 if TYPE_CHECKING:
     from grader.grading.session import Session
+    from grader.old_apis import Finding
     from grader.sandbox import Call, Target
 
     # (who: "reference" or the target's folder, exercise, probe's name, repr(args), world size, device)
@@ -54,6 +55,7 @@ class Grade:
         # The latest observations handed to the check, by call (probe, args, world size) and whose ("expected",
         # "actual"): an error the check's own comparison raises is explained by how a pair differs (pytest_plugin)
         self.seen: dict[tuple[str, str, int], dict[str, Any]] = {}
+        self.old_apis: tuple[Finding, ...] = ()  # old-tutorial APIs the target's module uses: named when a check fails
 
     def __repr__(self) -> str:
         return f"<{self.exercise} on {self.device}>"
@@ -248,6 +250,7 @@ class Grade:
     def _target_value(self, probe: Callable[..., Any], args: tuple[Any, ...], world_size: int) -> Any:
         replies = self.session.target_cache[self._key(probe, args, world_size, trusted=False)]
         self.printed = _printed(replies)
+        self.old_apis = tuple(dict.fromkeys(finding for reply in replies for finding in reply.old_apis))
         if any(not reply.ok for reply in replies):
             try:
                 _failure(replies, args)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, cast
 import pytest
 from hypothesis import HealthCheck, Phase, settings
 
-from grader import catalog
+from grader import catalog, old_apis
 from grader.devices import CHOICES, DEVICES, NoSuchDevice, kept_off_line
 from grader.devices import select as select_devices
 from grader.grading import hypothesis_adapter, visibility
@@ -294,10 +294,12 @@ def pytest_runtest_makereport(item: pytest.Item,
     printed = getattr(getattr(item, "funcargs", {}).get("grade"), "printed", "")
     calls = item.stash.get(CALLS, None)
     example = calls.example() if calls is not None else ""
-    report.grader_message = failure_message(error, details, printed, example)
+    hint = "\n".join(filter(None, [getattr(error, "hint", None) or "", *(
+        old_apis.hint(finding) for finding in (grade.old_apis if isinstance(grade, Grade) else ()))]))
+    report.grader_message = failure_message(error, details, printed, example, hint)
     report.grader_failure = Failure(  # as plain data: pytest-xdist sends reports between processes
         example=shown(example), expected=shown(getattr(error, "expected", "")),
-        received=shown(getattr(error, "received", "")), hint=shown(getattr(error, "hint", None) or ""),
+        received=shown(getattr(error, "received", "")), hint=shown(hint),
         drawn=calls is not None and calls.failed_on_drawn(), finding=finding(error),
         own_words=getattr(error, "own_words", False)).as_dict()  # the finding is what the submission's code raised
     if isinstance(error, (CheckFailed, Verdict)) and getattr(item.config.option, "verbose", 0) < 2:
@@ -322,9 +324,10 @@ def explained(error: Exception, grade: Grade) -> CheckFailed | Verdict:
                                       f"kit's fault, not your code's): {raised}")
 
 
-def failure_message(error: BaseException, details: bool = False, printed: str = "", example: str = "") -> str:
-    """The lines a learner reads: what went wrong, the hint, the input it failed on (`example`, the
-    smallest Hypothesis found).
+def failure_message(error: BaseException, details: bool = False, printed: str = "", example: str = "",
+                    hint: str | None = None) -> str:
+    """The lines a learner reads: what went wrong, the hint (the error's own unless `hint` is given: it may add
+    the old-tutorial APIs the code uses), the input it failed on (`example`, the smallest Hypothesis found).
 
     With `details`, the learner's traceback and what their code printed: a worker's own failure
     carries both; a wrong value has no traceback, but what the code printed while computing it
@@ -333,7 +336,7 @@ def failure_message(error: BaseException, details: bool = False, printed: str = 
     lines = [str(error).strip() or type(error).__name__]
     if not isinstance(error, (CheckFailed, Verdict)):
         lines[0] = f"{type(error).__name__}: {lines[0]}"
-    hint = getattr(error, "hint", None)
+    hint = getattr(error, "hint", None) if hint is None else hint
     if hint:
         lines.append(HINT + hint)
     if example:

@@ -21,6 +21,7 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
+from grader import old_apis
 from grader.records import WORKER_CAUSES, WORKER_STATUSES, Cause, Reply, Status
 from grader.sandbox import channel, memory, worker
 from grader.sandbox.containers import MemoryMark
@@ -36,12 +37,22 @@ if TYPE_CHECKING:
 PoolKey = tuple[str | int, ...]
 
 GRACE_AFTER_FAILURE = 1.0  # seconds the other ranks get once one rank has failed
+NOT_STARTED = "did not start in time"
 READ_GRACE = 5.0  # seconds a reply begun before its call's deadline may take to arrive whole
 # A call's time counts only while its ranks could run: the time they spent waiting for a CPU (the
 # kernel's run delay) is added to its deadline, up to HANG_BOUND times its limit in all. A worker
 # that spins or sleeps is not waiting for a CPU, and times out at its limit.
 HANG_BOUND = 3.0
 STARVED = 0.2  # a call whose ranks waited this share of its time for a CPU was starved, not stuck
+# A start's deadline grows by the time its ranks waited for a CPU, up to START_BOUND times its allowance: starting
+# runs none of a submission's code, so a start that is slow only because the machine is busy is waited for. Where
+# the kernel gives no such measure (macOS), a start may take SLOWER times what the slowest start of its kind on this
+# machine took a rank.
+START_BOUND = 10.0
+SLOWER = 3.0
+_slowest_start: dict[str, float] = {}  # by preload: the most seconds a rank took to start here
+SLOW_START = ("the machine was too slow to start the workers, twice (not the submission's doing): {how}; close other "
+              "programs, or give each check more time (--timeout, or check(..., timeout=)), and grade again")
 OUT_OF_MEMORY = "the machine ran out of memory during this call: the grader's resource failure, not the submission's"
 OWN_MEMORY = "ran out of memory: it used the {:.0f} MB a submission's processes together may use here"
 
@@ -57,6 +68,9 @@ class Ranks:
         self.connections: list[Connection] = []
         self.ready = False
         self.start_deadline: float | None = None
+        self.started_at = time.monotonic()
+        self.delays_at_start: list[float] = []
+        self.request: dict[str, Any] | None = None  # the last sent: sent again to ranks started once more
         self.nonce = secrets.token_hex(16)
         self.token: str | None = None
         self.busy = False  # a request sent, its replies not read yet
@@ -72,9 +86,13 @@ class Ranks:
         return bool(self.processes) and all(p.is_alive() for p in self.processes)
 
     def start(self, deadline: float) -> None:
-        """Launch the ranks; they report ready (joined) before the first reply is read."""
+        """Launch the ranks; they report ready (joined) before the first reply is read. The deadline is at least
+        SLOWER times what starts of this kind took here before (a slow laptop's starts are slow every time)."""
+        self.started_at = time.monotonic()
+        deadline = max(deadline, self.started_at + SLOWER * _slowest_start.get(self.spec.preload, 0.0) * self.world_size)
         tag = uuid.uuid4().hex[:8]
         store = os.path.join(self.spec.stores, f"store-{tag}")
+        server(self.spec.preload).begin(self.world_size)
         for rank in range(self.world_size):
             spec = dataclasses.replace(self.spec, rank=rank, world_size=self.world_size, store=store,
                                        log=os.path.join(self.logdir, f"out-{tag}-{rank}.log"), nonce=self.nonce)
@@ -99,21 +117,37 @@ class Ranks:
                 child.close()
             self.processes.append(process)
             self.connections.append(parent)
+        self.delays_at_start = [run_delay(process.pid) for process in self.processes]
         self.start_deadline = deadline
 
     def wait_ready(self) -> None:
-        """Raise WorkerFailure unless every rank started (and joined its group)."""
+        """Raise WorkerFailure unless every rank started (and joined its group). A start that ran out of time
+        while its ranks waited for a CPU (or where the machine does not say) is tried once more, afresh."""
         if self.ready:
             return
         assert self.start_deadline is not None  # set by start(), which comes first
-        replies = self._collect(self.start_deadline, starting=True)
-        bad = [r for r in replies if r.status is not Status.READY]
-        if bad:
+        for attempt in (1, 2):
+            replies = self._collect(self.start_deadline, starting=True)
+            bad = [r for r in replies if r.status is not Status.READY]
+            if not bad:
+                break
             self.kill()
-            raise WorkerFailure(Status.NOT_GRADED, "the worker did not start: " + bad[0].message)
+            late = bad[0].message == NOT_STARTED
+            waited, spent = self._waited_for_a_cpu(self.delays_at_start), time.monotonic() - self.started_at
+            starved = waited >= STARVED * spent or not measured()
+            if attempt == 2 or not (late and starved):
+                how = f"they waited {waited:.0f} s for a CPU in {spent:.0f} s" if measured() else f"{spent:.0f} s"
+                message = SLOW_START.format(how=how) if late and starved else "the worker did not start: " + bad[0].message
+                raise WorkerFailure(Status.NOT_GRADED, message)
+            self.start(time.monotonic() + (self.start_deadline - self.started_at))
+            if self.request is not None:
+                self.send(self.request)
+        took = (time.monotonic() - self.started_at) / self.world_size
+        _slowest_start[self.spec.preload] = max(_slowest_start.get(self.spec.preload, 0.0), took)
         self.ready = True
 
     def send(self, request: dict[str, Any]) -> None:
+        self.request = request
         self.token = secrets.token_hex(16)  # echoed by the worker's own loop: a forged reply lacks it
         request = dict(request, token=self.token)
         self.busy = True
@@ -139,12 +173,14 @@ class Ranks:
     def _collect(self, deadline: float, starting: bool = False) -> list[Reply]:
         replies: list[Reply | None] = [None] * self.world_size
         pending = dict(zip(self.connections, range(self.world_size)))
-        given, hard = deadline, self.sent_at + HANG_BOUND * max(0.0, deadline - self.sent_at)
+        since, delays, bound = (self.started_at, self.delays_at_start, START_BOUND) if starting \
+            else (self.sent_at, self.delays_at_send, HANG_BOUND)
+        given, hard = deadline, since + bound * max(0.0, deadline - since)
         failed = False
         while pending:
             remaining = deadline - time.monotonic()
-            if remaining <= 0 and not (starting or failed):
-                deadline = min(hard, given + self._waited_for_a_cpu())  # its time counts while it could run
+            if remaining <= 0 and not failed:
+                deadline = min(hard, given + self._waited_for_a_cpu(delays))  # its time counts while it could run
                 remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
@@ -157,12 +193,12 @@ class Ranks:
                     failed = True
                     deadline = min(deadline, time.monotonic() + GRACE_AFTER_FAILURE)
         if not starting:
-            self.waited, spent = self._waited_for_a_cpu(), time.monotonic() - self.sent_at
+            self.waited, spent = self._waited_for_a_cpu(self.delays_at_send), time.monotonic() - self.sent_at
             self.starved = spent > 0 and self.waited >= STARVED * spent
         failed_early = any(r is not None and r.status not in (Status.OK, Status.READY) for r in replies)
         for rank in pending.values():
             if starting:
-                replies[rank] = Reply(Status.NOT_GRADED, message="did not start in time")
+                replies[rank] = Reply(Status.NOT_GRADED, message=NOT_STARTED)
             elif failed_early:
                 replies[rank] = Reply(Status.STUCK,
                                       message="was still waiting (in a collective?) after another rank failed")
@@ -180,10 +216,10 @@ class Ranks:
                 collected = [r if r.status in (Status.OK, Status.READY) else failure for r in collected]
         return collected
 
-    def _waited_for_a_cpu(self) -> float:
-        """Seconds the most delayed rank has waited for a CPU since the request was sent."""
+    def _waited_for_a_cpu(self, since: list[float]) -> float:
+        """Seconds the most delayed rank has waited for a CPU since `since` (the delays read at its start or send)."""
         now = [run_delay(process.pid) for process in self.processes]
-        return max((after - before for after, before in zip(now, self.delays_at_send)), default=0) / 1e9
+        return max((after - before for after, before in zip(now, since)), default=0) / 1e9
 
     def _container(self) -> Container | None:
         return self.spec.confinement.container if self.spec.confinement is not None else None
@@ -250,7 +286,8 @@ class Ranks:
         collectives = fields.get("collectives")
         cause = next((cause for cause in WORKER_CAUSES if cause.value == fields.get("cause")), Cause.NONE)
         return Reply(status, value=fields.get("value"), seconds=seconds if type(seconds) is float else 0.0,
-                     collectives=collectives if type(collectives) is dict else {}, cause=cause, **text)
+                     collectives=collectives if type(collectives) is dict else {}, cause=cause,
+                     old_apis=old_apis.from_plain(fields.get("old_apis")), **text)
 
     def _crash_reply(self, rank: int) -> Reply:
         process = self.processes[rank]
@@ -287,6 +324,11 @@ class Ranks:
         for connection in self.connections:
             connection.close()
         self.processes, self.connections = [], []
+
+
+def measured() -> bool:
+    """Whether the kernel says how long a process waited for a CPU (Linux's /proc/<pid>/schedstat)."""
+    return os.path.exists("/proc/self/schedstat")
 
 
 def run_delay(pid: int | str | None = "self") -> float:
@@ -353,6 +395,8 @@ class Pools:
             ranks.start(time.monotonic() + start_timeout)
         except WorkerFailure:
             return
+        finally:
+            server(spec.preload).top_up()  # where workers are spawned, standbys for what no ranks start ahead here
         self.ahead[key] = ranks
 
     def _started_ahead(self, key: PoolKey, spec: worker.WorkerSpec, world_size: int) -> Ranks | None:

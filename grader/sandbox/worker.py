@@ -12,6 +12,7 @@ worker's own account (see `evidence` in the check results).
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import functools
 import importlib.abc
@@ -29,6 +30,7 @@ from dataclasses import dataclass
 from importlib.util import module_from_spec, spec_from_file_location
 from typing import TYPE_CHECKING, Any
 
+from grader import old_apis
 from grader.notebook import places
 from grader.sandbox import collectives, host, memory
 from grader.sandbox import confinement as confine
@@ -139,6 +141,7 @@ def _main(conn: Connection, spec: WorkerSpec) -> None:
         watch.start()
     modules: dict[str, types.ModuleType] = {}  # a reference worker serves every exercise; a submission's only its own
     probes: dict[str, types.ModuleType] = {}  # check files by path: here, out of the submission's reach
+    found: dict[str, list[list[object]]] = {}  # each module's old-tutorial APIs, as plain data (grader.old_apis)
     while True:
         try:
             request = conn.recv()
@@ -159,6 +162,7 @@ def _main(conn: Connection, spec: WorkerSpec) -> None:
             try:
                 path = request["module_file"]
                 if path not in modules:
+                    found[path] = _old_apis(path)  # read before it runs: an import that fails is named too
                     modules[path] = _load_target(path, request["module_name"], spec)
                 reply = _serve(modules[path], probe, request, spec)
             except TargetImportError as error:
@@ -167,7 +171,8 @@ def _main(conn: Connection, spec: WorkerSpec) -> None:
         if watch is not None:
             watch.finished()
         reply.update(seconds=time.perf_counter() - started, output=_output_tail(), nonce=token,
-                     collectives=dict(watch.counts) if watch is not None else {})
+                     collectives=dict(watch.counts) if watch is not None else {},
+                     old_apis=found.get(request.get("module_file", ""), []))
         try:
             data = encode_reply(reply)
         except Exception as error:  # noqa: BLE001
@@ -300,6 +305,18 @@ def _load_target(path: str, name: str, spec: WorkerSpec) -> types.ModuleType:
     except BaseException as error:  # noqa: BLE001 - SyntaxError, SystemExit, anything
         raise TargetImportError(_one_line(error, path, spec, importing=True), _cause(error, spec))
     return module
+
+
+def _old_apis(path: str) -> list[list[object]]:
+    """The old-tutorial APIs the module's source uses, each placed where the learner finds its line (a notebook's
+    cell), as plain data for the reply."""
+    try:
+        with open(path, "rb") as handle:
+            source = handle.read(old_apis.MAX_SOURCE + 1)
+    except OSError:
+        return []
+    return old_apis.to_plain(dataclasses.replace(finding, place=_place(path, finding.line, path))
+                             for finding in old_apis.scan(source))
 
 
 def _probe(probes: dict[str, types.ModuleType], path: str, name: str) -> Callable[..., Any]:

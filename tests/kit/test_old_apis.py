@@ -186,3 +186,44 @@ def test_the_scanner_imports_the_standard_library_alone():
             "and m.split('.')[0] != 'grader'])")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and done.stdout.strip() == "[]", done.stdout + done.stderr
+
+
+def test_a_place_travels_with_a_finding_and_names_it_in_the_hint():
+    found = Finding(TRAINER, 40, "Cell In[7], line 3")
+    assert from_plain(to_plain([found])) == (found,)
+    assert hint(found).startswith("Cell In[7], line 3: Trainer(tokenizer=...)")
+    assert from_plain([["trainer_tokenizer", 4, "x" * (old_apis.MAX_PLACE + 1)]]) == ()
+
+
+OLD_TRAINER = '''
+from transformers import Trainer, TrainingArguments
+
+
+def training_arguments(output_dir, learning_rate=2e-5, batch_size=8, epochs=1):
+    raise NotImplementedError
+
+
+def compute_metrics(eval_pred):
+    raise NotImplementedError
+
+
+def build_trainer(model, args, train_dataset, eval_dataset):
+    return Trainer(model=model, args=args, train_dataset=train_dataset, eval_dataset=eval_dataset,
+                   tokenizer=None)  # an older tutorial's spelling
+'''
+
+
+@pytest.mark.slow
+def test_a_failing_check_names_the_old_api_the_code_uses_from_the_call(tmp_path):
+    """Trainer(tokenizer=...) raises a TypeError in transformers 5: the check's message says what to write instead,
+    found from the call in the learner's file (its line), whatever transformers' error says."""
+    from tests.kit.harness import checks_of, grade_submissions
+
+    check = "test_build_trainer_trains_like_the_trainer_itself"
+    results = grade_submissions(tmp_path, "ex11_trainer", {"old": OLD_TRAINER}, profile="fast",
+                                only_checks={"old": [check]})
+    failed = checks_of(results["old"])[check]
+    assert failed["status"] != "passed", failed
+    assert "hint: " in failed["message"] and "ex11_trainer.py:14: Trainer(tokenizer=...)" in failed["message"], \
+        failed["message"]
+    assert "processing_class" in failed["message"]

@@ -22,7 +22,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from grader import models
-from grader.checks import example, expect_equal, fail
+from grader.checks import example, expect_equal, fail, on_case
 from grader.probing import InvalidResult
 
 # Config fields that say nothing about the model (the library's version, where it came from).
@@ -165,17 +165,18 @@ def class_hint(actual_class):
 @example(spec={"architecture": "gpt2", "hidden": 16, "layers": 1, "seed": 2}, num_labels=5)
 def test_load_model_builds_a_sequence_classifier(grade, spec, num_labels):
     _, expected, actual = load_report(grade, probe_loaded, spec, num_labels)
-    what = described(spec, num_labels)
-    if actual["class"] != expected["class"]:
-        fail(f"{what} returned a {actual['class']}, expected a {expected['class']}", hint=class_hint(actual["class"]))
-    expect_equal(actual["config_class"], expected["config_class"], f"{what}: the class of model.config")
-    if actual["config"].get("id2label") == expected["config"].get("id2label"):
-        hint = "load the config from the checkpoint itself, changing nothing but num_labels"
-    elif num_labels is None:
-        hint = "num_labels defaults to 2: load_model(name) gives a head of 2 labels (LABEL_0, LABEL_1)"
-    else:
-        hint = "pass num_labels on to from_pretrained (a head of num_labels outputs, labels LABEL_0...)"
-    expect_equal(actual["config"], expected["config"], f"{what}: model.config.to_dict()", hint=hint)
+    with on_case(described(spec, num_labels)):
+        if actual["class"] != expected["class"]:
+            fail(f"load_model returned a {actual['class']}, expected a {expected['class']}",
+                 hint=class_hint(actual["class"]))
+        expect_equal(actual["config_class"], expected["config_class"], "the class of model.config")
+        if actual["config"].get("id2label") == expected["config"].get("id2label"):
+            hint = "load the config from the checkpoint itself, changing nothing but num_labels"
+        elif num_labels is None:
+            hint = "num_labels defaults to 2: load_model(name) gives a head of 2 labels (LABEL_0, LABEL_1)"
+        else:
+            hint = "pass num_labels on to from_pretrained (a head of num_labels outputs, labels LABEL_0...)"
+        expect_equal(actual["config"], expected["config"], "model.config.to_dict()", hint=hint)
 
 
 @pytest.mark.device_free
@@ -185,15 +186,15 @@ def test_load_model_builds_a_sequence_classifier(grade, spec, num_labels):
 def test_load_model_keeps_the_pretrained_weights(grade, spec, num_labels):
     checkpoint, _, loaded = load_report(grade, probe_loaded, spec, num_labels)
     actual = loaded["weights"]
-    what = described(spec, num_labels)
     hint = ("from_config (or a bare constructor) builds random weights; from_pretrained loads the checkpoint's. "
             "Do not re-initialise or change them")
     saved = checkpoint["weights"]
     missing = sorted(set(saved) - set(actual))
-    if missing:
-        fail(f"{what}: the model's body (model.base_model) lacks the checkpoint's weights {missing[:4]}", hint=hint)
-    expect_equal({name: actual[name] for name in saved}, saved,
-                 f"{what}: the body's weights against those saved in the checkpoint", hint=hint)
+    with on_case(described(spec, num_labels)):
+        if missing:
+            fail(f"the model's body (model.base_model) lacks the checkpoint's weights {missing[:4]}", hint=hint)
+        expect_equal({name: actual[name] for name in saved}, saved,
+                     "the body's weights against those saved in the checkpoint", hint=hint)
 
 
 @pytest.mark.device_free
@@ -203,22 +204,22 @@ def test_load_model_keeps_the_pretrained_weights(grade, spec, num_labels):
 @example(spec={"architecture": "bert", "hidden": 32, "layers": 1, "seed": 5}, num_labels=1)
 def test_load_model_head_has_num_labels_outputs(grade, spec, num_labels):
     _, expected, actual = load_report(grade, probe_loaded, spec, num_labels)
-    what = described(spec, num_labels) + " on a batch of 2 sequences"
-    if "forward_error" in actual:
-        fail(f"{what}: the model's forward pass raised {actual['forward_error']}", hint=class_hint(actual["class"]))
-    if actual["logits_shape"] is None:
-        fail(f"{what}: the model returned a {actual['output']} without logits, expected {expected['output']}",
-             hint="a model without a classification head has no logits: use AutoModelForSequenceClassification")
-    labels = 2 if num_labels is None else num_labels
-    if len(actual["logits_shape"]) != len(expected["logits_shape"]):
-        fail(f"{what}: the logits have shape {actual['logits_shape']}, expected {expected['logits_shape']} "
-             "(one row of label scores per sequence)", hint=class_hint(actual["class"]))
-    hint = ("num_labels defaults to 2 and must reach from_pretrained" if num_labels is None else
-            "pass num_labels on to from_pretrained: it sets the size of the new head")
-    expect_equal(actual["logits_shape"], expected["logits_shape"],
-                 f"{what}: the shape of the logits (batch, {labels} labels)", hint=hint)
-    expect_equal(actual["config_num_labels"], expected["config_num_labels"], f"{what}: model.config.num_labels",
-                 hint=hint)
+    with on_case(described(spec, num_labels) + " on a batch of 2 sequences"):
+        if "forward_error" in actual:
+            fail(f"the model's forward pass raised {actual['forward_error']}", hint=class_hint(actual["class"]))
+        if actual["logits_shape"] is None:
+            fail(f"the model returned a {actual['output']} without logits, expected {expected['output']}",
+                 hint="a model without a classification head has no logits: use AutoModelForSequenceClassification")
+        labels = 2 if num_labels is None else num_labels
+        if len(actual["logits_shape"]) != len(expected["logits_shape"]):
+            fail(f"the logits have shape {actual['logits_shape']}, expected {expected['logits_shape']} "
+                 "(one row of label scores per sequence)", hint=class_hint(actual["class"]))
+        hint = ("num_labels defaults to 2 and must reach from_pretrained" if num_labels is None else
+                "pass num_labels on to from_pretrained: it sets the size of the new head")
+        expect_equal(actual["logits_shape"], expected["logits_shape"],
+                     f"the shape of the logits (batch, {labels} labels)", hint=hint)
+        expect_equal(actual["config_num_labels"], expected["config_num_labels"], "model.config.num_labels",
+                     hint=hint)
 
 
 @pytest.mark.measured_in_worker("whether the config is the model's own object")
@@ -228,17 +229,17 @@ def test_load_model_head_has_num_labels_outputs(grade, spec, num_labels):
 def test_get_config_returns_the_models_own_config(grade, spec, num_labels):
     checkpoint = grade.reference(probe_build, spec["architecture"], spec["seed"], spec["hidden"], spec["layers"])
     expected, actual = grade.compare(probe_get_config, checkpoint["path"], num_labels, load_seed(spec))
-    what = f"get_config(a {spec['architecture']} classifier with {num_labels} labels)"
-    if not actual["is_config"]:
-        fail(f"{what} returned a {actual['class']}, expected the model's {expected['class']}",
-             hint="return the config object itself (model.config), not config.to_dict() or its JSON")
-    expect_equal(actual["class"], expected["class"], f"{what}: the class of the config")
-    if not actual["same_values"]:
-        fail(f"{what} returned a config whose values differ from model.config's (num_labels, sizes ...)",
-             hint="a config loaded afresh (AutoConfig.from_pretrained) misses what the model was loaded with: "
-                  "return model.config")
-    expect_equal(actual, expected, f"{what}: is the result model.config itself",
-                 hint="return model.config itself, not a copy: changes to it must reach the model")
+    with on_case(f"get_config(a {spec['architecture']} classifier with {num_labels} labels)"):
+        if not actual["is_config"]:
+            fail(f"get_config returned a {actual['class']}, expected the model's {expected['class']}",
+                 hint="return the config object itself (model.config), not config.to_dict() or its JSON")
+        expect_equal(actual["class"], expected["class"], "the class of the config")
+        if not actual["same_values"]:
+            fail("get_config returned a config whose values differ from model.config's (num_labels, sizes ...)",
+                 hint="a config loaded afresh (AutoConfig.from_pretrained) misses what the model was loaded with: "
+                      "return model.config")
+        expect_equal(actual, expected, "is the result model.config itself",
+                     hint="return model.config itself, not a copy: changes to it must reach the model")
 
 
 def with_state_examples(check):
@@ -257,10 +258,10 @@ def state_report(grade, spec, num_labels):
 @given(spec=checkpoints, num_labels=label_counts)
 def test_load_model_keeps_the_mode_from_pretrained_sets(grade, spec, num_labels):
     expected, actual = state_report(grade, spec, num_labels)
-    expect_equal(actual["training"], expected["training"],
-                 f"{described(spec, num_labels)}: the modules in train mode (module.training True)",
-                 hint="from_pretrained returns the model in eval mode; leave it so: the training loop calls "
-                      "model.train() when it starts training")
+    with on_case(described(spec, num_labels)):
+        expect_equal(actual["training"], expected["training"], "the modules in train mode (module.training True)",
+                     hint="from_pretrained returns the model in eval mode; leave it so: the training loop calls "
+                          "model.train() when it starts training")
 
 
 @pytest.mark.measured_in_worker("each parameter's requires_grad flag")
@@ -269,10 +270,10 @@ def test_load_model_keeps_the_mode_from_pretrained_sets(grade, spec, num_labels)
 @given(spec=checkpoints, num_labels=label_counts)
 def test_load_model_keeps_every_parameter_trainable(grade, spec, num_labels):
     expected, actual = state_report(grade, spec, num_labels)
-    expect_equal(actual["frozen"], expected["frozen"],
-                 f"{described(spec, num_labels)}: the parameters with requires_grad False",
-                 hint="fine-tuning trains the whole model: leave requires_grad as from_pretrained sets it (True "
-                      "everywhere); freezing the body is a choice for the training script, not for load_model")
+    with on_case(described(spec, num_labels)):
+        expect_equal(actual["frozen"], expected["frozen"], "the parameters with requires_grad False",
+                     hint="fine-tuning trains the whole model: leave requires_grad as from_pretrained sets it (True "
+                          "everywhere); freezing the body is a choice for the training script, not for load_model")
 
 
 @pytest.mark.device_free
@@ -280,8 +281,7 @@ def test_load_model_keeps_every_parameter_trainable(grade, spec, num_labels):
 @given(spec=checkpoints, num_labels=label_counts)
 def test_load_model_head_is_random_as_from_pretrained_makes_it(grade, spec, num_labels):
     expected, actual = state_report(grade, spec, num_labels)
-    what = (f"{described(spec, num_labels)} after torch.manual_seed({load_seed(spec)}): the new head's weights "
-            f"(the parameters outside model.{expected['body']})")
+    what = f"the new head's weights (the parameters outside model.{expected['body']})"
     zeroed = actual["head"] and all(not value.any() for value in actual["head"].values())
     if zeroed:
         hint = "the head is all zeros: leave it as from_pretrained initialises it (random, from the caller's seed)"
@@ -290,7 +290,8 @@ def test_load_model_head_is_random_as_from_pretrained_makes_it(grade, spec, num_
                 "load_model; the caller seeds, from_pretrained draws the head")
     else:
         hint = "do not initialise or change the head yourself: from_pretrained draws it from the caller's random stream"
-    expect_equal(actual["head"], expected["head"], what, hint=hint)
+    with on_case(f"{described(spec, num_labels)} after torch.manual_seed({load_seed(spec)})"):
+        expect_equal(actual["head"], expected["head"], what, hint=hint)
 
 
 @pytest.mark.measured_in_worker('whether two calls returned the same object')
@@ -300,9 +301,10 @@ def test_load_model_head_is_random_as_from_pretrained_makes_it(grade, spec, num_
 def test_load_model_returns_a_fresh_model_every_call(grade, spec, num_labels):
     _, actual = state_report(grade, spec, num_labels)
     if not actual["fresh"]:
-        fail(f"{described(spec, num_labels)} called twice gave the same model (or models sharing weights)",
-             hint="load a new model on every call: a cache hands out a model someone may already have trained "
-                  "or changed")
+        with on_case(f"{described(spec, num_labels)}, called twice"):
+            fail("load_model called twice returned the same model (or models sharing weights)",
+                 hint="load a new model on every call: a cache hands out a model someone may already have trained "
+                      "or changed")
 
 
 @pytest.mark.measured_in_worker('the global random stream after the call')
@@ -320,6 +322,6 @@ def test_load_model_draws_from_the_random_stream_as_from_pretrained(grade, spec,
     else:
         hint = ("the caller's random stream moved on differently from from_pretrained's own draws: no "
                 "torch.manual_seed and no extra random draws in load_model")
-    expect_equal(actual["after"], expected["after"],
-                 f"torch.rand(4) drawn by the caller right after torch.manual_seed({load_seed(spec)}) and "
-                 f"{described(spec, num_labels)}", hint=hint)
+    with on_case(f"torch.manual_seed({load_seed(spec)}), then {described(spec, num_labels)}"):
+        expect_equal(actual["after"], expected["after"], "torch.rand(4) drawn by the caller right after load_model",
+                     hint=hint)

@@ -33,7 +33,17 @@ the learning rate far from its schedule.
 Each rank computes the loss of its own batch. To report an epoch's loss,
 gather every batch's loss from every rank (``accelerator.gather``; the loss is
 a 0-d tensor, so give it a dimension first) and average them all: every rank
-returns the same numbers.
+returns the same numbers. Keep the loss tensor itself, in its own dtype: the
+model may be float64, and a new ``torch.tensor(loss.item())`` is float32.
+
+On a dataset that does not divide evenly into ``batch_size * num_processes``,
+the last batches hold samples repeated from the start (a rank's last batch may
+be nothing but repeats); their losses count like any other: the epoch loss is
+the mean of every batch loss every rank computed, as ``accelerator.gather``
+gives it. ``accelerator.gather_for_metrics`` (ex10) is for per-sample values:
+at the last batch it keeps only as many gathered values as the dataset had
+samples left, to drop the repeats; a per-process mean loss is not a per-sample
+value, so it would drop whole ranks' losses instead.
 
 Example::
 

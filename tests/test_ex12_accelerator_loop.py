@@ -4,8 +4,9 @@ Each rank builds the same float64 MLP, optimizer (SGD, SGD with momentum or Adam
 rate scheduler (StepLR, LinearLR or LambdaLR) and DataLoader (shuffle off, batch_size 1-3)
 and calls train with an Accelerator(cpu=True), which accelerate turns into MULTI_CPU over the
 group the worker already joined (one process on the cuda device: Accelerator()). The dataset
-sizes often do not divide into batch_size * world_size: the prepared loader then repeats
-samples from the start to even out the last batches.
+sizes often do not divide into batch_size * world_size (a third of the draws leave a remainder
+on the last global batch on purpose): the prepared loader then repeats samples from the start
+to even out the last batches, so a rank's last batch may hold repeated samples, or only those.
 
 The baseline is plain torch in one process, not the module: it deals the samples to the ranks
 with accelerate's own BatchSamplerShard (what a prepared loader iterates), and at each global
@@ -26,8 +27,14 @@ gradient at the first), the samples each rank's forward passes got (its own batc
 accelerate deals them), and how often accelerator.backward was called (the probe wraps it on
 the accelerator it passes: on the CPU loss.backward() gives bit-identical gradients, so only
 the calls tell them apart). The returned losses, one Python float per epoch and the same on
-every rank, are compared with the baseline's mean of every rank's batch losses on the sizes
-that divide evenly (accelerate repeats no sample there).
+every rank, are compared with the baseline's mean of every rank's batch losses, on every size:
+the batches evened out with repeated samples count like the others (what accelerator.gather
+gives). A wrong loss is told its cause from the values: each rank's own mean (not gathered),
+gather_for_metrics (which at the last step keeps only the dataset's remainder of the gathered
+values: whole ranks' losses where the values are per process), or float32 (equal to float32's
+precision, not float64's).
+
+Every failure names its cause first and the case (the call, the data, the model) on a line after it.
 """
 
 import math
@@ -38,7 +45,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from grader import probing, training
-from grader.checks import NEEDS_FLOAT64, example, expect_equal, explicit_examples, fail
+from grader.checks import NEEDS_FLOAT64, apart, example, expect_equal, explicit_examples, fail, on_case
 
 LOSSES = ["mse_loss", "cross_entropy"]
 OPTIMIZERS = {"sgd": "SGD(lr=0.1)", "sgd_momentum": "SGD(lr=0.1, momentum=0.9)",
@@ -55,8 +62,13 @@ def train_case(draw, world_sizes=WORLD_SIZES):
     world_size = draw(world_sizes, label="world_size")
     batch_size = draw(st.integers(1, 3), label="batch_size")
     global_batch = batch_size * world_size
-    if draw(st.booleans(), label="even"):
+    # even sizes, sizes with a remainder on the last global batch (short or wholly repeated last batches), any
+    shape = draw(st.sampled_from(["even", "remainder", "any"]), label="dataset")
+    if shape == "even":
         size = global_batch * draw(st.integers(1, 3), label="global_batches")
+    elif shape == "remainder" and global_batch > 1:
+        size = (global_batch * draw(st.integers(0, 2), label="global_batches")
+                + draw(st.integers(1, global_batch - 1), label="remainder"))
     else:
         size = draw(st.integers(1, 2 * global_batch + 2), label="size")
     loss = draw(st.sampled_from(LOSSES), label="loss_fn")
@@ -79,31 +91,34 @@ def case(world_size, size, batch_size, epochs, loss="cross_entropy", optimizer="
                 epochs=epochs, seed=seed)
 
 
-# Even sizes (losses compared) and uneven ones (samples repeated), every world size, two or more steps.
+# Even sizes and uneven ones (samples repeated to even out the last batches), every world size, two or more steps.
 EXAMPLES = [
     case(2, 8, 2, 2, scheduler="linear"),
+    # 1 sample in the last global batch of 6: rank 0's last batch is [6, 0], rank 1's and 2's repeat [1, 2], [3, 4]
     case(3, 7, 2, 2, loss="mse_loss", optimizer="sgd_momentum", loss_kind="module", seed=3),
     case(4, 16, 2, 1, optimizer="adamw", scheduler="lambda", seed=11),
+    # one process: the last batch is short ([4]), nothing repeated
     case(1, 5, 2, 2, loss="mse_loss", scheduler="step", seed=5),
+    # fewer samples than one global batch: ranks 2 and 3 get [4, 0] and [1, 2]
     case(4, 5, 2, 3, scheduler="step", seed=2),
+    # 9 samples, batch 2, 2 processes: rank 0's last batch is [8, 0], rank 1's [1, 2], all repeated
+    case(2, 9, 2, 1, seed=13),
+    # batch 1: rank 1's last batch is sample 0 again
+    case(2, 5, 1, 2, optimizer="adamw", scheduler="linear", seed=17),
 ]
 
 
 with_examples = explicit_examples(EXAMPLES)
 
 
-def describe(case, processes=None):
-    processes = case["world_size"] if processes is None else processes
+def describe(case):
+    processes = case["world_size"]
     loss = training.loss_text(case["loss"], case["loss_kind"])
     where = f"on each of {processes} processes" if processes > 1 else "in one process"
     return (f"train(...) {where}: {case['size']} samples, batch_size={case['batch_size']}, "
             f"{case['epochs']} epoch(s), a float64 Linear({case['in_features']}, {case['hidden']})-Tanh-"
             f"Linear({case['hidden']}, {case['out_features']}), loss_fn={loss}, {OPTIMIZERS[case['optimizer']]}, "
             f"{SCHEDULERS[case['scheduler']]}")
-
-
-def is_even(case):
-    return case["size"] % (case["batch_size"] * case["world_size"]) == 0
 
 
 # --- probes: these run in the workers -----------------------------------------------------
@@ -228,8 +243,10 @@ def probe_baseline(ctx, case):
     optimizer = training.optimizer(case["optimizer"], model)
     scheduler = _scheduler(case, optimizer)
     loss_fn = training.loss_fn(case["loss"], case["loss_kind"])
-    record = {"lrs": [], "grads": [], "local_grads": [], "losses": [], "local_losses": [], "lrs_per_epoch": [],
-              "shards": shards}
+    record = {"lrs": [], "grads": [], "local_grads": [], "losses": [], "local_losses": [], "metrics_losses": [],
+              "lrs_per_epoch": [], "shards": shards}
+    # what gather_for_metrics keeps at the last step: the first size % (batch_size * world) gathered values
+    remainder = case["size"] % (case["batch_size"] * world)
     for _ in range(case["epochs"]):
         epoch_losses = []
         for step in range(len(shards[0])):
@@ -257,6 +274,8 @@ def probe_baseline(ctx, case):
         record["losses"].append(sum(sum(losses) for losses in epoch_losses) / (world * len(epoch_losses)))
         record["local_losses"].append([sum(losses[rank] for losses in epoch_losses) / len(epoch_losses)
                                        for rank in range(world)])
+        kept = [loss for losses in epoch_losses[:-1] for loss in losses] + epoch_losses[-1][:remainder or world]
+        record["metrics_losses"].append(sum(kept) / len(kept))
     record["parameters"] = training.parameters(model)
     # the same schedule stepped once per optimizer step (an unprepared scheduler) and world_size times per epoch
     for per_epoch in (False, True):
@@ -307,9 +326,18 @@ def _baseline(grade, case, observed):
     return grade.reference(probe_baseline, dict(case, lrs=list(lrs)))
 
 
+def _no_gradients_hint(observed):
+    steps = [step + 1 for step, grads in enumerate(observed["grads"]) if not grads]
+    if steps:
+        return (f"optimizer step {steps[0]} found no gradients (every .grad None): clear them after optimizer.step() "
+                "(or before the forward pass), never between accelerator.backward(loss) and optimizer.step()")
+    return None
+
+
 def _diagnosis(case, baseline, observed, rank):
     """The likely cause of a rank's wrong training, from what its steps showed."""
-    hint = _rows_hint(case, observed) or _first_step_hint(case, baseline, observed, rank)
+    hint = _rows_hint(case, observed) or _first_step_hint(case, baseline, observed, rank) or \
+        _no_gradients_hint(observed)
     if hint:
         return hint
     grads = observed["grads"]
@@ -357,7 +385,7 @@ def _runs(result, case):
         if "own_accelerators" in observed:
             built = ", ".join(f"Accelerator(mixed_precision={precision!r})" for precision in observed["own_accelerators"])
             raised = f" and raised {observed['raised']}" if observed["raised"] else ""
-            fail(f"{describe(case)}: rank {rank} built {built} of its own{raised}",
+            fail(f"rank {rank} built {built} of its own instead of using the one passed in{raised}",
                  hint="use the accelerator passed in: accelerate's state is one per process, so a second Accelerator "
                       "with other settings raises or silently keeps the first's"
                       + ('; and on a CPU mixed_precision="fp16" has no float16 autocast and no GradScaler: it trains '
@@ -365,19 +393,18 @@ def _runs(result, case):
     return runs
 
 
-def _check_parameters(grade, case, processes, expected, actual):
+def _check_parameters(grade, case, expected, actual):
     right = grade.reference(probe_baseline, case)
     for rank, observed in enumerate(actual):
         baseline = _baseline(grade, case, observed)
-        what = f"{describe(case, processes)}: rank {rank}'s model after training" if processes > 1 else \
-            f"{describe(case, processes)}: the model after training"
+        what = f"rank {rank}'s trained model" if case["world_size"] > 1 else "the trained model"
         hint = None if training.same_parameters(observed["parameters"], baseline["parameters"]) else \
             _diagnosis(case, baseline, observed, rank)
         training.expect_parameters(observed["parameters"], baseline["parameters"],
-                           what + " (compared with plain torch in one process, averaging the ranks' gradients)", hint)
+                                   what + " differs from plain torch's (the ranks' gradients averaged)", hint)
         if baseline is right:  # the reference's learning rates: the same run
             training.expect_parameters(observed["parameters"], expected[rank]["parameters"],
-                                       what + " (compared with the reference solution)", hint)
+                                       what + " differs from the reference solution's", hint)
 
 
 @pytest.mark.device_free
@@ -385,8 +412,8 @@ def _check_parameters(grade, case, processes, expected, actual):
 @with_examples
 def test_train_ends_equal_to_the_single_process_baseline(grade, case):
     expected, actual = grade.compare(probe_train, case, world_size=case["world_size"])
-    world = case["world_size"]
-    _check_parameters(grade, case, world, _runs(expected, case), _runs(actual, case))
+    with on_case(describe(case)):
+        _check_parameters(grade, case, _runs(expected, case), _runs(actual, case))
 
 
 @NEEDS_FLOAT64
@@ -394,7 +421,8 @@ def test_train_ends_equal_to_the_single_process_baseline(grade, case):
 @example(case=case(1, 5, 2, 2, optimizer="adamw", scheduler="linear"))
 def test_train_on_the_accelerators_device(grade, case):
     expected, actual = grade.compare(probe_train, case)
-    _check_parameters(grade, case, 1, _runs(expected, case), _runs(actual, case))
+    with on_case(describe(case)):
+        _check_parameters(grade, case, _runs(expected, case), _runs(actual, case))
 
 
 @pytest.mark.device_free
@@ -402,15 +430,15 @@ def test_train_on_the_accelerators_device(grade, case):
 @given(case=train_case())
 @with_examples
 def test_train_steps_the_scheduler_after_every_batch(grade, case):
-    actual = _runs(grade.run(probe_train, case, world_size=case["world_size"]), case)
-    baseline = grade.reference(probe_baseline, case)
-    for rank, observed in enumerate(actual):
-        expect_equal(len(observed["lrs"]), len(baseline["lrs"]),
-                     f"{describe(case)}: the number of optimizer steps on rank {rank}",
-                     hint=_rows_hint(case, observed) or "one optimizer.step() per batch of the prepared dataloader")
-        if not _close_list(observed["lrs"], baseline["lrs"]):
-            fail(f"{describe(case)}: the learning rates of rank {rank}'s optimizer steps were {observed['lrs']}, "
-                 f"expected {baseline['lrs']}", hint=_lr_hint(case, baseline, observed["lrs"]))
+    with on_case(describe(case)):
+        actual = _runs(grade.run(probe_train, case, world_size=case["world_size"]), case)
+        baseline = grade.reference(probe_baseline, case)
+        for rank, observed in enumerate(actual):
+            expect_equal(len(observed["lrs"]), len(baseline["lrs"]), f"the number of optimizer steps on rank {rank}",
+                         hint=_rows_hint(case, observed) or "one optimizer.step() per batch of the prepared dataloader")
+            if not _close_list(observed["lrs"], baseline["lrs"]):
+                fail(f"the learning rates of rank {rank}'s optimizer steps differ from the schedule's: got "
+                     f"{observed['lrs']}, expected {baseline['lrs']}", hint=_lr_hint(case, baseline, observed["lrs"]))
 
 
 @pytest.mark.device_free
@@ -418,21 +446,21 @@ def test_train_steps_the_scheduler_after_every_batch(grade, case):
 @given(case=train_case())
 @with_examples
 def test_train_steps_on_each_global_batchs_gradient(grade, case):
-    actual = _runs(grade.run(probe_train, case, world_size=case["world_size"]), case)
-    for rank, observed in enumerate(actual):
-        baseline = _baseline(grade, case, observed)
-        steps = min(len(observed["grads"]), len(baseline["grads"]))
-        for step in range(steps):
-            got, want = observed["grads"][step], baseline["grads"][step]
-            if training.same_parameters(got, want):
-                continue
-            hint = (_rows_hint(case, observed) or _first_step_hint(case, baseline, observed, rank)) if step == 0 else \
-                _diagnosis(case, baseline, observed, rank)
-            training.expect_parameters(got, want, f"{describe(case)}: the gradients rank {rank}'s optimizer step {step + 1} "
-                               "used (compared with the mean over the ranks of each rank's batch gradient)", hint)
-        expect_equal(len(observed["grads"]), len(baseline["grads"]),
-                     f"{describe(case)}: the number of optimizer steps on rank {rank}",
-                     hint=_rows_hint(case, observed) or "one optimizer.step() per batch of the prepared dataloader")
+    with on_case(describe(case)):
+        actual = _runs(grade.run(probe_train, case, world_size=case["world_size"]), case)
+        for rank, observed in enumerate(actual):
+            baseline = _baseline(grade, case, observed)
+            steps = min(len(observed["grads"]), len(baseline["grads"]))
+            for step in range(steps):
+                got, want = observed["grads"][step], baseline["grads"][step]
+                if training.same_parameters(got, want):
+                    continue
+                hint = (_rows_hint(case, observed) or _first_step_hint(case, baseline, observed, rank)
+                        or _no_gradients_hint(observed)) if step == 0 else _diagnosis(case, baseline, observed, rank)
+                training.expect_parameters(got, want, f"the gradient of rank {rank}'s optimizer step {step + 1} "
+                                                      "differs from the mean of every rank's batch gradient", hint)
+            expect_equal(len(observed["grads"]), len(baseline["grads"]), f"the number of optimizer steps on rank {rank}",
+                         hint=_rows_hint(case, observed) or "one optimizer.step() per batch of the prepared dataloader")
 
 
 @pytest.mark.device_free
@@ -442,15 +470,15 @@ def test_train_steps_on_each_global_batchs_gradient(grade, case):
 def test_train_each_rank_trains_on_its_own_batches(grade, case):
     if case["world_size"] == 1:
         return  # one process keeps every batch (the cases are the other checks', their runs reused)
-    actual = _runs(grade.run(probe_train, case, world_size=case["world_size"]), case)
-    baseline = grade.reference(probe_baseline, case)
-    for rank, observed in enumerate(actual):
-        want = [i for batch in baseline["shards"][rank] for i in batch] * case["epochs"]
-        expect_equal(observed["rows"], want,
-                     f"{describe(case)}: the samples rank {rank}'s forward passes got, in order, over all epochs "
-                     "(-1: an input that is no sample of the dataset)",
-                     hint=_rows_hint(case, observed) or "iterate the prepared dataloader once per epoch and call the "
-                                                        "model on each batch's inputs as they come")
+    with on_case(describe(case)):
+        actual = _runs(grade.run(probe_train, case, world_size=case["world_size"]), case)
+        baseline = grade.reference(probe_baseline, case)
+        for rank, observed in enumerate(actual):
+            want = [i for batch in baseline["shards"][rank] for i in batch] * case["epochs"]
+            expect_equal(observed["rows"], want, f"the samples rank {rank}'s forward passes got, in order, over all "
+                                                 "epochs (-1: no sample of the dataset)",
+                         hint=_rows_hint(case, observed) or "iterate the prepared dataloader once per epoch and call "
+                                                            "the model on each batch's inputs as they come")
 
 
 @pytest.mark.device_free
@@ -458,42 +486,64 @@ def test_train_each_rank_trains_on_its_own_batches(grade, case):
 @given(case=train_case())
 @with_examples
 def test_train_backpropagates_with_accelerator_backward(grade, case):
-    actual = _runs(grade.run(probe_train, case, world_size=case["world_size"]), case)
-    baseline = grade.reference(probe_baseline, case)
-    batches = len(baseline["shards"][0]) * case["epochs"]
-    for rank, observed in enumerate(actual):
-        if observed["backward_calls"] != batches:
-            fail(f"{describe(case)}: rank {rank} called accelerator.backward {observed['backward_calls']} times "
-                 f"for {batches} batches",
-                 hint="back-propagate each batch's loss with accelerator.backward(loss), not loss.backward(): "
-                      "accelerate scales the loss there for gradient accumulation and fp16 loss scaling")
+    with on_case(describe(case)):
+        actual = _runs(grade.run(probe_train, case, world_size=case["world_size"]), case)
+        baseline = grade.reference(probe_baseline, case)
+        batches = len(baseline["shards"][0]) * case["epochs"]
+        for rank, observed in enumerate(actual):
+            if observed["backward_calls"] != batches:
+                fail(f"rank {rank} called accelerator.backward {observed['backward_calls']} times, expected {batches} "
+                     "(once per batch)",
+                     hint="back-propagate each batch's loss with accelerator.backward(loss), not loss.backward(): "
+                          "accelerate scales the loss there for gradient accumulation and fp16 loss scaling")
+
+
+def _loss_hint(case, losses, local, baseline, epoch, observed, rank):
+    """The cause of a wrong epoch loss, from the values: the training itself, each rank's own mean,
+    gather_for_metrics's, float32's."""
+    loss, want = losses[rank], baseline["losses"][epoch]
+    if not training.same_parameters(observed["parameters"], baseline["parameters"]):
+        return "the losses follow the training, which went wrong: " + _diagnosis(case, baseline, observed, rank)
+    if case["world_size"] > 1 and _close_list(losses, local) and len(set(local)) > 1:
+        return ("gather every batch's loss from every rank (accelerator.gather(loss.detach().reshape(1))) and "
+                "average them all: each rank returned the mean of its own batches' losses")
+    metrics = baseline["metrics_losses"][epoch]
+    if _close_list([loss], [metrics]) and not _close_list([metrics], [want]):
+        return ("gather_for_metrics drops the duplicated samples of a padded last batch: at the last step it keeps "
+                "only the first len(dataset) % (batch_size * num_processes) gathered values, and a per-process mean "
+                "loss is not a per-sample value, so whole ranks' losses were dropped; use "
+                "accelerator.gather(loss.detach().reshape(1)): every batch loss of every rank counts")
+    if math.isclose(loss, want, rel_tol=1e-6):
+        return ("the losses agree to float32's precision but not float64's: the loss was kept or gathered in float32 "
+                "(torch.tensor(loss.item()) is a float32 tensor); gather the loss tensor itself, "
+                "loss.detach().reshape(1), in the model's dtype (float64 here)")
+    return "each epoch's loss is the mean of the batch losses of every rank, gathered: the same on every rank"
 
 
 @pytest.mark.device_free
 @given(case=train_case())
 @with_examples
 def test_train_returns_the_gathered_epoch_losses(grade, case):
-    actual = _runs(grade.run(probe_train, case, world_size=case["world_size"]), case)
-    what = describe(case)
-    for rank, observed in enumerate(actual):
-        if observed["losses_type"] != "builtins.list" or any(t != "builtins.float" for t in observed["loss_types"]):
-            kinds = observed.get("loss_types", observed["losses_type"])
-            fail(f"{what}: rank {rank} returned {kinds}, expected a list of Python floats",
-                 hint="return a list with one float per epoch (float(...) or .item()), not tensors", status="invalid")
-        expect_equal(len(observed["losses"]), case["epochs"], f"{what}: the number of losses rank {rank} returned",
-                     hint="one loss per epoch")
-    if not is_even(case):
-        return  # accelerate repeats samples to even out the last batches: the losses are compared on even sizes
-    baselines = [_baseline(grade, case, observed) for observed in actual]
-    for epoch in range(case["epochs"]):
-        losses = [observed["losses"][epoch] for observed in actual]
-        local = [baseline["local_losses"][epoch][rank] for rank, baseline in enumerate(baselines)]
-        hint = "each epoch's loss is the mean of the batch losses of every rank, gathered: the same on every rank"
-        if case["world_size"] > 1 and _close_list(losses, local) and len(set(local)) > 1:
-            hint = ("gather every batch's loss from every rank (accelerator.gather(loss.detach().reshape(1))) and "
-                    "average them all: each rank returned the mean of its own batches' losses")
-        for rank, loss in enumerate(losses):
-            want = baselines[rank]["losses"][epoch]
-            if not math.isclose(loss, want, rel_tol=1e-9, abs_tol=1e-12):
-                fail(f"{what}: rank {rank} returned {loss!r} for epoch {epoch + 1}, expected {want!r} (the mean over "
-                     f"every rank's batch losses, {len(losses)} ranks; plain torch in one process)", hint=hint)
+    with on_case(describe(case)):
+        actual = _runs(grade.run(probe_train, case, world_size=case["world_size"]), case)
+        for rank, observed in enumerate(actual):
+            if observed["losses_type"] != "builtins.list" or any(t != "builtins.float" for t in observed["loss_types"]):
+                kinds = observed.get("loss_types", observed["losses_type"])
+                fail(f"rank {rank} returned {kinds}, expected a list of Python floats",
+                     hint="return a list with one float per epoch (float(...) or .item()), not tensors",
+                     status="invalid")
+            expect_equal(len(observed["losses"]), case["epochs"], f"the number of losses rank {rank} returned",
+                         hint="one loss per epoch")
+        # every size: the batches evened out with repeated samples count like the others, as accelerator.gather gives
+        baselines = [_baseline(grade, case, observed) for observed in actual]
+        for epoch in range(case["epochs"]):
+            losses = [observed["losses"][epoch] for observed in actual]
+            local = [baseline["local_losses"][epoch][rank] for rank, baseline in enumerate(baselines)]
+            for rank, loss in enumerate(losses):
+                baseline = baselines[rank]
+                want = baseline["losses"][epoch]
+                if not math.isclose(loss, want, rel_tol=1e-9, abs_tol=1e-12):
+                    wanted, got = apart(want, loss)
+                    fail(f"rank {rank} returned {got} as epoch {epoch + 1}'s loss, expected {wanted} (the mean of "
+                         f"every batch loss of all {len(losses)} ranks; plain torch in one process)",
+                         hint=_loss_hint(case, losses, local, baseline, epoch, actual[rank], rank))

@@ -42,6 +42,15 @@ WRONG = [
     # the losses not gathered: each rank's own mean
     Wrong("local_losses", mutate(EX, (GATHER, "losses.append(loss.detach().reshape(1))")),
           "test_train_returns_the_gathered_epoch_losses", diagnosis="mean of its own batches' losses"),
+    # gather_for_metrics on a per-process loss: at the last step it keeps only the dataset's remainder of the gathered
+    # values, here whole ranks' losses (9 samples, batch 2, 2 processes: rank 1's last loss dropped)
+    Wrong("gather_for_metrics", mutate(EX, (GATHER, "losses.append(accelerator.gather_for_metrics(loss.detach()[None]))")),
+          LOSSES, diagnosis="gather_for_metrics drops the duplicated samples of a padded last batch",
+          passes=(PARAMETERS, GRADIENTS)),
+    # each rank's loss put in a new tensor of the default dtype: float32 for a float64 model
+    Wrong("float32_losses", mutate(EX, (GATHER, "losses.append(accelerator.gather(torch.tensor([loss.item()], "
+                                                "device=accelerator.device)))")),
+          LOSSES, diagnosis="agree to float32's precision but not float64's", passes=(PARAMETERS,)),
     # the dataloader not prepared: every rank trains on all the data
     Wrong("unprepared_dataloader", mutate(EX, (PREPARE, "model, optimizer, lr_scheduler = accelerator.prepare(model, optimizer, lr_scheduler)")),
           "test_train_each_rank_trains_on_its_own_batches", diagnosis="every rank trained on every sample"),
@@ -56,7 +65,7 @@ WRONG = [
           passes=(PARAMETERS, GRADIENTS, LOSSES)),
     # gradients cleared between backward and step: the optimizer steps on nothing
     Wrong("zero_grad_before_step", mutate(EX, (ZERO_GRAD, ""), ("            optimizer.step()\n", ZERO_GRAD + "            optimizer.step()\n")),
-          "test_train_ends_equal_to_the_single_process_baseline"),
+          "test_train_ends_equal_to_the_single_process_baseline", diagnosis="found no gradients"),
     # tensors returned instead of floats
     Wrong("returns_tensors", mutate(EX, ("torch.cat(losses).to(torch.float64).mean().item()", "torch.cat(losses).to(torch.float64).mean()")),
           "test_train_returns_the_gathered_epoch_losses"),
@@ -73,8 +82,8 @@ WRONG = [
 RIGHT = [
     # zero_grad at the start of each batch (the model arrives without gradients), set_to_none=False
     Right("zero_grad_first", mutate(EX, (ZERO_GRAD, ""), ("            loss = loss_fn(", "            optimizer.zero_grad(set_to_none=False)\n            loss = loss_fn("))),
-    # losses gathered with gather_for_metrics (equal on the sizes where losses are compared)
-    Right("gather_for_metrics", mutate(EX, (GATHER, "losses.append(accelerator.gather_for_metrics(loss.detach()[None]))"))),
+    # each batch's loss averaged over the ranks with reduce, then over the batches
+    Right("reduce_mean", mutate(EX, (GATHER, 'losses.append(accelerator.reduce(loss.detach(), "mean").reshape(1))'))),
     # a running Python sum, prepared one by one
     Right("running_sum", '''
 import torch
@@ -99,6 +108,27 @@ def train(accelerator, model, optimizer, dataloader, lr_scheduler, loss_fn, num_
             total += gathered.sum().item()
             count += gathered.numel()
         result.append(total / count)
+    return result
+'''),
+    # each rank's sum and count gathered once an epoch (every rank runs as many batches, padded ones included)
+    Right("gathered_once_per_epoch", '''
+import torch
+
+
+def train(accelerator, model, optimizer, dataloader, lr_scheduler, loss_fn, num_epochs):
+    model, optimizer, dataloader, lr_scheduler = accelerator.prepare(model, optimizer, dataloader, lr_scheduler)
+    result = []
+    for epoch in range(num_epochs):
+        total = torch.zeros(2, dtype=torch.float64, device=accelerator.device)
+        for inputs, targets in dataloader:
+            loss = loss_fn(model(inputs), targets)
+            accelerator.backward(loss)
+            optimizer.step()
+            lr_scheduler.step()
+            optimizer.zero_grad()
+            total += torch.stack([loss.detach(), torch.ones_like(loss)])
+        totals = accelerator.gather(total[None])
+        result.append((totals[:, 0].sum() / totals[:, 1].sum()).item())
     return result
 '''),
 ]

@@ -20,7 +20,11 @@ four at once, and the checks watch what the Trainer then does.
   calls the model's checkpointing switch (ex14) before it trains: every layer
   keeps only its input in the forward pass and runs its forward again in the
   backward pass. About a third more compute for the activations of one layer
-  instead of all of them.
+  instead of all of them. It belongs in the arguments, as the other three do:
+  any Trainer given them then checkpoints. (A loop of your own with Accelerate
+  calls ``model.gradient_checkpointing_enable()`` itself; doing that in
+  ``build_efficient_trainer`` over arguments without it turns it on for that
+  one model only.)
 * **bf16 mixed precision.** ``bf16`` runs the forward pass under
   ``torch.autocast(..., dtype=torch.bfloat16)`` (ex16) while the weights, the
   gradients and the optimizer's state stay float32. bfloat16 has float32's
@@ -53,10 +57,14 @@ Two functions:
   trains ``model`` on ``train_dataset`` with those arguments. (Building the
   Adafactor yourself and handing it over with ``Trainer(...,
   optimizers=(optimizer, None))`` is right too, if it is the one
-  ``optim="adafactor"`` builds.)
+  ``optim="adafactor"`` builds: ``lr=args.learning_rate``,
+  ``scale_parameter=False``, ``relative_step=False``. A fixed ``lr``, or
+  relative steps (``relative_step=True``: a step size of its own from the step
+  count, the learning rate ignored), trains another model.)
 
-The checks train a tiny model with your two functions and watch the training
-itself, not the fields: the rows of each forward pass and the optimizer steps,
+The checks train a tiny model with your two functions (and your arguments
+alone with a plain ``Trainer``, where every layer must be checkpointed too)
+and watch the training itself, not the fields: the rows of each forward pass and the optimizer steps,
 how often each layer's inside runs per micro-batch (twice when checkpointed),
 the autocast state and dtype each layer's Linear modules run in, the class of
 the optimizer that steps and the shapes of its state, and the trained weights,

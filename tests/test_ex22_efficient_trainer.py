@@ -15,16 +15,23 @@ the arguments' fields: a setting that does not change what training does is not 
   step per accumulation_steps of them (a short last window steps too), as the reference.
 - checkpointing: in every layer of the model, the Linear modules inside it run twice per micro-batch (the forward
   pass, and again when the backward pass recomputes the layer), as the reference's; once means no checkpointing.
+  The contract puts checkpointing in the arguments: the learner's arguments are also given to a plain Trainer the
+  probe builds, and every layer must be recomputed there too (a builder that calls
+  model.gradient_checkpointing_enable() itself, over arguments without gradient_checkpointing, fails here).
 - precision: every Linear inside the layers runs under autocast in bfloat16 on the check's device
   (torch.is_autocast_enabled / torch.get_autocast_dtype read in a forward hook, and its output's dtype) while the
   weights stay float32. fp16 on a CPU does not autocast (float32 throughout); on a GPU it autocasts to float16.
 - optimizer: the optimizer that stepped (seen by the step hook, not a field) is transformers' Adafactor, and its
   state for every parameter has the reference's keys and shapes: a factored second moment (exp_avg_sq_row and
-  exp_avg_sq_col) for a matrix, a full one for a vector, no first moment.
+  exp_avg_sq_col) for a matrix, a full one for a vector, no first moment. An Adafactor handed to the Trainer
+  (optimizers=) that trains otherwise than optim="adafactor"'s (a fixed lr, relative steps) fails the training check,
+  its settings (the optimizer's defaults) named in the hint.
 
 A keyword TrainingArguments has no field for (its signature lacks it: evaluation_strategy, the name transformers 5
 removed) is named; bf16 asked for without use_cpu on a host with no bf16 GPU, and fp16 with bf16, which
 TrainingArguments refuses, are named from the keywords given, not from the error's wording.
+
+Every failure names its cause first and the case (the call, the model, the data) on a line after it.
 
 The device is the check's: the probe passes use_cpu=True on the CPU (the contract's parameter, which TrainingArguments
 needs before it accepts bf16 without a bf16 GPU) and also sets ACCELERATE_USE_CPU, as `accelerate launch --cpu`
@@ -42,7 +49,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from grader import models
-from grader.checks import expect_close, expect_equal, explicit_examples, fail
+from grader.checks import expect_close, expect_equal, explicit_examples, fail, on_case
 from grader.probing import InvalidResult
 
 SEQUENCE_LENGTH = 8
@@ -230,8 +237,8 @@ class _Watch:
 
 
 def _optimizer_state(optimizer, model):
-    """The class of the optimizer and, for each named parameter, its state's tensors' shapes (other values: their
-    type's name)."""
+    """The class of the optimizer, its settings (its defaults: what it was built with, untouched by the schedule)
+    and, for each named parameter, its state's tensors' shapes (other values: their type's name)."""
     names = {id(parameter): name for name, parameter in model.named_parameters()}
     state = {}
     for parameter, values in optimizer.state.items():
@@ -239,7 +246,10 @@ def _optimizer_state(optimizer, model):
             state[names[id(parameter)]] = {str(key): (list(value.shape) if hasattr(value, "shape")
                                                       else type(value).__name__) for key, value in values.items()}
     kind = type(optimizer)
-    return {"class": f"{kind.__module__}.{kind.__qualname__}", "state": state}
+    settings = {str(key): list(value) if type(value) is tuple else
+                value if value is None or type(value) in (bool, int, float, str) else type(value).__name__
+                for key, value in optimizer.defaults.items()}
+    return {"class": f"{kind.__module__}.{kind.__qualname__}", "settings": settings, "state": state}
 
 
 def _train(ctx, case, output_dir, arguments, build):
@@ -269,6 +279,7 @@ def _train(ctx, case, output_dir, arguments, build):
     if not isinstance(trainer, Trainer):
         raise InvalidResult(f"build_efficient_trainer returned a {type(trainer).__module__}."
                             f"{type(trainer).__qualname__}, expected a transformers.Trainer")
+    by_hand = trainer.optimizer is not None  # handed over with optimizers=: the Trainer builds none of its own
     with _Watch(model, layers, ctx.torch_device().type) as watch:
         trainer.train()
     stepped = list({id(optimizer): optimizer for optimizer in watch.steps}.values())
@@ -276,7 +287,7 @@ def _train(ctx, case, output_dir, arguments, build):
             "dtypes": sorted({str(p.dtype).replace("torch.", "") for p in model.parameters()}),
             "rows": watch.rows, "steps": len(watch.steps), "global_step": trainer.state.global_step,
             "layer_calls": watch.layer_calls, "linears": watch.linears, "precision": sorted(watch.precision),
-            "optimizers": [_optimizer_state(optimizer, model) for optimizer in stepped]}
+            "optimizers": [_optimizer_state(optimizer, model) for optimizer in stepped], "by_hand": by_hand}
 
 
 def probe_train(ctx, case):
@@ -285,6 +296,13 @@ def probe_train(ctx, case):
     with _workspace(ctx) as output_dir:
         return _train(ctx, case, output_dir, ctx.module.efficient_training_arguments,
                       ctx.module.build_efficient_trainer)
+
+
+def probe_arguments(ctx, case):
+    """The learner's efficient_training_arguments(...) alone, given to a plain Trainer the probe builds: what any
+    Trainer with these arguments does."""
+    with _workspace(ctx) as output_dir:
+        return _train(ctx, case, output_dir, ctx.module.efficient_training_arguments, _plain_trainer)
 
 
 def _contract_arguments(output_dir, batch_size, accumulation_steps, learning_rate, num_epochs, seed, use_cpu):
@@ -311,11 +329,11 @@ def probe_engine(ctx, case):
 # --- checks -----------------------------------------------------------------------------------------------
 
 
-def _refused(case, actual):
+def _refused(actual):
     """Fail a call of TrainingArguments that refused what it was given, with its cause named from the keywords."""
     if "refused" not in actual:
         return
-    refused, what = actual["refused"], describe(case)
+    refused = actual["refused"]
     given = refused["given"]
     if refused["unknown"]:
         unknown = refused["unknown"]
@@ -323,7 +341,7 @@ def _refused(case, actual):
                 "leave it out" if "evaluation_strategy" in unknown else
                 "this transformers has no such field (older code may use fields since removed): pass only fields "
                 "TrainingArguments has; help(transformers.TrainingArguments) lists them")
-        fail(f"{what}: TrainingArguments(...) was given {', '.join(unknown)}, which it has no field for, and raised "
+        fail(f"TrainingArguments(...) was given {', '.join(unknown)}, which it has no field for, and raised "
              f"{refused['raised']}", hint=hint)
     if given["bf16"] and given["fp16"]:
         hint = "one mixed precision: bf16=True alone (fp16 and bf16 together are refused)"
@@ -332,12 +350,12 @@ def _refused(case, actual):
                 "with use_cpu=True, and then trains in CPU autocast")
     else:
         hint = "build TrainingArguments with the contract's settings only"
-    fail(f"{what}: TrainingArguments(...) raised {refused['raised']}", hint=hint)
+    fail(f"TrainingArguments(...) raised {refused['raised']}", hint=hint)
 
 
 def _observe(grade, case):
     expected, actual = grade.compare(probe_train, case)
-    _refused(case, actual)
+    _refused(actual)
     return expected, actual
 
 
@@ -348,11 +366,28 @@ def _training_hint(case, actual, expected):
         return _accumulation_hint(case, actual, expected)
     if actual["precision"] != expected["precision"] or actual["dtypes"] != expected["dtypes"]:
         return _precision_hint(actual)
-    if actual["optimizers"] != expected["optimizers"]:
-        return _optimizer_hint(actual["optimizers"])
+    got, want = actual["optimizers"], expected["optimizers"]
+    if [(e["class"], e["state"]) for e in got] != [(e["class"], e["state"]) for e in want]:
+        return _optimizer_hint(got)
+    if actual["by_hand"] and len(got) == len(want) == 1 and got[0]["settings"] != want[0]["settings"]:
+        return _settings_hint(got[0]["settings"], want[0]["settings"])
     return ("pass learning_rate, num_epochs and seed through (learning_rate=learning_rate, num_train_epochs=num_epochs, "
             "seed=seed) and leave what else changes training (weight decay, warmup, the schedule) at its default; "
             "Trainer(model=model, args=args, train_dataset=train_dataset)")
+
+
+def _settings_hint(got, want):
+    """The cause of an Adafactor handed to the Trainer that trains otherwise than optim="adafactor"'s."""
+    built = 'optim="adafactor" builds it with lr=args.learning_rate, scale_parameter=False, relative_step=False, ' \
+            "warmup_init=False (or leave the optimizer to the Trainer: optim=\"adafactor\" in the arguments)"
+    if got.get("relative_step"):
+        return ("the Adafactor handed to the Trainer takes relative steps (relative_step=True): it makes its own step "
+                "size from the step count and ignores the learning rate; " + built)
+    if got.get("lr") != want.get("lr"):
+        return (f"the Adafactor handed to the Trainer has a fixed lr={got.get('lr')!r}, not the arguments' "
+                f"learning_rate ({want.get('lr')!r}); " + built)
+    differ = ", ".join(f"{key}={got.get(key)!r}" for key in want if got.get(key) != want[key])
+    return f"the Adafactor handed to the Trainer was built with {differ}; " + built
 
 
 # Each example trains three times (submission, reference, engine): about a second each. Every check draws the same
@@ -363,12 +398,12 @@ def _training_hint(case, actual, expected):
 @with_examples
 @given(case=cases())
 def test_the_trainer_trains_as_the_contract_arguments(grade, case):
-    expected, actual = _observe(grade, case)
-    engine = grade.reference(probe_engine, case)
-    what = describe(case)
-    hint = _training_hint(case, actual, expected)
-    for name, value in engine["weights"].items():
-        expect_close(actual["weights"].get(name), value, f"{what}: the trained model's {name}", hint=hint)
+    with on_case(describe(case)):
+        expected, actual = _observe(grade, case)
+        engine = grade.reference(probe_engine, case)
+        hint = _training_hint(case, actual, expected)
+        for name, value in engine["weights"].items():
+            expect_close(actual["weights"].get(name), value, f"the trained model's {name}", hint=hint)
 
 
 def _accumulation_hint(case, actual, expected):
@@ -388,13 +423,20 @@ def _accumulation_hint(case, actual, expected):
 @with_examples
 @given(case=cases())
 def test_accumulation_steps_once_every_accumulation_steps_micro_batches(grade, case):
-    expected, actual = _observe(grade, case)
-    what = describe(case)
-    hint = _accumulation_hint(case, actual, expected)
-    expect_equal(actual["rows"], expected["rows"], f"{what}: the rows of each training forward pass", hint=hint)
-    expect_equal(actual["steps"], expected["steps"], f"{what}: optimizer steps taken (optimizer.step() calls)",
-                 hint=hint)
-    expect_equal(actual["global_step"], expected["global_step"], f"{what}: trainer.state.global_step", hint=hint)
+    with on_case(describe(case)):
+        expected, actual = _observe(grade, case)
+        hint = _accumulation_hint(case, actual, expected)
+        expect_equal(actual["rows"], expected["rows"], "the rows of each training forward pass", hint=hint)
+        expect_equal(actual["steps"], expected["steps"], "the optimizer steps taken (optimizer.step() calls)",
+                     hint=hint)
+        expect_equal(actual["global_step"], expected["global_step"], "trainer.state.global_step", hint=hint)
+
+
+def _passes(observed):
+    """How often each layer's Linear modules ran per micro-batch, layer by layer."""
+    micro_batches = max(len(observed["rows"]), 1)
+    return [calls / (linears * micro_batches) if linears else 0.0
+            for calls, linears in zip(observed["layer_calls"], observed["linears"])]
 
 
 @pytest.mark.measured_in_worker("how often the Linear modules inside each layer ran (forward hooks)")
@@ -402,20 +444,25 @@ def test_accumulation_steps_once_every_accumulation_steps_micro_batches(grade, c
 @with_examples
 @given(case=cases())
 def test_every_layer_is_recomputed_in_the_backward_pass(grade, case):
-    expected, actual = _observe(grade, case)
-    what = describe(case)
-    micro_batches = max(len(actual["rows"]), 1)
-    passes = [calls / (linears * micro_batches) if linears else 0.0
-              for calls, linears in zip(actual["layer_calls"], actual["linears"])]
-    want = [calls / (linears * max(len(expected["rows"]), 1)) if linears else 0.0
-            for calls, linears in zip(expected["layer_calls"], expected["linears"])]
-    if passes != want:
-        plain = [index for index, runs in enumerate(passes) if runs < 2]
-        hint = ("gradient_checkpointing=True: the Trainer then turns checkpointing on in every layer, which runs "
-                "each layer's forward again in the backward pass instead of keeping its activations"
-                if plain else "turn checkpointing on once, through gradient_checkpointing=True")
-        fail(f"{what}: each layer's forward ran {passes} times per micro-batch (layer by layer), expected {want} "
-             "(the forward pass, and the recomputation in the backward pass)", hint=hint)
+    with on_case(describe(case)):
+        expected, actual = _observe(grade, case)
+        passes, want = _passes(actual), _passes(expected)
+        if passes != want:
+            plain = [index for index, runs in enumerate(passes) if runs < 2]
+            hint = ("gradient_checkpointing=True: the Trainer then turns checkpointing on in every layer, which runs "
+                    "each layer's forward again in the backward pass instead of keeping its activations"
+                    if plain else "turn checkpointing on once, through gradient_checkpointing=True")
+            fail(f"each layer's forward ran {passes} times per micro-batch (layer by layer), expected {want} "
+                 "(the forward pass, and the recomputation in the backward pass)", hint=hint)
+        # the contract puts checkpointing in the arguments: any Trainer given them checkpoints
+        alone = grade.run(probe_arguments, case)
+        _refused(alone)
+        if _passes(alone) != want:
+            fail(f"with the arguments alone, each layer's forward ran {_passes(alone)} times per micro-batch, expected "
+                 f"{want} (given to a plain Trainer(model=model, args=args, train_dataset=train_dataset))",
+                 hint="gradient_checkpointing=True in efficient_training_arguments: the contract puts checkpointing "
+                      "in the arguments, so that any Trainer given them checkpoints; model.gradient_checkpointing_"
+                      "enable() in build_efficient_trainer turns it on for that one model only")
 
 
 def _precision_hint(actual):
@@ -436,16 +483,16 @@ def _precision_hint(actual):
 @with_examples
 @given(case=cases())
 def test_the_forward_runs_under_bfloat16_autocast(grade, case):
-    expected, actual = _observe(grade, case)
-    what = describe(case)
-    precision = [tuple(state) for state in actual["precision"]]
-    if precision != [tuple(state) for state in expected["precision"]]:
-        said = "; ".join(f"autocast on in {dtype}, outputs {out}" if on else f"autocast off, outputs {out}"
-                         for on, dtype, out in precision)
-        fail(f"{what}: the Linear modules inside the layers ran with {said or 'nothing'}; expected autocast on in "
-             "bfloat16 throughout", hint=_precision_hint(actual))
-    expect_equal(actual["dtypes"], expected["dtypes"], f"{what}: the model's parameter dtypes after training",
-                 hint=_precision_hint(actual))
+    with on_case(describe(case)):
+        expected, actual = _observe(grade, case)
+        precision = [tuple(state) for state in actual["precision"]]
+        if precision != [tuple(state) for state in expected["precision"]]:
+            said = "; ".join(f"autocast on in {dtype}, outputs {out}" if on else f"autocast off, outputs {out}"
+                             for on, dtype, out in precision)
+            fail(f"the Linear modules inside the layers ran with {said or 'nothing'}; expected autocast on in "
+                 "bfloat16 throughout", hint=_precision_hint(actual))
+        expect_equal(actual["dtypes"], expected["dtypes"], "the model's parameter dtypes after training",
+                     hint=_precision_hint(actual))
 
 
 def _optimizer_hint(got):
@@ -464,12 +511,11 @@ def _optimizer_hint(got):
 @with_examples
 @given(case=cases())
 def test_the_optimizer_is_adafactor_with_a_factored_second_moment(grade, case):
-    expected, actual = _observe(grade, case)
-    what = describe(case)
-    got, want = actual["optimizers"], expected["optimizers"]
-    hint = _optimizer_hint(got)
-    expect_equal([entry["class"] for entry in got], [entry["class"] for entry in want],
-                 f"{what}: the class of the optimizer that stepped", hint=hint)
-    for entry, reference in zip(got, want):
-        expect_equal(entry["state"], reference["state"], f"{what}: the optimizer's state (its tensors' shapes)",
-                     hint=hint)
+    with on_case(describe(case)):
+        expected, actual = _observe(grade, case)
+        got, want = actual["optimizers"], expected["optimizers"]
+        hint = _optimizer_hint(got)
+        expect_equal([entry["class"] for entry in got], [entry["class"] for entry in want],
+                     "the class of the optimizer that stepped", hint=hint)
+        for entry, reference in zip(got, want):
+            expect_equal(entry["state"], reference["state"], "the optimizer's state (its tensors' shapes)", hint=hint)

@@ -63,6 +63,11 @@ WRONG = [
     # checkpointing left off: the same weights, every activation kept
     Wrong("checkpointing_missing", mutate(EX, (CHECKPOINT, "")), CHECKPOINTING,
           diagnosis="gradient_checkpointing=True"),
+    # checkpointing turned on in the builder (as transformers' guide does for a loop of its own with Accelerate), the
+    # arguments without it: this Trainer checkpoints, any other given these arguments does not
+    Wrong("checkpointing_in_the_builder", mutate(EX, (CHECKPOINT, ""), (TRAINER, "model.gradient_checkpointing_enable()\n"
+                                                                               "    " + TRAINER)),
+          CHECKPOINTING, diagnosis="the contract puts checkpointing in the arguments", passes=(TRAINING,)),
     # float16 instead of bfloat16: on a CPU no autocast at all (float32), on a GPU float16
     Wrong("fp16_instead_of_bf16", mutate(EX, (BF16, "        fp16=True,\n")), PRECISION,
           diagnosis="fp16=True on a CPU does not autocast"),
@@ -83,6 +88,23 @@ WRONG = [
                                          ("from transformers import", "from transformers.optimization import Adafactor\n"
                                                                       "from transformers import")),
           OPTIMIZER, diagnosis="without a first moment"),
+    # Adafactor handed over with a fixed learning rate: the arguments right, the optimizer deaf to them
+    Wrong("adafactor_fixed_lr", mutate(EX, (TRAINER, "return Trainer(model=model, args=args, train_dataset=train_dataset, "
+                                                     "optimizers=(Adafactor(model.parameters(), lr=1e-3, "
+                                                     "scale_parameter=False, relative_step=False), None))"),
+                                       ("from transformers import", "from transformers.optimization import Adafactor\n"
+                                                                    "from transformers import")),
+          TRAINING, diagnosis="has a fixed lr=0.001, not the arguments' learning_rate", passes=(OPTIMIZER,)),
+    # Adafactor with relative steps, as its documentation suggests for training from scratch: its own step size
+    Wrong("adafactor_relative_step", mutate(EX, (TRAINER, "optimizer = Adafactor(model.parameters(), scale_parameter=True, "
+                                                          "relative_step=True, warmup_init=True, lr=None)\n"
+                                                          "    return Trainer(model=model, args=args, train_dataset="
+                                                          "train_dataset, optimizers=(optimizer, "
+                                                          "AdafactorSchedule(optimizer)))"),
+                                            ("from transformers import", "from transformers.optimization import "
+                                                                         "Adafactor, AdafactorSchedule\n"
+                                                                         "from transformers import")),
+          TRAINING, diagnosis="takes relative steps (relative_step=True)", passes=(OPTIMIZER,)),
 ]
 
 # other right ways to do it: they must score full marks

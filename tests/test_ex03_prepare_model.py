@@ -28,7 +28,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from grader import models, probing
-from grader.checks import example, expect_close, expect_equal, fail
+from grader.checks import example, expect_close, expect_equal, fail, on_case
 from grader.probing import InvalidResult
 
 KINDS = ("mlp",) + models.ARCHITECTURES
@@ -149,16 +149,17 @@ def probe_prepare_distributed(ctx, spec, mixed_precision):
 COPY_HINT = "prepare the model you were given (accelerator.prepare(model)), not a copy of it"
 
 
-def compare_prepared(actual, expected, what):
+def compare_prepared(actual, expected, where=""):
+    """`where`: the rank's prefix ("rank 1: ") with several processes."""
     expect_equal(actual["parameter_devices"], expected["parameter_devices"],
-                 f"{what}: the devices of the prepared model's parameters",
+                 f"{where}the devices of the prepared model's parameters",
                  hint="the model belongs on accelerator.device, not on a device of your choosing")
     if "unwraps_to_the_model_given" in expected:  # one process; several compare the model's own weights
         expect_equal(actual["unwraps_to_the_model_given"], expected["unwraps_to_the_model_given"],
-                     f"{what}: is accelerator.unwrap_model(result) the model passed in", hint=COPY_HINT)
-    expect_equal(actual["parameters"], expected["parameters"], f"{what}: the prepared model's parameters",
+                     f"{where}is accelerator.unwrap_model(result) the model passed in", hint=COPY_HINT)
+    expect_equal(actual["parameters"], expected["parameters"], f"{where}the prepared model's parameters",
                  hint="prepare moves the model; it does not change or re-initialise its weights")
-    output = f"{what}: its output on a seeded batch"
+    output = f"{where}its output on a seeded batch"
     expect_equal(actual["output"]["device"], expected["output"]["device"], output + " (device)")
     expect_close(actual["output"]["values"], expected["output"]["values"], output,
                  hint="with mixed_precision, accelerator.prepare runs the forward pass under autocast; "
@@ -176,12 +177,12 @@ def with_mode_examples(check):
 @with_mode_examples
 def test_prepare_model_places_the_model(grade, spec, mixed_precision):
     expected, actual = grade.compare(probe_prepare, spec, mixed_precision)
-    what = described(spec, mixed_precision)
-    compare_prepared(actual, expected, what)
-    if actual["is_the_model_given"] != expected["is_the_model_given"]:
-        fail(f"{what}: with one process the result should be the model passed in (moved in place), "
-             f"got another {actual['class']}", hint=COPY_HINT)
-    expect_equal(actual["class"], expected["class"], f"{what}: the class of the result")
+    with on_case(described(spec, mixed_precision)):
+        compare_prepared(actual, expected)
+        if actual["is_the_model_given"] != expected["is_the_model_given"]:
+            fail(f"with one process the result should be the model passed in (moved in place), "
+                 f"got another {actual['class']}", hint=COPY_HINT)
+        expect_equal(actual["class"], expected["class"], "the class of the result")
 
 
 @pytest.mark.device_free
@@ -190,25 +191,29 @@ def test_prepare_model_places_the_model(grade, spec, mixed_precision):
 @example(spec=model_spec("bert", 16, 2), mixed_precision="no")
 def test_prepare_model_wraps_for_several_processes(grade, spec, mixed_precision):
     expected, actual = grade.compare(probe_prepare_distributed, spec, mixed_precision, world_size=2)
-    for rank, (want, got) in enumerate(zip(expected, actual)):
-        what = described(spec, mixed_precision, processes=2) + f", rank {rank}"
-        if got["class"] != want["class"]:
-            fail(f"{what}: returned a {got['class']}, expected a {want['class']}",
-                 hint="with several processes accelerator.prepare wraps the model in DistributedDataParallel; "
-                      "model.to(accelerator.device) alone does not, and returning the module inside loses the wrapper")
-        compare_prepared(got, want, what)
-        expect_equal(got["weights_of_the_model_given"], want["weights_of_the_model_given"],
-                     f"{what}: the weights of the model passed in, after prepare", hint=COPY_HINT +
-                     "; DistributedDataParallel gives every rank rank 0's weights")
-        expect_equal(sorted(got["gradients"]), sorted(want["gradients"]),
-                     f"{what}: the parameters of the model passed in that got a gradient through the result")
-        for name, gradient in want["gradients"].items():
-            expect_close(got["gradients"][name], gradient,
-                         f"{what}: {name}.grad after a backward pass through the result on this rank's own batch",
-                         hint="with several processes accelerator.prepare wraps the model in DistributedDataParallel, "
-                              "which averages the gradients over the ranks; a wrapper of your own does not")
-        expect_equal({k: v for k, v in got.items() if k not in ("output", "gradients")},
-                     {k: v for k, v in want.items() if k not in ("output", "gradients")}, what)
+    with on_case(described(spec, mixed_precision, processes=2)):
+        for rank, (want, got) in enumerate(zip(expected, actual)):
+            where = f"rank {rank}: "
+            if got["class"] != want["class"]:
+                fail(f"{where}prepare_model returned a {got['class']}, expected a {want['class']}",
+                     hint="with several processes accelerator.prepare wraps the model in DistributedDataParallel; "
+                          "model.to(accelerator.device) alone does not, and returning the module inside loses the "
+                          "wrapper")
+            compare_prepared(got, want, where)
+            expect_equal(got["weights_of_the_model_given"], want["weights_of_the_model_given"],
+                         f"{where}the weights of the model passed in, after prepare", hint=COPY_HINT +
+                         "; DistributedDataParallel gives every rank rank 0's weights")
+            expect_equal(sorted(got["gradients"]), sorted(want["gradients"]),
+                         f"{where}the parameters of the model passed in that got a gradient through the result")
+            for name, gradient in want["gradients"].items():
+                expect_close(got["gradients"][name], gradient,
+                             f"{where}{name}.grad after a backward pass through the result on this rank's own batch",
+                             hint="with several processes accelerator.prepare wraps the model in "
+                                  "DistributedDataParallel, which averages the gradients over the ranks; a wrapper "
+                                  "of your own does not")
+            expect_equal({k: v for k, v in got.items() if k not in ("output", "gradients")},
+                         {k: v for k, v in want.items() if k not in ("output", "gradients")},
+                         f"{where}what prepare_model gave")
 
 
 @pytest.mark.measured_in_worker("the model's training flag")
@@ -216,7 +221,7 @@ def test_prepare_model_wraps_for_several_processes(grade, spec, mixed_precision)
 @with_mode_examples
 def test_prepare_model_keeps_train_or_eval_mode(grade, spec, mixed_precision):
     expected, actual = grade.compare(probe_prepare, spec, mixed_precision)
-    expect_equal(actual["training"], expected["training"],
-                 f"{described(spec, mixed_precision)}: the modules in train mode after prepare (module.training)",
-                 hint="prepare keeps the mode the model came in with: no model.train() or model.eval() in "
-                      "prepare_model; the caller chooses when to train and when to evaluate")
+    with on_case(described(spec, mixed_precision)):
+        expect_equal(actual["training"], expected["training"], "the modules in train mode after prepare (module.training)",
+                     hint="prepare keeps the mode the model came in with: no model.train() or model.eval() in "
+                          "prepare_model; the caller chooses when to train and when to evaluate")

@@ -5,10 +5,12 @@ per value, each within 1 of the reference's (rounding order may move a tie), and
 values, one per block; dequantize_blockwise must turn codes back into float32 values in the shape
 asked; and the round trip through the learner's own two functions must stay within half a code
 (absmax / 254) of every input value. Wrong codes are compared with what each usual mistake gives
-(truncation, one global absmax, 255 or 128 steps, floor blocks) for a hint. A NaN or inf (0 / 0 in
-an all-zero block without a zero guard) that reaches integer codes is caught where it happens, by a
-torch function mode around quantize_blockwise: its cast is undefined behaviour (0 on this CPU, -127
-in bitsandbytes' kernel), so the codes alone cannot tell."""
+(truncation, one global absmax, 255 or 128 steps, floor blocks, a scale from each block's largest
+value instead of its largest magnitude) for a hint; every message names the cause first, the case on
+the line after it. A NaN or inf (0 / 0 in an all-zero block without a zero guard) that reaches
+integer codes is caught where it happens, by a torch function mode around quantize_blockwise: its
+cast is undefined behaviour (0 on this CPU, -127 in bitsandbytes' kernel), so the codes alone cannot
+tell."""
 
 import math
 
@@ -17,7 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from grader import probing
-from grader.checks import expect_close, expect_equal, explicit_examples, fail
+from grader.checks import apart, close, explicit_examples, fail, on_case
 from grader.grading.figures import Declared
 from grader.probing import InvalidResult
 
@@ -196,8 +198,39 @@ ZERO_GUARD = ("an all-zero block has absmax 0, and 0 / 0 is NaN: a NaN cast to i
               "torch.where(absmax > 0, absmax, 1), so that their codes are 0")
 
 
-def _codes_hint(got, x, size):
+SIGNED_MAX = ("absmax is each block's largest magnitude, x.abs().amax(dim=1), not its largest value: where a "
+              "negative value is larger in magnitude than the block's maximum (max or amax without abs), its code "
+              "falls below -127 and is clipped or wraps around, and a block of negative values gets no positive scale")
+
+
+def _signed_max(absmax, codes, x, size):
+    """Whether each block was scaled by its largest value rather than its largest magnitude, seen from the values:
+    the absmax returned is that value in the blocks where a negative value is larger in magnitude, or their codes
+    are what that scale gives, the negative values past -127 clipped at int8's limit or wrapped around."""
+    blocks = _blocks(x, size)
+    magnitude = blocks.abs().amax(dim=1)
+    own = torch.stack([x[start:start + size].double().max() for start in range(0, x.numel(), size)])
+    padded = blocks.amax(dim=1)  # the zero padding of a short last block counted, as a padded implementation does
+    differs = own < magnitude
+    if not bool(differs.any()):
+        return False
+    if absmax.shape == own.shape and any(torch.equal(absmax[differs].double(), top.float().double()[differs])
+                                         for top in (own, padded)):
+        return True
+    mixed = differs & (own > 0)  # a positive maximum, a larger negative value: what the codes show
+    values = mixed.repeat_interleave(size)[: x.numel()]
+    if not bool(values.any()):
+        return False
+    scaled = torch.round(blocks / torch.where(own > 0, own, 1.0)[:, None] * 127).long().reshape(-1)[: x.numel()]
+    got = codes.long()[values]
+    return any(torch.equal(got, made[values]) for made in (scaled.clamp(-127, 127), scaled.clamp(-128, 127),
+                                                           ((scaled + 128) % 256) - 128))
+
+
+def _codes_hint(got, x, size, absmax):
     """The likely cause of wrong codes, from what each usual mistake gives on this input."""
+    if _signed_max(absmax, got, x, size):
+        return SIGNED_MAX
     got = got.long()
     if torch.equal(got, _codes_like(x, size, rounding=torch.trunc)):
         return "round to nearest (torch.round) before .to(torch.int8): the cast alone truncates toward zero"
@@ -219,55 +252,63 @@ def test_quantize_gives_int8_codes_and_one_absmax_per_block(grade, case):
     """Flat int8 codes, one per value, within 1 of the reference's; float32 absmax, one per block."""
     expected, actual = grade.compare(probe_quantize, case)
     what = describe(case)
-    size = block_size(case)
-    x = expected["x"]
-    n = x.numel()
-    if actual["non_finite"]:
-        fail(f"{what}: a NaN or an inf went into integers (through {', '.join(actual['non_finite'])}): the codes "
-             "are then undefined", hint=ZERO_GUARD)
-    codes, want = actual["codes"]["values"], expected["codes"]["values"]
-    if codes.dtype != torch.int8:
-        fail(f"{what}: the codes are {codes.dtype}, expected torch.int8",
-             hint="codes are int8, one byte a value (that is the whole saving): .to(torch.int8) after rounding")
-    if codes.dim() != 1:
-        fail(f"{what}: the codes have shape {tuple(codes.shape)}, expected a flat tensor of {n} codes",
-             hint="return the codes flat (reshape(-1)), one per value of x in order")
-    if codes.numel() != n:
-        hint = "exactly one code per value of x"
-        if codes.numel() == math.ceil(n / size) * size:
-            hint = "drop the padding of the last block: one code per value, codes[:x.numel()]"
-        elif codes.numel() == n // size * size:
-            hint = ("ceil(n / block_size) blocks, not n // block_size: the values of the last, shorter block "
-                    "need codes (and an absmax) too")
-        fail(f"{what}: {codes.numel()} codes for {n} values", hint=hint)
-    absmax, want_absmax = actual["absmax"]["values"], expected["absmax"]["values"]
-    blocks = math.ceil(n / size)
-    if tuple(absmax.shape) != (blocks,):
-        hint = "one absmax per block: ceil(n / block_size) blocks, the last one shorter"
-        if absmax.numel() == n // size:
-            hint = "ceil(n / block_size) blocks, not n // block_size: the last, shorter block needs its own absmax"
-        elif absmax.numel() == 1:
-            hint = "one absmax per block of block_size values, not one for the whole tensor"
-        fail(f"{what}: absmax has shape {tuple(absmax.shape)}, expected ({blocks},) (one per block)", hint=hint)
-    expect_equal(actual["absmax"]["device"], expected["absmax"]["device"], f"{what}: absmax's device",
-                 hint="keep the results on x's device")
-    expect_equal(actual["codes"]["device"], expected["codes"]["device"], f"{what}: the codes' device",
-                 hint="keep the results on x's device")
-    zero = want_absmax == 0
-    zero_codes = zero.repeat_interleave(size)[:n]
-    if zero_codes.any() and (codes[zero_codes] != 0).any():
-        fail(f"{what}: an all-zero block has codes {codes[zero_codes].tolist()[:8]}, expected 0", hint=ZERO_GUARD)
-    off = (codes.long() - want.long()).abs()
-    if off.max() > 1:
-        worst = int(off.argmax())
-        fail(f"{what}: code {worst} (block {worst // size}) is {int(codes[worst])}, expected {int(want[worst])} "
-             f"(within 1), for the value {x[worst].item():.6g}", hint=_codes_hint(codes, x, size))
-    if zero.any() and (absmax[zero] != 0).any():
-        fail(f"{what}: an all-zero block's absmax is {absmax[zero].tolist()}, expected 0",
-             hint="an all-zero block has absmax 0 (and codes 0): do not replace it by 1 or eps in what you return")
-    expect_close(absmax, want_absmax, f"{what}: absmax (each block's largest absolute value, float32)",
-                 hint="absmax is the largest absolute value of each block, float32: x.abs() first, then amax over "
-                      "each block")
+    with on_case(what):
+        size = block_size(case)
+        x = expected["x"]
+        n = x.numel()
+        if actual["non_finite"]:
+            fail(f"a NaN or an inf went into integer codes (through {', '.join(actual['non_finite'])}), expected "
+                 "finite values: the codes are then undefined", hint=ZERO_GUARD)
+        codes, want = actual["codes"]["values"], expected["codes"]["values"]
+        if codes.dtype != torch.int8:
+            fail(f"the codes are {codes.dtype}, expected torch.int8",
+                 hint="codes are int8, one byte a value (that is the whole saving): .to(torch.int8) after rounding")
+        if codes.dim() != 1:
+            fail(f"the codes have shape {tuple(codes.shape)}, expected a flat tensor of {n} codes",
+                 hint="return the codes flat (reshape(-1)), one per value of x in order")
+        if codes.numel() != n:
+            hint = "exactly one code per value of x"
+            if codes.numel() == math.ceil(n / size) * size:
+                hint = "drop the padding of the last block: one code per value, codes[:x.numel()]"
+            elif codes.numel() == n // size * size:
+                hint = ("ceil(n / block_size) blocks, not n // block_size: the values of the last, shorter block "
+                        "need codes (and an absmax) too")
+            fail(f"{codes.numel()} codes for {n} values, expected one per value", hint=hint)
+        absmax, want_absmax = actual["absmax"]["values"], expected["absmax"]["values"]
+        blocks = math.ceil(n / size)
+        if tuple(absmax.shape) != (blocks,):
+            hint = "one absmax per block: ceil(n / block_size) blocks, the last one shorter"
+            if absmax.numel() == n // size:
+                hint = "ceil(n / block_size) blocks, not n // block_size: the last, shorter block needs its own absmax"
+            elif absmax.numel() == 1:
+                hint = "one absmax per block of block_size values, not one for the whole tensor"
+            fail(f"absmax has shape {tuple(absmax.shape)}, expected ({blocks},) (one per block)", hint=hint)
+        for name, result in (("absmax", "absmax"), ("the codes", "codes")):
+            if actual[result]["device"] != expected[result]["device"]:
+                fail(f"{name} is on {actual[result]['device']}, expected {expected[result]['device']} (x's device)",
+                     hint="keep the results on x's device")
+        zero = want_absmax == 0
+        zero_codes = zero.repeat_interleave(size)[:n]
+        if zero_codes.any() and (codes[zero_codes] != 0).any():
+            fail(f"an all-zero block has codes {codes[zero_codes].tolist()[:8]}, expected 0", hint=ZERO_GUARD)
+        off = (codes.long() - want.long()).abs()
+        if off.max() > 1:
+            worst = int(off.argmax())
+            fail(f"code {worst} (block {worst // size}) is {int(codes[worst])}, expected {int(want[worst])} "
+                 f"(within 1), for the value {x[worst].item():.6g}", hint=_codes_hint(codes, x, size, absmax))
+        if zero.any() and (absmax[zero] != 0).any():
+            fail(f"an all-zero block's absmax is {absmax[zero & (absmax != 0)].tolist()[:4]}, expected 0",
+                 hint="an all-zero block has absmax 0 (and codes 0): do not replace it by 1 or eps in what you return")
+        if absmax.dtype != want_absmax.dtype:
+            fail(f"absmax is {absmax.dtype}, expected {want_absmax.dtype}",
+                 hint="absmax is float32, one 4-byte scale a block, whatever x's dtype")
+        if not close(absmax, want_absmax):
+            worst = int((absmax.double() - want_absmax.double()).abs().nan_to_num(math.inf).argmax())
+            wanted, got = apart(want_absmax[worst].item(), absmax[worst].item())
+            fail(f"absmax of block {worst} is {got}, expected {wanted} (its largest absolute value)",
+                 hint=SIGNED_MAX if _signed_max(absmax, codes, x, size) else
+                 "absmax is the largest absolute value of each block, float32: x.abs() first, then amax over each "
+                 "block")
 
 
 @with_examples
@@ -278,15 +319,21 @@ def test_dequantize_turns_codes_back_into_float32_values(grade, case):
     n = math.prod(case["shape"])
     what = (f"dequantize_blockwise(codes, absmax, {block_size(case)}, {tuple(case['shape'])}) on {n} random codes "
             f"with absmax about {case['scale']:g}" + (", some blocks all zero" if case["zero_blocks"] else ""))
-    got, want = actual["values"]["values"], expected["values"]["values"]
-    if got.dtype != torch.float32:
-        fail(f"{what}: the values are {got.dtype}, expected torch.float32",
-             hint="return float32 values: codes.float() / 127 * absmax")
-    if tuple(got.shape) != tuple(want.shape):
-        fail(f"{what}: shape {tuple(got.shape)}, expected {tuple(want.shape)}",
-             hint="drop the padding of the last block (the first codes.numel() values), then reshape to shape")
-    expect_close(got, want, f"{what}: the values", hint="each code times its own block's absmax, divided by 127: "
-                                                         "absmax.repeat_interleave(block_size)[:n]")
+    with on_case(what):
+        got, want = actual["values"]["values"], expected["values"]["values"]
+        if got.dtype != torch.float32:
+            fail(f"the values are {got.dtype}, expected torch.float32",
+                 hint="return float32 values: codes.float() / 127 * absmax")
+        if tuple(got.shape) != tuple(want.shape):
+            fail(f"the values have shape {tuple(got.shape)}, expected {tuple(want.shape)}",
+                 hint="drop the padding of the last block (the first codes.numel() values), then reshape to shape")
+        if not close(got, want):
+            worst = int((got.double() - want.double()).abs().nan_to_num(math.inf).argmax())
+            wanted, came = apart(want.flatten()[worst].item(), got.flatten()[worst].item())
+            fail(f"value {worst} (block {worst // block_size(case)}) is {came}, expected {wanted} (its code / 127 * "
+                 "its block's absmax)",
+                 hint="each code times its own block's absmax, divided by 127: "
+                      "absmax.repeat_interleave(block_size)[:n]")
 
 
 @with_examples
@@ -295,31 +342,33 @@ def test_round_trip_stays_within_half_a_code(grade, case):
     """dequantize(quantize(x)) is within absmax / 254 of every value of x."""
     observed = grade.run(probe_round_trip, case)
     what = describe(case) + ", then dequantize_blockwise"
-    size = block_size(case)
-    x = observed["x"]
-    got = observed["values"]["values"]
-    if got.dtype != torch.float32 or tuple(got.shape) != tuple(x.shape):
-        fail(f"{what}: got {got.dtype} of shape {tuple(got.shape)}, expected float32 of shape {tuple(x.shape)}",
-             hint="dequantize_blockwise returns float32 values reshaped to the shape it is given")
-    blocks = _blocks(x.reshape(-1), size)
-    absmax = blocks.abs().amax(dim=1).repeat_interleave(size)[: x.numel()]
-    # half a code, and float32's rounding of the few operations on the way (relative 1e-6 of the block's scale)
-    bound = absmax / 254 * (1 + 1e-5) + absmax * 1e-6
-    error = (got.double().reshape(-1) - x.double().reshape(-1)).abs()
-    if (error > bound).any():
-        worst = int((error - bound).argmax())
-        hint = None
-        shrunk = (got.double().reshape(-1).abs() <= x.double().reshape(-1).abs() * (1 + 1e-6)).all()
-        if shrunk and (error <= absmax / 127 * (1 + 1e-5) + absmax * 1e-6).all():
-            hint = ("an error of up to a whole code, every value pulled toward zero: round to nearest (torch.round) "
-                    "before .to(torch.int8), the cast alone truncates toward zero")
-        elif (error <= absmax / 127 * 2).all():
-            hint = ("an error of up to a code or two, both ways: the codes are not linear; use code = round(x / "
-                    "absmax * 127) and value = code / 127 * absmax (a non-linear \"dynamic\" code map, as "
-                    "bitsandbytes uses, is finer near zero and coarser near the block's maximum)")
-        fail(f"{what}: value {worst} came back as {got.reshape(-1)[worst].item():.6g}, the input was "
-             f"{x.reshape(-1)[worst].item():.6g}: off by {error[worst].item():.3g}, more than half a code "
-             f"(its block's absmax / 254 = {absmax[worst].item() / 254:.3g})", hint=hint)
+    with on_case(what):
+        size = block_size(case)
+        x = observed["x"]
+        got = observed["values"]["values"]
+        if got.dtype != torch.float32 or tuple(got.shape) != tuple(x.shape):
+            fail(f"the round trip gave {got.dtype} of shape {tuple(got.shape)}, expected float32 of shape "
+                 f"{tuple(x.shape)}",
+                 hint="dequantize_blockwise returns float32 values reshaped to the shape it is given")
+        blocks = _blocks(x.reshape(-1), size)
+        absmax = blocks.abs().amax(dim=1).repeat_interleave(size)[: x.numel()]
+        # half a code, and float32's rounding of the few operations on the way (relative 1e-6 of the block's scale)
+        bound = absmax / 254 * (1 + 1e-5) + absmax * 1e-6
+        error = (got.double().reshape(-1) - x.double().reshape(-1)).abs()
+        if (error > bound).any():
+            worst = int((error - bound).argmax())
+            hint = None
+            shrunk = (got.double().reshape(-1).abs() <= x.double().reshape(-1).abs() * (1 + 1e-6)).all()
+            if shrunk and (error <= absmax / 127 * (1 + 1e-5) + absmax * 1e-6).all():
+                hint = ("an error of up to a whole code, every value pulled toward zero: round to nearest "
+                        "(torch.round) before .to(torch.int8), the cast alone truncates toward zero")
+            elif (error <= absmax / 127 * 2).all():
+                hint = ("an error of up to a code or two, both ways: the codes are not linear; use code = round(x / "
+                        "absmax * 127) and value = code / 127 * absmax (a non-linear \"dynamic\" code map, as "
+                        "bitsandbytes uses, is finer near zero and coarser near the block's maximum)")
+            fail(f"value {worst} came back off by {error[worst].item():.3g}, expected within half a code (its "
+                 f"block's absmax / 254 = {absmax[worst].item() / 254:.3g}): {got.reshape(-1)[worst].item():.6g} for "
+                 f"{x.reshape(-1)[worst].item():.6g}", hint=hint)
 
 
 # --- figures: what 8-bit state saves (grader.grading.figures) ------------------------------------------

@@ -19,7 +19,7 @@ update rounded away: the learner's own update on a twin of higher precision (the
 shows whether it would have moved the param in its dtype. A wrong result is compared with what each usual
 mistake gives (sums for means, no division by mean(row), the rows' and columns' dims swapped, the decay's
 weights swapped or its step off by one, no clipping or clipping always, lr before the clipping, no square
-root, the full second moment) for a hint. Every message names the cause first, the case after it."""
+root, the full second moment) for a hint. Every message names the cause first, the case on the line after it."""
 
 import math
 
@@ -29,7 +29,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from grader import probing
-from grader.checks import assume_dtype_on, example, explicit_examples, fail
+from grader.checks import apart, assume_dtype_on, example, explicit_examples, fail, on_case
 from grader.grading.figures import Declared
 from grader.probing import InvalidResult
 
@@ -109,11 +109,6 @@ def describe(case):
             f"{kinds[case['gradients']]} of about {case['grad_scale']:g}")
 
 
-def said(cause, what):
-    """A failure's first line: the cause, then the case it was found on."""
-    return f"{cause} (case: {what})"
-
-
 # --- probes: these run in the workers -----------------------------------------------------
 
 
@@ -158,8 +153,8 @@ def _state_record(state, what):
     record = {}
     for key, value in state.items():
         if type(key) is not str:
-            raise InvalidResult(f"{what} has a key of type {type(key).__module__}.{type(key).__qualname__}; its keys "
-                                f"are the names {ROW!r}, {COL!r} or {FULL!r} (and {STEP_COUNT!r}, {PARAM_RMS!r})")
+            raise InvalidResult(f"{what} has a key of type {type(key).__module__}.{type(key).__qualname__}, expected "
+                                f"the names {ROW!r}, {COL!r} or {FULL!r} (and {STEP_COUNT!r}, {PARAM_RMS!r})")
         if key in EXTRAS:
             if type(value) not in EXTRAS[key]:
                 kinds = " or ".join(kind.__name__ for kind in EXTRAS[key])
@@ -423,34 +418,35 @@ def test_init_state_keeps_n_plus_m_numbers_for_a_matrix(grade, case):
     assume_dtype_on(grade.device, case["dtype"])
     expected, actual = grade.compare(probe_init_state, case)
     shape, what = tuple(case["shape"]), f"init_state(param) for a {case['dtype']} param of shape {tuple(case['shape'])}"
-    if sorted(actual) != sorted(expected):
-        numbers = _numbers(actual)
-        hint = (f"a matrix keeps two vectors, {ROW!r} of {shape[0]} and {COL!r} of {shape[-1]} values: "
-                f"{shape[0]} + {shape[-1]} numbers, not {math.prod(shape)}" if len(shape) >= 2 else
-                f"a vector has nothing to factor: it keeps one tensor, {FULL!r}, of its own shape")
-        if len(shape) >= 2 and numbers == math.prod(shape) and numbers != sum(shape):
-            hint = (f"the state keeps {numbers} numbers, the full n x m second moment; Adafactor keeps "
-                    f"{sum(shape)}: " + hint)
-        elif set(expected) < set(actual):
-            hint = BESIDES
-        fail(said(f"init_state's statistics are named {sorted(actual)}, expected {sorted(expected)}", what), hint=hint,
-             expected=str(sorted(expected)), received=str(sorted(actual)))
-    for key, want in expected.items():
-        got = actual[key]
-        values, wanted = got["values"], want["values"]
-        if values.shape != wanted.shape:
-            hint = (f"{ROW!r} has one value per row (shape param.shape[:-1]), {COL!r} one per column "
-                    "(param.shape[-1:])" if key in (ROW, COL) else f"{FULL!r} has the vector's own shape")
-            fail(said(f"state[{key!r}] has shape {tuple(values.shape)}, expected {tuple(wanted.shape)}", what), hint=hint)
-        if values.dtype != wanted.dtype:
-            fail(said(f"state[{key!r}] is {values.dtype}, expected {wanted.dtype}", what),
-                 hint="the statistics are float32 whatever the param's dtype (float64 for a float64 param): 16 bits "
-                      "keep 2 or 3 significant digits of the squares")
-        if got["device"] != want["device"]:
-            fail(said(f"state[{key!r}] is on {got['device']}, expected {want['device']} (the param's device)", what),
-                 hint="make the statistics on the param's device: torch.zeros(..., device=param.device)")
-        if not torch.equal(values, wanted):
-            fail(said(f"state[{key!r}] is not all zeros", what), hint="the statistics start at zero: torch.zeros")
+    with on_case(what):
+        if sorted(actual) != sorted(expected):
+            numbers = _numbers(actual)
+            hint = (f"a matrix keeps two vectors, {ROW!r} of {shape[0]} and {COL!r} of {shape[-1]} values: "
+                    f"{shape[0]} + {shape[-1]} numbers, not {math.prod(shape)}" if len(shape) >= 2 else
+                    f"a vector has nothing to factor: it keeps one tensor, {FULL!r}, of its own shape")
+            if len(shape) >= 2 and numbers == math.prod(shape) and numbers != sum(shape):
+                hint = (f"the state keeps {numbers} numbers, the full n x m second moment; Adafactor keeps "
+                        f"{sum(shape)}: " + hint)
+            elif set(expected) < set(actual):
+                hint = BESIDES
+            fail(f"init_state's statistics are named {sorted(actual)}, expected {sorted(expected)}", hint=hint,
+                 expected=str(sorted(expected)), received=str(sorted(actual)))
+        for key, want in expected.items():
+            got = actual[key]
+            values, wanted = got["values"], want["values"]
+            if values.shape != wanted.shape:
+                hint = (f"{ROW!r} has one value per row (shape param.shape[:-1]), {COL!r} one per column "
+                        "(param.shape[-1:])" if key in (ROW, COL) else f"{FULL!r} has the vector's own shape")
+                fail(f"state[{key!r}] has shape {tuple(values.shape)}, expected {tuple(wanted.shape)}", hint=hint)
+            if values.dtype != wanted.dtype:
+                fail(f"state[{key!r}] is {values.dtype}, expected {wanted.dtype}",
+                     hint="the statistics are float32 whatever the param's dtype (float64 for a float64 param): 16 "
+                          "bits keep 2 or 3 significant digits of the squares")
+            if got["device"] != want["device"]:
+                fail(f"state[{key!r}] is on {got['device']}, expected {want['device']} (the param's device)",
+                     hint="make the statistics on the param's device: torch.zeros(..., device=param.device)")
+            if not torch.equal(values, wanted):
+                fail(f"state[{key!r}] is not all zeros", hint="the statistics start at zero: torch.zeros")
 
 
 # --- checks: second_moment ----------------------------------------------------------------
@@ -498,34 +494,36 @@ def test_second_moment_rebuilds_v_from_row_and_column(grade, case):
     assume_dtype_on(grade.device, case["dtype"])
     expected, actual = grade.compare(probe_second_moment, case)
     what = describe_moment(case)
-    if actual["changed"]:
-        fail(said(f"second_moment changed state[{actual['changed'][0]!r}]", what),
-             hint="rebuild V in new tensors: row.div_(...) or row /= ... changes the optimizer's statistics; "
-                  "row / row.mean() makes a new one")
-    got, want = actual["moment"]["values"], expected["moment"]["values"]
-    if got.shape != want.shape or got.dtype != want.dtype:
-        fail(said(f"V is {got.dtype} of shape {tuple(got.shape)}, expected {want.dtype} of shape {tuple(want.shape)}",
-                  what), hint="V has the param's shape, n x m: row as a column (row[:, None]) times col "
-                                          "as a row (col[None, :]), in the statistics' dtype")
-    if actual["moment"]["device"] != expected["moment"]["device"]:
-        fail(said(f"V is on {actual['moment']['device']}, expected {expected['moment']['device']}", what),
-             hint="compute V where the statistics are")
-    rtol = STATE_TOLERANCE[case["dtype"]]
-    error = (got.double() - want.double()).abs()
-    if not bool((error <= rtol * want.double().abs()).all()):
-        worst = int((error / want.double().abs()).nan_to_num(math.inf).argmax())
-        at = tuple(int(i) for i in torch.unravel_index(torch.tensor(worst), want.shape))
-        state = _statistics(case, "cpu")
-        hint = "V[i, j] = row[i] * col[j] / mean(row): the row divided by its mean, times the column"
-        if len(case["shape"]) >= 2:
-            row, col = state[ROW].double(), state[COL].double()
-            if torch.allclose(got.double(), torch.outer(row, col), rtol=1e-4, atol=0):
-                hint = MISTAKES["no_normalisation"]
-            elif bool((got == 0).any()) and not bool((want == 0).any()):
-                hint = ("normalise the row before the product: row / row.mean() times col; row * col first is about "
-                        "eps * eps = 1e-60 where the gradients were zero, which float32 rounds to 0")
-        fail(said(f"V differs from the reference's at {at}: expected {want.flatten()[worst].item():.10g}, got "
-                  f"{got.flatten()[worst].item():.10g} (allowed {rtol:g} relative)", what), hint=hint)
+    with on_case(what):
+        if actual["changed"]:
+            fail(f"second_moment changed state[{actual['changed'][0]!r}]",
+                 hint="rebuild V in new tensors: row.div_(...) or row /= ... changes the optimizer's statistics; "
+                      "row / row.mean() makes a new one")
+        got, want = actual["moment"]["values"], expected["moment"]["values"]
+        if got.shape != want.shape or got.dtype != want.dtype:
+            fail(f"V is {got.dtype} of shape {tuple(got.shape)}, expected {want.dtype} of shape {tuple(want.shape)}",
+                 hint="V has the param's shape, n x m: row as a column (row[:, None]) times col as a row "
+                      "(col[None, :]), in the statistics' dtype")
+        if actual["moment"]["device"] != expected["moment"]["device"]:
+            fail(f"V is on {actual['moment']['device']}, expected {expected['moment']['device']}",
+                 hint="compute V where the statistics are")
+        rtol = STATE_TOLERANCE[case["dtype"]]
+        error = (got.double() - want.double()).abs()
+        if not bool((error <= rtol * want.double().abs()).all()):
+            worst = int((error / want.double().abs()).nan_to_num(math.inf).argmax())
+            at = tuple(int(i) for i in torch.unravel_index(torch.tensor(worst), want.shape))
+            state = _statistics(case, "cpu")
+            hint = "V[i, j] = row[i] * col[j] / mean(row): the row divided by its mean, times the column"
+            if len(case["shape"]) >= 2:
+                row, col = state[ROW].double(), state[COL].double()
+                if torch.allclose(got.double(), torch.outer(row, col), rtol=1e-4, atol=0):
+                    hint = MISTAKES["no_normalisation"]
+                elif bool((got == 0).any()) and not bool((want == 0).any()):
+                    hint = ("normalise the row before the product: row / row.mean() times col; row * col first is "
+                            "about eps * eps = 1e-60 where the gradients were zero, which float32 rounds to 0")
+            wanted, came = apart(want.flatten()[worst].item(), got.flatten()[worst].item())
+            fail(f"V differs from the reference's at {at}: expected {wanted}, got {came} (allowed {rtol:g} relative)",
+                 hint=hint)
 
 
 # --- checks: adafactor_step ---------------------------------------------------------------
@@ -602,21 +600,22 @@ def test_adafactor_step_matches_transformers(grade, case):
     expected = grade.reference(probe_expected, case)
     actual = grade.run(probe_steps, case)
     what = describe(case)
-    got, want = actual["param"], expected["transformers"][-1]
-    if got.dtype != want.dtype or got.shape != want.shape:
-        fail(said(f"param became {got.dtype} of shape {tuple(got.shape)}, expected {want.dtype} of shape "
-                  f"{tuple(want.shape)}", what), hint="update param in place, keeping its dtype and shape")
-    scale = _param_scale(expected["transformers"])
-    error = (got.double() - want.double()).abs()
-    allowed = _allowed(case, want, scale)
-    if not bool((error <= allowed).all()):
-        worst = int((error / allowed).nan_to_num(math.inf).argmax())
-        start = _start(case, "cpu")
-        rounds_away = (torch.equal(got, start) and not torch.equal(want, start) and _update_rounds_away(grade, case))
-        fail(said(f"param differs from transformers' Adafactor's at flat index {worst}: expected "
-                  f"{want.flatten()[worst].item():.10g}, got {got.flatten()[worst].item():.10g} (allowed "
-                  f"{allowed.flatten()[worst].item():.3g})", what),
-             hint=_step_hint(case, actual, expected, scale, rounds_away))
+    with on_case(what):
+        got, want = actual["param"], expected["transformers"][-1]
+        if got.dtype != want.dtype or got.shape != want.shape:
+            fail(f"param became {got.dtype} of shape {tuple(got.shape)}, expected {want.dtype} of shape "
+                 f"{tuple(want.shape)}", hint="update param in place, keeping its dtype and shape")
+        scale = _param_scale(expected["transformers"])
+        error = (got.double() - want.double()).abs()
+        allowed = _allowed(case, want, scale)
+        if not bool((error <= allowed).all()):
+            worst = int((error / allowed).nan_to_num(math.inf).argmax())
+            start = _start(case, "cpu")
+            rounds_away = torch.equal(got, start) and not torch.equal(want, start) and _update_rounds_away(grade, case)
+            wanted, came = apart(want.flatten()[worst].item(), got.flatten()[worst].item(), digits=10)
+            fail(f"param differs from transformers' Adafactor's at flat index {worst}: expected {wanted}, got {came} "
+                 f"(allowed {allowed.flatten()[worst].item():.3g})",
+                 hint=_step_hint(case, actual, expected, scale, rounds_away))
 
 
 def _state_hint(case, key, got):
@@ -638,31 +637,32 @@ def test_adafactor_step_keeps_the_factored_statistics(grade, case):
     assume_dtype_on(grade.device, case["dtype"])
     expected, actual = grade.compare(probe_steps, case)
     what = describe(case)
-    got_state, want_state = actual["state"], expected["state"]
-    if sorted(got_state) != sorted(want_state):
-        shape = tuple(case["shape"])
-        hint = (f"keep the statistics in the state's own tensors, {ROW!r} and {COL!r}: {sum(shape)} numbers; a full "
-                f"second moment of the matrix is {math.prod(shape)}") if len(shape) >= 2 else \
-            f"a vector keeps its full second moment in {FULL!r}"
-        if set(want_state) < set(got_state) and FULL not in got_state:
-            hint = BESIDES
-        fail(said(f"the state's statistics are named {sorted(got_state)} after the steps, expected "
-                  f"{sorted(want_state)}", what), hint=hint)
-    for key, want in want_state.items():
-        got = got_state[key]
-        values, wanted = got["values"], want["values"]
-        if values.shape != wanted.shape or values.dtype != wanted.dtype or got["device"] != want["device"]:
-            fail(said(f"state[{key!r}] became {values.dtype} of shape {tuple(values.shape)} on {got['device']}, "
-                      f"expected {wanted.dtype} of shape {tuple(wanted.shape)} on {want['device']}", what),
-                 hint="update the statistics in place (mul_, add_), keeping their dtype, shape and device: "
-                      f"{ROW!r} one value per row, {COL!r} one per column")
-        rtol = STATE_TOLERANCE[STATE_DTYPE[case["dtype"]]]
-        error = (values.double() - wanted.double()).abs()
-        if not bool((error <= rtol * wanted.double().abs()).all()):
-            worst = int((error / wanted.double().abs()).nan_to_num(math.inf).argmax())
-            fail(said(f"state[{key!r}] differs from the reference's at flat index {worst}: expected "
-                      f"{wanted.flatten()[worst].item():.10g}, got {values.flatten()[worst].item():.10g} (allowed "
-                      f"{rtol:g} relative)", what), hint=_state_hint(case, key, values))
+    with on_case(what):
+        got_state, want_state = actual["state"], expected["state"]
+        if sorted(got_state) != sorted(want_state):
+            shape = tuple(case["shape"])
+            hint = (f"keep the statistics in the state's own tensors, {ROW!r} and {COL!r}: {sum(shape)} numbers; a "
+                    f"full second moment of the matrix is {math.prod(shape)}") if len(shape) >= 2 else \
+                f"a vector keeps its full second moment in {FULL!r}"
+            if set(want_state) < set(got_state) and FULL not in got_state:
+                hint = BESIDES
+            fail(f"the state's statistics are named {sorted(got_state)} after the steps, expected "
+                 f"{sorted(want_state)}", hint=hint)
+        for key, want in want_state.items():
+            got = got_state[key]
+            values, wanted = got["values"], want["values"]
+            if values.shape != wanted.shape or values.dtype != wanted.dtype or got["device"] != want["device"]:
+                fail(f"state[{key!r}] became {values.dtype} of shape {tuple(values.shape)} on {got['device']}, "
+                     f"expected {wanted.dtype} of shape {tuple(wanted.shape)} on {want['device']}",
+                     hint="update the statistics in place (mul_, add_), keeping their dtype, shape and device: "
+                          f"{ROW!r} one value per row, {COL!r} one per column")
+            rtol = STATE_TOLERANCE[STATE_DTYPE[case["dtype"]]]
+            error = (values.double() - wanted.double()).abs()
+            if not bool((error <= rtol * wanted.double().abs()).all()):
+                worst = int((error / wanted.double().abs()).nan_to_num(math.inf).argmax())
+                want_value, got_value = apart(wanted.flatten()[worst].item(), values.flatten()[worst].item())
+                fail(f"state[{key!r}] differs from the reference's at flat index {worst}: expected {want_value}, got "
+                     f"{got_value} (allowed {rtol:g} relative)", hint=_state_hint(case, key, values))
 
 
 @pytest.mark.measured_in_worker("param's memory")
@@ -677,17 +677,18 @@ def test_adafactor_step_updates_param_in_place(grade, case):
     assume_dtype_on(grade.device, case["dtype"])
     actual = grade.run(probe_steps, case)
     what = describe(case)
-    if actual["new_storage"]:
-        fail(said("param's .data was replaced by a new tensor", what),
-             hint="write into param itself (sub_, add_, copy_): param.data = new_value gives it new memory")
-    expected = grade.reference(probe_steps, case)
-    start = _start(case, torch.device("cpu"))
-    if torch.equal(actual["param"], start) and not torch.equal(expected["param"], start):
-        if _update_rounds_away(grade, case):
-            return  # the update reached param and rounded away: a wrong value, which the step check names
-        fail(said("param did not change: the update never reached the caller's tensor", what),
-             hint="param = param - lr * update only rebinds a local name, and param.float() is a copy: update in "
-                  "place, param.sub_(...), or param.copy_(the float32 copy) at the end")
+    with on_case(what):
+        if actual["new_storage"]:
+            fail("param's .data was replaced by a new tensor: param is not updated in its own memory",
+                 hint="write into param itself (sub_, add_, copy_): param.data = new_value gives it new memory")
+        expected = grade.reference(probe_steps, case)
+        start = _start(case, torch.device("cpu"))
+        if torch.equal(actual["param"], start) and not torch.equal(expected["param"], start):
+            if _update_rounds_away(grade, case):
+                return  # the update reached param and rounded away: a wrong value, which the step check names
+            fail("param did not change: the update never reached the caller's tensor",
+                 hint="param = param - lr * update only rebinds a local name, and param.float() is a copy: update in "
+                      "place, param.sub_(...), or param.copy_(the float32 copy) at the end")
 
 
 @with_examples
@@ -696,12 +697,13 @@ def test_adafactor_step_leaves_grad_unchanged(grade, case):
     """grad comes back as it was given, every step."""
     assume_dtype_on(grade.device, case["dtype"])
     actual = grade.run(probe_steps, case)
-    changed = [step for step, (given, after) in enumerate(zip(actual["grads_given"], actual["grads_after"]), 1)
-               if not (given.dtype == after.dtype and given.shape == after.shape and torch.equal(given, after))]
-    if changed:
-        fail(said(f"grad changed during the call(s) at step(s) {changed}", describe(case)),
-             hint="leave grad unchanged: grad.mul_(grad) or grad.pow_(2) changes the caller's gradient; square into "
-                  "a new tensor (grad * grad)")
+    with on_case(describe(case)):
+        changed = [step for step, (given, after) in enumerate(zip(actual["grads_given"], actual["grads_after"]), 1)
+                   if not (given.dtype == after.dtype and given.shape == after.shape and torch.equal(given, after))]
+        if changed:
+            fail(f"grad changed during the call(s) at step(s) {changed}",
+                 hint="leave grad unchanged: grad.mul_(grad) or grad.pow_(2) changes the caller's gradient; square "
+                      "into a new tensor (grad * grad)")
 
 
 @pytest.mark.measured_in_worker("which code of transformers.optimization the call reached (a profiler in every "
@@ -713,10 +715,11 @@ def test_adafactor_step_does_the_arithmetic_itself(grade, case):
     """The update is written out, not handed to transformers' Adafactor (the exercise is Adafactor by hand)."""
     assume_dtype_on(grade.device, case["dtype"])
     reached = grade.run(probe_engine_calls, case)
-    if reached:
-        fail(said(f"adafactor_step ran transformers' own optimizer ({', '.join(reached)})", describe(case)),
-             hint="write the statistics, V and the clipped update yourself with tensor operations: an Adafactor "
-                  "built inside adafactor_step skips the exercise")
+    with on_case(describe(case)):
+        if reached:
+            fail(f"adafactor_step ran transformers' own optimizer ({', '.join(reached)})",
+                 hint="write the statistics, V and the clipped update yourself with tensor operations: an Adafactor "
+                      "built inside adafactor_step skips the exercise")
 
 
 # --- figures: what factored statistics save (grader.grading.figures) -----------------------------------

@@ -54,13 +54,19 @@ WRONG = [
     # one absmax for the whole tensor, repeated per block
     Wrong("global_absmax", mutate(EX, (ABSMAX, "absmax = padded.abs().amax().repeat(blocks)")), CODES,
           diagnosis="not one for the whole tensor"),
+    # the largest value for the scale, not the largest magnitude: a larger negative value wraps past -127
+    Wrong("signed_max", mutate(EX, (ABSMAX, "absmax = padded.amax(dim=1)")), CODES,
+          diagnosis="not its largest value"),
+    # ... in a loop, each block's max() (its codes clamped: the negative values clipped at -127)
+    Wrong("signed_max_in_a_loop", LOOP.replace("top = block.abs().max()", "top = block.max()"), CODES,
+          diagnosis="not its largest value"),
     # 255 steps: the codes overflow int8
     Wrong("scale_255", mutate(EX, ("scale[:, None] * 127", "scale[:, None] * 255")), CODES, diagnosis="not 255"),
     # 128 steps: the maximum wraps around to -128
     Wrong("scale_128", mutate(EX, ("scale[:, None] * 127", "scale[:, None] * 128")), CODES, diagnosis="not 128"),
     # int16 codes
     Wrong("int16_codes", mutate(EX, (ROUND, ROUND.replace("torch.int8", "torch.int16"))), CODES,
-          diagnosis="codes are int8"),
+          diagnosis="the codes are torch.int16, expected torch.int8\ncase: quantize_blockwise(x"),
     # float codes (rounded, never cast)
     Wrong("float_codes", mutate(EX, (ROUND, "codes = torch.round(padded / scale[:, None] * 127)")), CODES,
           diagnosis="codes are int8"),

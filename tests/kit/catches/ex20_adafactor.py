@@ -297,7 +297,7 @@ WRONG = [
     # ... written back before the update: param was written, with its old values (the cause, then the case)
     Wrong("copy_written_back_first", mutate(EX, (WRITE_BACK, ""), (APPLY, "if work is not param:\n        "
                                                                   "param.copy_(work)\n    " + APPLY)),
-          IN_PLACE, diagnosis="the update never reached the caller's tensor (case: adafactor_step("),
+          IN_PLACE, diagnosis="the update never reached the caller's tensor\ncase: adafactor_step("),
     # transformers' relative step with warmup for lr (1e-6 * step): a bfloat16 param rounds back to itself, which is
     # a wrong value, not an update that never reached param
     Wrong("warmup_relative_step", mutate(EX, (APPLY, "work.sub_(update.mul_(min(1e-6 * step, 1.0 / step ** 0.5)))")), STEP,

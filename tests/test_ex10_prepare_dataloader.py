@@ -34,7 +34,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from grader import probing
-from grader.checks import example, expect_equal, explicit_examples, fail
+from grader.checks import example, expect_equal, explicit_examples, fail, on_case
 from grader.probing import InvalidResult
 
 HIDDEN = 8
@@ -281,7 +281,6 @@ def probe_baseline(ctx, case):
 def test_make_dataloader_gives_the_seeded_batches(grade, case):
     actual = grade.run(probe_loader, case)
     oracle = grade.reference(probe_loader_oracle, case)
-    what = describe_loader(case)
     hint = ("pass the generator to the DataLoader: DataLoader(dataset, batch_size, shuffle=shuffle, "
             "generator=torch.Generator().manual_seed(seed)); torch.manual_seed changes everyone's random "
             "stream and draws another order")
@@ -290,22 +289,23 @@ def test_make_dataloader_gives_the_seeded_batches(grade, case):
         hint = ("every epoch repeats the same order: let the DataLoader shuffle with a generator seeded once, when "
                 "the loader is built (shuffle=shuffle, generator=torch.Generator().manual_seed(seed)); it then "
                 "draws a new order each epoch, reproducible from the seed")
-    for epoch in range(2):
-        got, want = actual["epochs"][epoch], oracle["epochs"][epoch]
-        if len(got) != len(want):
-            fail(f"{what}: epoch {epoch + 1} gave {len(got)} batches, expected {len(want)} "
-                 f"(sizes {[len(b[0]) for b in want]})",
-                 hint="DataLoader(dataset, batch_size=batch_size, ...): every sample once, the last batch shorter "
-                      "(drop_last=False)")
-        expect_equal([_indices(got), _labels(got)], [_indices(want), _labels(want)],
-                     f"{what}: the [sample indices, labels] of each batch in epoch {epoch + 1}, against "
-                     "torch's DataLoader with generator=torch.Generator().manual_seed(seed)", hint=hint)
-    before, after = actual["rng_before"], actual["rng_after"]
-    if not (type(before) is type(after) is torch.Tensor and before.dtype == after.dtype
-            and before.shape == after.shape and torch.equal(before, after)):
-        fail(f"{what}: building and iterating the DataLoader changed torch's global random state",
-             hint="draw the order from a generator of your own (torch.Generator().manual_seed(seed)), "
-                  "not from torch.manual_seed: the caller's random stream is not yours to reset")
+    with on_case(describe_loader(case)):
+        for epoch in range(2):
+            got, want = actual["epochs"][epoch], oracle["epochs"][epoch]
+            if len(got) != len(want):
+                fail(f"epoch {epoch + 1} gave {len(got)} batches, expected {len(want)} "
+                     f"(sizes {[len(b[0]) for b in want]})",
+                     hint="DataLoader(dataset, batch_size=batch_size, ...): every sample once, the last batch "
+                          "shorter (drop_last=False)")
+            expect_equal([_indices(got), _labels(got)], [_indices(want), _labels(want)],
+                         f"the [sample indices, labels] of epoch {epoch + 1}'s batches, against a DataLoader given a "
+                         "generator seeded with seed", hint=hint)
+        before, after = actual["rng_before"], actual["rng_after"]
+        if not (type(before) is type(after) is torch.Tensor and before.dtype == after.dtype
+                and before.shape == after.shape and torch.equal(before, after)):
+            fail("building and iterating the DataLoader changed torch's global random state",
+                 hint="draw the order from a generator of your own (torch.Generator().manual_seed(seed)), "
+                      "not from torch.manual_seed: the caller's random stream is not yours to reset")
 
 
 def _indices(batches):
@@ -341,32 +341,33 @@ def _batch_as_mapping(case, actual, processes):
     """Fail a run that treated a batch as a dict, naming what a batch is."""
     for rank, observed in enumerate(actual):
         if "batch_as_mapping" in observed:
-            who = f"rank {rank} raised" if processes > 1 else "raised"
-            fail(f"{describe_eval(case, processes)}: {who} {observed['batch_as_mapping']} (the batch is a list)",
-                 hint="a batch is an (inputs, labels) pair, as the DataLoader collates a TensorDataset's samples, "
-                      "not a dict of named tensors like a tokenizer's: for inputs, labels in dataloader: ... "
-                      "model(inputs)")
+            who = f"rank {rank}" if processes > 1 else "evaluate_accuracy"
+            with on_case(describe_eval(case, processes)):
+                fail(f"{who} raised {observed['batch_as_mapping']} (the batch is a list)",
+                     hint="a batch is an (inputs, labels) pair, as the DataLoader collates a TensorDataset's "
+                          "samples, not a dict of named tensors like a tokenizer's: for inputs, labels in "
+                          "dataloader: ... model(inputs)")
 
 
 def _check_accuracy(grade, case, processes, actual, expected):
     _batch_as_mapping(case, actual, processes)
     baseline = grade.reference(probe_baseline, case)
-    what = describe_eval(case, processes)
-    for rank, observed in enumerate(actual):
-        if observed["type"] != "builtins.float":
-            fail(f"{what}: rank {rank} returned a {observed['type']}, expected a Python float",
-                 hint="return a float (correct / total, or .item() of a tensor), not a tensor or a numpy number",
-                 status="invalid")
-    accuracies = [observed["accuracy"] for observed in actual]
-    hint = _accuracy_hint(case, baseline, accuracies, [observed["rows"] for observed in actual])
-    for rank, accuracy in enumerate(accuracies):
-        who = f"{what}: rank {rank}'s accuracy" if processes > 1 else f"{what}: the accuracy"
-        if abs(accuracy - baseline["accuracy"]) > 1e-6:
-            fail(f"{who} is {accuracy!r}, expected {baseline['accuracy']!r} ({sum(baseline['right'])} of "
-                 f"{case['size']} samples right, each counted once; plain torch on the whole dataset in one process)",
-                 hint=hint)
-        if abs(accuracy - expected[rank]["accuracy"]) > 1e-6:
-            fail(f"{who} is {accuracy!r}, the reference solution's {expected[rank]['accuracy']!r}", hint=hint)
+    with on_case(describe_eval(case, processes)):
+        for rank, observed in enumerate(actual):
+            if observed["type"] != "builtins.float":
+                fail(f"rank {rank} returned a {observed['type']}, expected a Python float",
+                     hint="return a float (correct / total, or .item() of a tensor), not a tensor or a numpy number",
+                     status="invalid")
+        accuracies = [observed["accuracy"] for observed in actual]
+        hint = _accuracy_hint(case, baseline, accuracies, [observed["rows"] for observed in actual])
+        for rank, accuracy in enumerate(accuracies):
+            who = f"rank {rank}'s accuracy" if processes > 1 else "the accuracy"
+            if abs(accuracy - baseline["accuracy"]) > 1e-6:
+                fail(f"{who} is {accuracy!r}, expected {baseline['accuracy']!r} ({sum(baseline['right'])} of "
+                     f"{case['size']} samples right, each counted once; plain torch on the whole dataset in one "
+                     "process)", hint=hint)
+            if abs(accuracy - expected[rank]["accuracy"]) > 1e-6:
+                fail(f"{who} is {accuracy!r}, the reference solution's {expected[rank]['accuracy']!r}", hint=hint)
 
 
 @pytest.mark.device_free
@@ -394,23 +395,24 @@ def test_evaluate_accuracy_predicts_in_eval_mode_without_gradients(grade, case):
     actual = grade.run(probe_evaluate, case, world_size=case["world_size"])
     actual = [actual] if case["world_size"] == 1 else actual
     _batch_as_mapping(case, actual, case["world_size"])
-    what = describe_eval(case)
-    for rank, observed in enumerate(actual):
-        who = f"{what}: rank {rank}" if case["world_size"] > 1 else what
-        if not observed["modes"]:
-            fail(f"{who}: the model was never called", hint="predict with model(inputs) for every batch")
-        if any(observed["modes"]):
-            fail(f"{who}: {sum(observed['modes'])} of {len(observed['modes'])} forward passes ran in train mode "
-                 "(model.training was True)",
-                 hint="call model.eval() before predicting: dropout and batch norm behave otherwise in train mode")
-        if any(observed["outputs_with_history"]) or any(observed["grad_enabled"]):
-            fail(f"{who}: {sum(observed['outputs_with_history'])} of {len(observed['modes'])} forward passes built "
-                 "an autograd graph (their outputs required grad)",
-                 hint="predict under `with torch.no_grad():` (or torch.inference_mode()): evaluation needs no "
-                      "gradients, and the graph costs memory")
-        if observed["grads"]:
-            fail(f"{who}: parameters {observed['grads']} have a .grad after evaluation",
-                 hint="evaluation computes no gradients: no backward() in evaluate_accuracy")
+    with on_case(describe_eval(case)):
+        for rank, observed in enumerate(actual):
+            who = f"rank {rank}: " if case["world_size"] > 1 else ""
+            if not observed["modes"]:
+                fail(f"{who}the model was never called", hint="predict with model(inputs) for every batch")
+            if any(observed["modes"]):
+                fail(f"{who}{sum(observed['modes'])} of {len(observed['modes'])} forward passes ran in train mode "
+                     "(model.training was True)",
+                     hint="call model.eval() before predicting: dropout and batch norm behave otherwise in train "
+                          "mode")
+            if any(observed["outputs_with_history"]) or any(observed["grad_enabled"]):
+                fail(f"{who}{sum(observed['outputs_with_history'])} of {len(observed['modes'])} forward passes "
+                     "built an autograd graph (their outputs required grad), expected none",
+                     hint="predict under `with torch.no_grad():` (or torch.inference_mode()): evaluation needs no "
+                          "gradients, and the graph costs memory")
+            if observed["grads"]:
+                fail(f"{who}parameters {observed['grads']} have a .grad after evaluation",
+                     hint="evaluation computes no gradients: no backward() in evaluate_accuracy")
 
 
 @pytest.mark.device_free
@@ -422,14 +424,15 @@ def test_evaluate_accuracy_each_rank_predicts_its_own_share(grade, case):
         return  # one process predicts every sample (the cases are the other checks', their runs reused)
     expected, actual = grade.compare(probe_evaluate, case, world_size=case["world_size"])
     _batch_as_mapping(case, actual, case["world_size"])
-    what = describe_eval(case)
-    for rank, (observed, want) in enumerate(zip(actual, expected)):
-        if sorted(observed["rows"]) == list(range(case["size"])) != sorted(want["rows"]):
-            fail(f"{what}: rank {rank}'s model predicted every sample of the dataset, expected only its share "
-                 f"{want['rows']}",
-                 hint="prepare the dataloader (dataloader = accelerator.prepare(dataloader)): each rank then gets "
-                      "its own batches, and gather_for_metrics puts the predictions together")
-        expect_equal(observed["rows"], want["rows"],
-                     f"{what}: the samples rank {rank}'s forward passes got, in order (-1: an input that is no "
-                     "sample of the dataset)",
-                     hint="iterate the prepared dataloader once and call the model on each batch's inputs as they come")
+    with on_case(describe_eval(case)):
+        for rank, (observed, want) in enumerate(zip(actual, expected)):
+            if sorted(observed["rows"]) == list(range(case["size"])) != sorted(want["rows"]):
+                fail(f"rank {rank}'s model predicted every sample of the dataset, expected only its share "
+                     f"{want['rows']}",
+                     hint="prepare the dataloader (dataloader = accelerator.prepare(dataloader)): each rank then "
+                          "gets its own batches, and gather_for_metrics puts the predictions together")
+            expect_equal(observed["rows"], want["rows"],
+                         f"the samples rank {rank}'s forward passes got, in order (-1: an input that is no sample of "
+                         "the dataset)",
+                         hint="iterate the prepared dataloader once and call the model on each batch's inputs as "
+                              "they come")

@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from grader import probing
-from grader.checks import assume_dtype_on, example, expect_equal, fail
+from grader.checks import assume_dtype_on, example, expect_equal, fail, on_case
 
 DTYPES = ["float32", "float64", "int64", "bfloat16"]
 
@@ -195,10 +195,11 @@ def test_shard_indices_match_distributed_sampler(grade, settings):
     expected, actual = grade.compare(probe_all_ranks, settings)
     sampler = grade.reference(probe_sampler, settings)
     hint = sampler_hint(settings, actual) if actual != sampler else None
-    for rank, (got, want) in enumerate(zip(actual, sampler)):
-        expect_equal(got, want, f"{call_text(settings)} on rank {rank} of {settings['world_size']} "
-                                f"(against DistributedSampler)", hint=hint)
-    expect_equal(actual, expected, f"{call_text(settings)} on every rank (against the reference)")
+    with on_case(call_text(settings)):
+        for rank, (got, want) in enumerate(zip(actual, sampler)):
+            expect_equal(got, want, f"the indices on rank {rank} of {settings['world_size']} "
+                                    f"(against DistributedSampler)", hint=hint)
+        expect_equal(actual, expected, "the indices on every rank (against the reference)")
 
 
 @pytest.mark.device_free
@@ -208,16 +209,17 @@ def test_shards_are_equal_sized_and_cover_the_data(grade, settings):
     shards = grade.run(probe_all_ranks, settings)
     n, world = settings["num_samples"], settings["world_size"]
     sizes = [len(s) for s in shards]
-    if len(set(sizes)) > 1:
-        fail(f"ranks got different numbers of indices {sizes} for {n} samples on {world} ranks",
-             hint="every rank must get the same count: pad by wrapping around, or cut the tail with drop_last")
     flat = [i for shard in shards for i in shard]
-    if any(not 0 <= i < n for i in flat):
-        fail(f"an index is out of range(0, {n}): {sorted(set(flat))}")
-    if n and not settings["drop_last"] and set(flat) != set(range(n)):
-        fail(f"without drop_last every index must be used; missing {sorted(set(range(n)) - set(flat))}")
-    if n % world == 0 and len(flat) != len(set(flat)):
-        fail(f"{n} samples divide evenly over {world} ranks, yet some index appears on two ranks: {shards}")
+    with on_case(call_text(settings)):
+        if len(set(sizes)) > 1:
+            fail(f"ranks got different numbers of indices {sizes} for {n} samples on {world} ranks",
+                 hint="every rank must get the same count: pad by wrapping around, or cut the tail with drop_last")
+        if any(not 0 <= i < n for i in flat):
+            fail(f"an index is out of range(0, {n}): {sorted(set(flat))}")
+        if n and not settings["drop_last"] and set(flat) != set(range(n)):
+            fail(f"without drop_last every index must be used; missing {sorted(set(range(n)) - set(flat))}")
+        if n % world == 0 and len(flat) != len(set(flat)):
+            fail(f"{n} samples divide evenly over {world} ranks, yet some index appears on two ranks: {shards}")
 
 
 @pytest.mark.measured_in_worker('the global random stream after the call')
@@ -227,10 +229,11 @@ def test_shards_are_equal_sized_and_cover_the_data(grade, settings):
 def test_shard_indices_leave_the_global_random_stream_alone(grade, settings):
     settings = dict(settings, shuffle=True)
     expected, actual = grade.compare(probe_random_stream, settings)
-    expect_equal(actual, expected, f"torch.rand(4) drawn by the caller after {call_text(settings)} on every rank",
-                 hint="shuffle with a generator of your own, torch.randperm(n, generator=torch.Generator()"
-                      ".manual_seed(seed + epoch)): torch.manual_seed or a randperm without a generator changes "
-                      "the caller's random stream")
+    with on_case(f"{call_text(settings)} on every rank"):
+        expect_equal(actual, expected, "torch.rand(4) drawn by the caller after shard_indices",
+                     hint="shuffle with a generator of your own, torch.randperm(n, generator=torch.Generator()"
+                          ".manual_seed(seed + epoch)): torch.manual_seed or a randperm without a generator changes "
+                          "the caller's random stream")
 
 
 @st.composite
@@ -283,16 +286,16 @@ BATCH_HINTS = {
 def test_shard_batch_matches_tensor_split(grade, case):
     assume_dtype_on(grade.device, case["dtype"])
     expected, actual = grade.compare(probe_shard_batch, case)
-    what = batch_text(case)
     got, want = actual["values"], expected["values"]
-    if got.dim() == 2 and got.shape[1:] == want.shape[1:] and got.dtype == want.dtype and (
-            got.shape != want.shape or not torch.equal(got, want)):
-        rows = [int(v) // case["columns"] for v in got[:, 0].tolist()]
-        hint = next((h for kind, h in BATCH_HINTS.items()
-                     if _pieces(case["rows"], case["world_size"], kind)[case["rank"]] == rows), SPLIT_HINT)
-        fail(f"{what}: got rows {rows}, expected rows {_pieces(case['rows'], case['world_size'], 'split')[case['rank']]}",
-             hint=hint)
-    expect_equal(actual, expected, what, hint=SPLIT_HINT)
+    with on_case(batch_text(case)):
+        if got.dim() == 2 and got.shape[1:] == want.shape[1:] and got.dtype == want.dtype and (
+                got.shape != want.shape or not torch.equal(got, want)):
+            rows = [int(v) // case["columns"] for v in got[:, 0].tolist()]
+            hint = next((h for kind, h in BATCH_HINTS.items()
+                         if _pieces(case["rows"], case["world_size"], kind)[case["rank"]] == rows), SPLIT_HINT)
+            fail(f"the piece: got rows {rows}, expected rows {_pieces(case['rows'], case['world_size'], 'split')[case['rank']]}",
+                 hint=hint)
+        expect_equal(actual, expected, "the piece shard_batch returned", hint=SPLIT_HINT)
 
 
 @pytest.mark.measured_in_worker("the device of the piece of stand-in batches (meta, and a fake CUDA one): code that "
@@ -302,13 +305,13 @@ def test_shard_batch_matches_tensor_split(grade, case):
 @given(case=batch_cases())
 def test_shard_batch_keeps_the_batch_device(grade, case):
     expected, actual = grade.compare(probe_shard_batch_meta, case)
-    what = f"{batch_text(case)} on a batch on the 'meta' device (shapes without data)"
+    what = "on a batch on the 'meta' device (shapes without data)"
     hint = ("return a piece of the batch itself, on its device: no .cpu(), .tolist() or new tensors made on the CPU "
             "(on a GPU the piece would leave the GPU)")
-    if "error" in actual:
-        fail(f"{what}: {actual['error']}", hint=hint)
-    expect_equal(actual["device"], expected["device"], f"{what}: the device of the piece", hint=hint)
-    if actual["fake_cuda_device"] is not None and expected["fake_cuda_device"] is not None:
-        expect_equal(actual["fake_cuda_device"], expected["fake_cuda_device"],
-                     f"{batch_text(case)} on a batch on 'cuda' (a stand-in without data): the device of the piece",
-                     hint=hint)
+    with on_case(batch_text(case)):
+        if "error" in actual:
+            fail(f"{what}: {actual['error']}", hint=hint)
+        expect_equal(actual["device"], expected["device"], f"{what}: the device of the piece", hint=hint)
+        if actual["fake_cuda_device"] is not None and expected["fake_cuda_device"] is not None:
+            expect_equal(actual["fake_cuda_device"], expected["fake_cuda_device"],
+                         "on a batch on 'cuda' (a stand-in without data): the device of the piece", hint=hint)

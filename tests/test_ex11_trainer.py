@@ -47,7 +47,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from grader import models
-from grader.checks import expect_close, expect_equal, explicit_examples, fail
+from grader.checks import expect_close, expect_equal, explicit_examples, fail, on_case
 from grader.probing import InvalidResult
 
 CONTRACT_FIELDS = ("output_dir", "eval_strategy", "save_strategy", "report_to", "per_device_train_batch_size",
@@ -181,12 +181,13 @@ def _unknown_fields(case, actual):
     if "unknown" not in actual:
         return
     unknown = actual["unknown"]
-    fail(f"{describe_arguments(case)}: TrainingArguments(...) was given {', '.join(unknown)}, which it has no field "
-         f"for, and raised {actual['raised']}",
-         hint=('transformers 5 renamed evaluation_strategy to eval_strategy: write eval_strategy="epoch" (the '
-               "course's older code still uses the old name)" if "evaluation_strategy" in unknown else
-               "this transformers has no such field (older code may use fields since removed): pass only fields "
-               "TrainingArguments has; help(transformers.TrainingArguments) lists them"))
+    with on_case(describe_arguments(case)):
+        fail(f"TrainingArguments(...) was given {', '.join(unknown)}, which it has no field for, and raised "
+             f"{actual['raised']}",
+             hint=('transformers 5 renamed evaluation_strategy to eval_strategy: write eval_strategy="epoch" (the '
+                   "course's older code still uses the old name)" if "evaluation_strategy" in unknown else
+                   "this transformers has no such field (older code may use fields since removed): pass only fields "
+                   "TrainingArguments has; help(transformers.TrainingArguments) lists them"))
 
 
 def _argument_hint(name, got, engine, default):
@@ -225,22 +226,22 @@ def test_training_arguments_set_the_contract_fields_and_leave_the_rest(grade, ca
     expected, actual = grade.compare(probe_arguments, case)
     _unknown_fields(case, actual)
     engine, default, fields = expected["engine"], expected["default"], actual["fields"]
-    what = describe_arguments(case)
-    # the contract's fields, then those the learner passed (as written), then the rest (derived by TrainingArguments
-    # from what was passed, or set afterwards)
-    passed = [name for name in actual["passed"] if name in fields]
-    names = list(dict.fromkeys([*CONTRACT_FIELDS, *passed, *sorted(set(engine) - set(CONTRACT_FIELDS)),
-                                *sorted(set(fields) - set(engine))]))
-    for name in names:
-        if name not in fields:
-            fail(f"{what}: args.to_dict() has no field {name!r}", hint="return a transformers.TrainingArguments")
-        if name not in engine:
-            fail(f"{what}: args has a field {name!r} that TrainingArguments lacks",
-                 hint=_argument_hint(name, fields[name], engine, default))
-        if not _same(fields[name], engine[name]):
-            how = " (passed to TrainingArguments)" if name in passed else ""
-            fail(f"{what}: args.{name} is {fields[name]!r}{how}, expected {engine[name]!r}",
-                 hint=_argument_hint(name, fields[name], engine, default))
+    with on_case(describe_arguments(case)):
+        # the contract's fields, then those the learner passed (as written), then the rest (derived by
+        # TrainingArguments from what was passed, or set afterwards)
+        passed = [name for name in actual["passed"] if name in fields]
+        names = list(dict.fromkeys([*CONTRACT_FIELDS, *passed, *sorted(set(engine) - set(CONTRACT_FIELDS)),
+                                    *sorted(set(fields) - set(engine))]))
+        for name in names:
+            if name not in fields:
+                fail(f"args.to_dict() has no field {name!r}", hint="return a transformers.TrainingArguments")
+            if name not in engine:
+                fail(f"args has a field {name!r} that TrainingArguments lacks",
+                     hint=_argument_hint(name, fields[name], engine, default))
+            if not _same(fields[name], engine[name]):
+                how = " (passed to TrainingArguments)" if name in passed else ""
+                fail(f"args.{name} is {fields[name]!r}{how}, expected {engine[name]!r}",
+                     hint=_argument_hint(name, fields[name], engine, default))
 
 
 # --- compute_metrics --------------------------------------------------------------------------------------
@@ -400,21 +401,21 @@ def describe_metrics(case):
 @given(case=metric_cases())
 def test_compute_metrics_gives_accuracy_and_macro_f1(grade, case):
     actual = grade.run(probe_metrics, case)
-    what = describe_metrics(case)
-    exact = exact_metrics([_argmax(row) for row in case["logits"]], case["labels"])
-    for key in ("accuracy", "f1"):
-        if key not in actual["metrics"]:
-            fail(f"{what}: the result has no {key!r} (keys: {actual['keys']})",
-                 hint='return {"accuracy": accuracy, "f1": macro_f1}: the Trainer logs them as eval_accuracy and '
-                      'eval_f1')
-        observed = actual["metrics"][key]
-        if observed["type"] != "builtins.float":
-            fail(f"{what}: {key} is a {observed['type']} ({observed['value']}), expected a Python float",
-                 hint="return Python floats: float(...) around numpy's results (np.mean gives a numpy.float64) or "
-                      "tensor.item() for torch's")
-        got = observed["value"]
-        if not _close(got, exact[key]):
-            fail(f"{what}: {key} is {got!r}, expected {float(exact[key])!r}", hint=_metrics_hint(case, key, got))
+    with on_case(describe_metrics(case)):
+        exact = exact_metrics([_argmax(row) for row in case["logits"]], case["labels"])
+        for key in ("accuracy", "f1"):
+            if key not in actual["metrics"]:
+                fail(f"the result has no {key!r} (keys: {actual['keys']})",
+                     hint='return {"accuracy": accuracy, "f1": macro_f1}: the Trainer logs them as eval_accuracy '
+                          'and eval_f1')
+            observed = actual["metrics"][key]
+            if observed["type"] != "builtins.float":
+                fail(f"{key} is a {observed['type']} ({observed['value']}), expected a Python float",
+                     hint="return Python floats: float(...) around numpy's results (np.mean gives a numpy.float64) "
+                          "or tensor.item() for torch's")
+            got = observed["value"]
+            if not _close(got, exact[key]):
+                fail(f"{key} is {got!r}, expected {float(exact[key])!r}", hint=_metrics_hint(case, key, got))
 
 
 # --- build_trainer ----------------------------------------------------------------------------------------
@@ -588,39 +589,42 @@ HOLDS_HINTS = {
 def test_build_trainer_trains_like_the_trainer_itself(grade, case):
     expected, actual = grade.compare(probe_train, case)
     engine = grade.reference(probe_engine, case)
-    what = describe_trainer(case)
-    holds = actual["holds"]
-    if holds["swapped"]:
-        fail(f"{what}: the Trainer trains on eval_dataset and evaluates on train_dataset",
-             hint="train and eval datasets swapped: Trainer(train_dataset=train_dataset, eval_dataset=eval_dataset)")
-    for name, hint in HOLDS_HINTS.items():
-        expect_equal(holds[name], expected["holds"][name], f"{what}: trainer.{name} is the one given", hint=hint)
-    for entry in actual["evaluations"]:
-        if "eval_accuracy" not in entry or "eval_f1" not in entry:
-            fail(f"{what}: an evaluation reported {sorted(entry)}, without eval_accuracy and eval_f1",
-                 hint="compute_metrics not passed to the Trainer: Trainer(..., compute_metrics=compute_metrics)")
-    expect_equal(len(actual["evaluations"]), len(engine["evaluations"]), f"{what}: the number of evaluations (one per epoch)",
-                 hint="build the Trainer with the args given: they evaluate every epoch")
-    last = actual["evaluations"][-1]
-    for key in ("accuracy", "f1"):
-        own = actual["own_metrics"].get(key)
-        if not _same_number(last[f"eval_{key}"], own):
-            fail(f"{what}: the last evaluation reported eval_{key}={last[f'eval_{key}']!r}, but compute_metrics "
-                 f"on the trained model's predictions gives {own!r}",
-                 hint="the Trainer must evaluate with this module's compute_metrics: "
-                      "Trainer(..., compute_metrics=compute_metrics)")
-    expect_equal(actual["steps"], engine["steps"], f"{what}: optimizer steps taken",
-                 hint="train on train_dataset with the args given: Trainer(model=model, args=args, ...)")
-    expect_equal(actual["checkpoints"], engine["checkpoints"], f"{what}: the checkpoints saved in output_dir",
-                 hint="the args given save every epoch: pass them to the Trainer unchanged")
-    for epoch, (entry, oracle) in enumerate(zip(actual["evaluations"], engine["evaluations"]), 1):
-        if not math.isclose(entry["eval_loss"], oracle["eval_loss"], rel_tol=1e-5, abs_tol=1e-6):
-            fail(f"{what}: eval_loss after epoch {epoch} is {entry['eval_loss']!r}, the Trainer itself gives "
-                 f"{oracle['eval_loss']!r}",
-                 hint="a plain Trainer(model=model, args=args, train_dataset=train_dataset, "
-                      "eval_dataset=eval_dataset, compute_metrics=compute_metrics): nothing else changes training")
-    for name, value in engine["weights"].items():
-        expect_close(actual["weights"].get(name), value, f"{what}: the trained model's {name}",
+    with on_case(describe_trainer(case)):
+        holds = actual["holds"]
+        if holds["swapped"]:
+            fail("the Trainer trains on eval_dataset and evaluates on train_dataset, not the other way round",
+                 hint="train and eval datasets swapped: Trainer(train_dataset=train_dataset, "
+                      "eval_dataset=eval_dataset)")
+        for name, hint in HOLDS_HINTS.items():
+            expect_equal(holds[name], expected["holds"][name], f"trainer.{name} is the one given", hint=hint)
+        for entry in actual["evaluations"]:
+            if "eval_accuracy" not in entry or "eval_f1" not in entry:
+                fail(f"an evaluation reported {sorted(entry)}, without eval_accuracy and eval_f1",
+                     hint="compute_metrics not passed to the Trainer: Trainer(..., compute_metrics=compute_metrics)")
+        expect_equal(len(actual["evaluations"]), len(engine["evaluations"]),
+                     "the number of evaluations (one per epoch)",
+                     hint="build the Trainer with the args given: they evaluate every epoch")
+        last = actual["evaluations"][-1]
+        for key in ("accuracy", "f1"):
+            own = actual["own_metrics"].get(key)
+            if not _same_number(last[f"eval_{key}"], own):
+                fail(f"the last evaluation reported eval_{key}={last[f'eval_{key}']!r}, but compute_metrics "
+                     f"on the trained model's predictions gives {own!r}",
+                     hint="the Trainer must evaluate with this module's compute_metrics: "
+                          "Trainer(..., compute_metrics=compute_metrics)")
+        expect_equal(actual["steps"], engine["steps"], "optimizer steps taken",
+                     hint="train on train_dataset with the args given: Trainer(model=model, args=args, ...)")
+        expect_equal(actual["checkpoints"], engine["checkpoints"], "the checkpoints saved in output_dir",
+                     hint="the args given save every epoch: pass them to the Trainer unchanged")
+        for epoch, (entry, oracle) in enumerate(zip(actual["evaluations"], engine["evaluations"]), 1):
+            if not math.isclose(entry["eval_loss"], oracle["eval_loss"], rel_tol=1e-5, abs_tol=1e-6):
+                fail(f"eval_loss after epoch {epoch} is {entry['eval_loss']!r}, the Trainer itself gives "
+                     f"{oracle['eval_loss']!r}",
                      hint="a plain Trainer(model=model, args=args, train_dataset=train_dataset, "
                           "eval_dataset=eval_dataset, compute_metrics=compute_metrics): nothing else changes "
                           "training")
+        for name, value in engine["weights"].items():
+            expect_close(actual["weights"].get(name), value, f"the trained model's {name}",
+                         hint="a plain Trainer(model=model, args=args, train_dataset=train_dataset, "
+                              "eval_dataset=eval_dataset, compute_metrics=compute_metrics): nothing else changes "
+                              "training")

@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import errno
 import hmac
+import importlib
 import multiprocessing
 import multiprocessing.process
 import os
+import pickle
 import secrets
 import socket
 import struct
@@ -29,11 +31,12 @@ import types
 from collections.abc import Iterable, Sequence
 from multiprocessing import connection, forkserver, popen_forkserver
 from multiprocessing import context as mp_context
-from typing import Any
+from typing import Any, cast
 
 from grader import catalog
 from grader.sandbox import host, landlock, memory
 
+STANDBYS_FIRST = 2  # standbys warm_up spawns of the first kind graded, where workers are spawned (1 of each other)
 # What a kind's fork server runs once its imports (the catalog's `[[preload]]`) are done.
 SETTLE = {"torch": "grader.sandbox.preload", "optim": "grader.sandbox.preload_optim",
           "transformers": "grader.sandbox.preload_transformers", "data": "grader.sandbox.preload_data"}
@@ -43,6 +46,13 @@ def preload_modules(kind: str) -> list[str]:
     """What a kind's fork server imports, in order: each kind's of its chain (see catalog.preload_chain) and
     then that kind's settling module. A chained server has its base's already and imports only its own."""
     return [name for preload in catalog.preload_chain(kind) for name in (*preload.imports, SETTLE[preload.kind])]
+
+
+def spawned_modules(kind: str) -> list[str]:
+    """What a spawned worker of `kind` imports: its fork server's modules, but not torch's settling module,
+    whose first operation on a meta tensor (1.0 s of CPU here) a fork server pays once for all its workers,
+    and a spawned worker would pay each time: it pays it only where its checks use a meta tensor."""
+    return [name if name != SETTLE["torch"] else "grader.sandbox.worker" for name in preload_modules(kind)]
 ABSTRACT_ADDRESSES = host.LINUX and landlock.abi_version() >= 6
 
 
@@ -147,6 +157,12 @@ class Server:
     def start(self) -> None:
         self.forkserver.ensure_running()
 
+    def begin(self, count: int) -> None:
+        """`count` workers (a group's ranks) are about to be asked for; a fork server forks each at once."""
+
+    def top_up(self) -> None:
+        """Make ready what the next check will ask for; a fork server is ready for any number of workers."""
+
     def serving(self) -> bool:
         """Whether a chained server's process is up (it may still be importing), so that servers can be forked
         through it; a server of its own (Python 3.14's) has no other forked through it."""
@@ -191,26 +207,153 @@ class Server:
 
 class SpawningServer(Server):
     """Where there are no fork servers (macOS, or left off): every worker a fresh interpreter of its own
-    that imports its kind's preload itself, slower to start and sharing nothing with the grader."""
+    that imports its kind's modules itself, slower to start and sharing nothing with the grader.
+
+    As a fork server is ready before a worker is asked for, so are standbys here: interpreters spawned
+    ahead that import their kind's modules and wait to be handed the worker they become (`Standby`).
+    `warm_up` spawns the first, `top_up` (once a service's reply is sent, see Pools.start_ahead) as many
+    as the largest start of this kind asked for. A group takes standbys only when each of its ranks has one
+    that is ready: ranks that start seconds apart would wait for each other in the rendezvous."""
 
     def __init__(self, kind: str) -> None:
         self.kind = kind
         self.base = None
         self.retired = False
+        self.standbys: list[Standby] = []
+        self.taken: list[Standby] = []  # for the next Process calls (begin)
+        self.wanted = 0  # the most workers of this kind one start asked for
 
     def start(self) -> None:
         pass
+
+    def stand_by(self, count: int) -> None:
+        """Spawn standbys until `count` are alive (never in a small box, where memory is scarcer than time)."""
+        if memory.worker_budget() is not None:
+            return
+        self.standbys = [standby for standby in self.standbys if standby.alive()]
+        while len(self.standbys) < count:
+            self.standbys.append(Standby(self.kind))
+
+    def begin(self, count: int) -> None:
+        self.wanted = max(self.wanted, count)
+        self.standbys = [standby for standby in self.standbys if standby.alive()]
+        ready = [standby for standby in self.standbys if standby.ready()]
+        if count == 1:
+            self.taken = (ready or self.standbys)[:1]  # one still importing is further along than a fresh one
+        else:
+            self.taken = ready[:count] if len(ready) >= count else []
+        for standby in self.taken:
+            self.standbys.remove(standby)
+
+    def top_up(self) -> None:
+        self.stand_by(self.wanted)
 
     def serving(self) -> bool:
         return False
 
     def Process(self, **kwargs: Any) -> multiprocessing.process.BaseProcess:  # type: ignore[override]
         target, args = kwargs.pop("target"), kwargs.pop("args", ())
+        if self.taken:
+            return HandedOver(self.taken.pop(0), target, args)  # type: ignore[return-value]
         return multiprocessing.get_context("spawn").Process(
-            target=_run_spawned, args=(preload_modules(self.kind), target, args), **kwargs)
+            target=_run_spawned, args=(spawned_modules(self.kind), target, args), **kwargs)
 
     def kill(self) -> None:
         pass
+
+
+class Standby:
+    """A spawned interpreter of `kind` that imports its modules, says so (one byte) on a socket only the grader
+    holds, and waits there to be handed its target and arguments, the descriptors of their connections beside
+    them (SCM_RIGHTS): the same worker as one spawned for the purpose, its imports done before it was asked for."""
+
+    def __init__(self, kind: str) -> None:
+        self.control, theirs = socket.socketpair()
+        self.process = multiprocessing.get_context("spawn").Process(
+            target=_stand_by, args=(spawned_modules(kind), theirs), daemon=True)
+        try:
+            self.process.start()
+        finally:
+            theirs.close()
+        self.imported = False
+
+    def alive(self) -> bool:
+        return self.process.is_alive()
+
+    def ready(self) -> bool:
+        """Whether its imports are done."""
+        if not self.imported:
+            try:
+                self.imported = self.control.recv(1, socket.MSG_DONTWAIT) == b"r"
+            except (BlockingIOError, InterruptedError):
+                pass
+            except OSError:
+                return False
+        return self.imported and self.alive()
+
+    def hand_over(self, target: Any, args: Sequence[Any]) -> None:
+        descriptors = [arg.fileno() for arg in args if isinstance(arg, connection.Connection)]
+        passed, index = [], 0
+        for arg in args:
+            if isinstance(arg, connection.Connection):
+                passed.append(_Passed(index))
+                index += 1
+            else:
+                passed.append(arg)
+        payload = pickle.dumps((target, passed))
+        try:
+            socket.send_fds(self.control, [struct.pack("Q", len(payload))], descriptors)
+            self.control.sendall(payload)
+        finally:
+            self.control.close()
+
+
+class HandedOver:
+    """A standby as Ranks sees a worker's process (its pid, is_alive, kill, join, exitcode): starting it
+    hands it its target and arguments."""
+
+    def __init__(self, standby: Standby, target: Any, args: Sequence[Any]) -> None:
+        self.standby, self.target, self.args = standby, target, tuple(args)
+
+    def start(self) -> None:
+        self.standby.hand_over(self.target, self.args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.standby.process, name)
+
+
+class _Passed:
+    """Where a connection stood in a standby's arguments: its descriptor comes beside them."""
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+
+def _stand_by(modules: Sequence[str], control: socket.socket) -> None:
+    for name in modules:
+        importlib.import_module(name)
+    try:
+        control.sendall(b"r")
+    except OSError:  # taken before it was ready: its worker is already on the socket, which the grader closed
+        pass
+    head, descriptors, _, _ = socket.recv_fds(control, 8, 16)
+    if not head:
+        return  # the grader let it go before it was needed
+    head += _receive(control, 8 - len(head))
+    payload = _receive(control, struct.unpack("Q", head)[0])
+    control.close()
+    target, args = pickle.loads(payload)
+    target(*(connection.Connection(descriptors[arg.index]) if isinstance(arg, _Passed) else arg for arg in args))
+
+
+def _receive(control: socket.socket, size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        chunk = control.recv(size - len(data))
+        if not chunk:
+            raise SystemExit("the grader closed a standby's socket half-way")
+        data += chunk
+    return data
 
 
 def spawns() -> bool:
@@ -222,8 +365,6 @@ def spawns() -> bool:
 
 
 def _run_spawned(modules: Sequence[str], target: Any, args: Sequence[Any]) -> None:
-    import importlib
-
     for name in modules:
         importlib.import_module(name)
     target(*args)
@@ -425,6 +566,10 @@ def warm_up(kinds: Iterable[str]) -> None:
     kinds = set(kinds)
     _wanted.clear()
     _wanted.update(kinds)
+    if spawns():  # no chains: each kind's standbys, two of the first graded (the reference's worker and the submission's)
+        for order, kind in enumerate(sorted(kinds, key=catalog.preload_order)):
+            cast(SpawningServer, server(kind)).stand_by(STANDBYS_FIRST if order == 0 else 1)
+        return
     if kinds and memory.worker_budget() is not None:
         kinds = {min(kinds, key=catalog.preload_order)}
     kinds = {preload.kind for kind in kinds for preload in catalog.preload_chain(kind)}

@@ -25,7 +25,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from grader import probing, training
-from grader.checks import NEEDS_FLOAT64, expect_close, expect_equal, explicit_examples, fail
+from grader.checks import NEEDS_FLOAT64, expect_close, expect_equal, explicit_examples, fail, on_case
 from grader.grading.figures import Declared
 
 LOSSES = ["mse_loss", "cross_entropy"]
@@ -221,16 +221,18 @@ def test_accumulation_step_equals_one_step_on_the_whole_batch(grade, case):
     expected, actual = grade.compare(probe_accumulation_step, case)
     baseline = grade.reference(probe_step_baseline, case)
     for call in range(case["steps"]):
-        what = f"{describe_step(case)}: the model after call {call + 1}"
+        what = f"the model after call {call + 1}"
         got = actual["parameters"][call]
         hint = STEP_HINT
         if call == 0 and not training.same_parameters(got, baseline["parameters"][0]):
             hint = _step_diagnosis(grade, case, actual)
         elif actual["optimizer_steps"][call] != 1:
             hint = f"optimizer.step() ran {actual['optimizer_steps'][call]} times in call {call + 1}: step once"
-        training.expect_parameters(got, baseline["parameters"][call],
-                           what + " (compared with plain torch, one step on the concatenated micro-batches)", hint)
-        training.expect_parameters(got, expected["parameters"][call], what + " (compared with the reference solution)", hint)
+        with on_case(describe_step(case)):
+            training.expect_parameters(got, baseline["parameters"][call],
+                                       what + " (against one plain torch step on the whole batch)", hint)
+            training.expect_parameters(got, expected["parameters"][call],
+                                       what + " (compared with the reference solution)", hint)
 
 
 LOSS_HINTS = {
@@ -260,18 +262,20 @@ def _loss_hint(case, observed, call):
 @with_step_examples
 def test_accumulation_step_returns_the_whole_batch_loss(grade, case):
     actual = grade.run(probe_accumulation_step, case)
-    for call in range(case["steps"]):
-        kind = actual["loss_types"][call]
-        if kind != "builtins.float":
-            fail(f"{describe_step(case)}: call {call + 1} returned a {kind}, expected a Python float",
-                 hint="return float(...) or loss.item() of the whole batch's loss, not a tensor", status="invalid")
-    for call in range(case["steps"]):
-        # measured on the learner's own model as it was before the call: a wrong step does not fail this check too
-        before = sum(loss * rows for loss, rows in zip(actual["micro_losses"][call], case["sizes"])) / sum(case["sizes"])
-        expect_close(torch.tensor(actual["losses"][call], dtype=torch.float64), torch.tensor(before, dtype=torch.float64),
-                     f"{describe_step(case)}: the loss returned by call {call + 1}, against loss_fn on the concatenated "
-                     f"micro-batches with the model as it was before the call",
-                     hint=_loss_hint(case, actual, call))
+    with on_case(describe_step(case)):
+        for call in range(case["steps"]):
+            kind = actual["loss_types"][call]
+            if kind != "builtins.float":
+                fail(f"call {call + 1} returned a {kind}, expected a Python float",
+                     hint="return float(...) or loss.item() of the whole batch's loss, not a tensor", status="invalid")
+        for call in range(case["steps"]):
+            # measured on the learner's own model as it was before the call: a wrong step does not fail this check too
+            before = sum(loss * rows for loss, rows in zip(actual["micro_losses"][call], case["sizes"])) / sum(case["sizes"])
+            expect_close(torch.tensor(actual["losses"][call], dtype=torch.float64),
+                         torch.tensor(before, dtype=torch.float64),
+                         f"the loss returned by call {call + 1} (against loss_fn on the whole batch, the model as it was "
+                         "before the call)",
+                         hint=_loss_hint(case, actual, call))
 
 
 @NEEDS_FLOAT64
@@ -283,10 +287,11 @@ def test_each_micro_batch_goes_through_the_model_on_its_own(grade, case):
     for call in range(case["steps"]):
         seen = actual["forward_rows"][call]
         if seen != case["sizes"]:
-            fail(f"{describe_step(case)}: in call {call + 1} the model's forward calls got batches of {seen} rows, "
-                 f"expected one call per micro-batch: {case['sizes']}",
-                 hint="run the model on one micro-batch at a time, in order: concatenating them needs the memory of "
-                      "the whole batch's activations, which is what accumulation saves")
+            with on_case(describe_step(case)):
+                fail(f"in call {call + 1} the model's forward calls got batches of {seen} rows, "
+                     f"expected one call per micro-batch: {case['sizes']}",
+                     hint="run the model on one micro-batch at a time, in order: concatenating them needs the memory "
+                          "of the whole batch's activations, which is what accumulation saves")
 
 
 # --- train_with_accumulation ----------------------------------------------------------------------
@@ -440,9 +445,11 @@ def test_train_with_accumulation_matches_accelerates_loop(grade, case):
     if case["world_size"] == 1:
         expected, actual = [expected], [actual]
     for rank, (want, got) in enumerate(zip(expected, actual)):
-        what = f"{describe_loop(case)}: rank {rank}'s parameters after one pass (compared with accelerate's loop)"
+        what = f"rank {rank}'s parameters after one pass (compared with accelerate's loop)"
         if not training.same_parameters(got["parameters"], want["parameters"]):
-            training.expect_parameters(got["parameters"], want["parameters"], what, _loop_diagnosis(grade, case, actual))
+            with on_case(describe_loop(case)):
+                training.expect_parameters(got["parameters"], want["parameters"], what,
+                                           _loop_diagnosis(grade, case, actual))
 
 
 @pytest.mark.device_free
@@ -452,18 +459,19 @@ def test_train_with_accumulation_applies_and_returns_the_steps(grade, case):
     expected, actual = grade.compare(probe_train, case, world_size=case["world_size"])
     if case["world_size"] == 1:
         expected, actual = [expected], [actual]
-    for rank, (want, got) in enumerate(zip(expected, actual)):
-        what = f"{describe_loop(case)}: on rank {rank}, {got['batches']} batches a rank"
-        expect_equal(got["steps_applied"], want["steps_applied"], f"{what}: the optimizer steps applied",
-                     hint=("one step per window of gradient_accumulation_steps batches, and one for the short last "
-                           "window: run every batch under accelerator.accumulate(model) and call optimizer.step() "
-                           "on every batch (the prepared optimizer skips it inside a window)"))
-        if got["result_type"] != "builtins.int":
-            fail(f"{what}: returned a {got['result_type']}, expected a Python int", status="invalid",
-                 hint="count the steps in a Python int")
-        expect_equal(got["result"], got["steps_applied"], f"{what}: the number returned, against the optimizer "
-                     "steps actually applied", hint=("count a step only when accelerator.sync_gradients is True: "
-                                                     "inside a window the prepared optimizer skips optimizer.step()"))
+    with on_case(describe_loop(case)):
+        for rank, (want, got) in enumerate(zip(expected, actual)):
+            what = f"on rank {rank}, {got['batches']} batches a rank"
+            expect_equal(got["steps_applied"], want["steps_applied"], f"{what}: the optimizer steps applied",
+                         hint=("one step per window of gradient_accumulation_steps batches, and one for the short "
+                               "last window: run every batch under accelerator.accumulate(model) and call "
+                               "optimizer.step() on every batch (the prepared optimizer skips it inside a window)"))
+            if got["result_type"] != "builtins.int":
+                fail(f"{what}: returned a {got['result_type']}, expected a Python int", status="invalid",
+                     hint="count the steps in a Python int")
+            expect_equal(got["result"], got["steps_applied"], f"{what}: the number returned, against the optimizer "
+                         "steps actually applied", hint=("count a step only when accelerator.sync_gradients is True: "
+                                                         "inside a window the prepared optimizer skips optimizer.step()"))
 
 
 @pytest.mark.device_free
@@ -475,15 +483,15 @@ def test_train_with_accumulation_syncs_only_on_boundaries(grade, case):
     if case["world_size"] == 1:
         expected, actual = [expected], [actual]
     for rank, (want, got) in enumerate(zip(expected, actual)):
-        what = (f"{describe_loop(case)}: on rank {rank}, {got['forwards']} forward passes; the backward passes that "
-                f"all-reduced gradients")
+        what = f"on rank {rank}, {got['forwards']} forward passes; the backward passes that all-reduced gradients"
         hint = ("all-reduce only at the end of each window: under accelerator.accumulate(model) DDP skips the "
                 "all-reduce (no_sync) until the window's last batch")
         if got["reduced_backwards"] == got["forwards"] > want["reduced_backwards"]:
             hint = ("gradients were all-reduced on every backward pass: run each batch under "
                     "`with accelerator.accumulate(model):`, which skips the sync (model.no_sync()) inside a window; "
                     "that communication is what accumulation saves")
-        expect_equal(got["reduced_backwards"], want["reduced_backwards"], what, hint=hint)
+        with on_case(describe_loop(case)):
+            expect_equal(got["reduced_backwards"], want["reduced_backwards"], what, hint=hint)
 
 
 # --- figures: what accumulation saves (grader.grading.figures) -----------------------------------------

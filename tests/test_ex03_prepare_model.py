@@ -222,6 +222,7 @@ def test_prepare_model_wraps_for_several_processes(grade, spec, mixed_precision)
 def test_prepare_model_keeps_train_or_eval_mode(grade, spec, mixed_precision):
     expected, actual = grade.compare(probe_prepare, spec, mixed_precision)
     with on_case(described(spec, mixed_precision)):
-        expect_equal(actual["training"], expected["training"], "the modules in train mode after prepare (module.training)",
+        expect_equal(actual["training"], expected["training"],
+                     "the modules in train mode after prepare (module.training)",
                      hint="prepare keeps the mode the model came in with: no model.train() or model.eval() in "
                           "prepare_model; the caller chooses when to train and when to evaluate")

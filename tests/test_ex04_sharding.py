@@ -293,8 +293,8 @@ def test_shard_batch_matches_tensor_split(grade, case):
             rows = [int(v) // case["columns"] for v in got[:, 0].tolist()]
             hint = next((h for kind, h in BATCH_HINTS.items()
                          if _pieces(case["rows"], case["world_size"], kind)[case["rank"]] == rows), SPLIT_HINT)
-            fail(f"the piece: got rows {rows}, expected rows {_pieces(case['rows'], case['world_size'], 'split')[case['rank']]}",
-                 hint=hint)
+            split = _pieces(case["rows"], case["world_size"], "split")[case["rank"]]
+            fail(f"the piece: got rows {rows}, expected rows {split}", hint=hint)
         expect_equal(actual, expected, "the piece shard_batch returned", hint=SPLIT_HINT)
 
 

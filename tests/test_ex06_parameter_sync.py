@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from grader import probing
-from grader.checks import NEEDS_GLOO, expect_equal, explicit_examples, fail
+from grader.checks import NEEDS_GLOO, expect_equal, explicit_examples, fail, on_case
 from grader.probing import InvalidResult
 
 DTYPES = ["float32", "float64"]
@@ -151,24 +151,25 @@ def test_broadcast_parameters_copies_src_state_to_every_rank(grade, case):
     world_size, src = case["world_size"], source(case)
     expected, actual = grade.compare(probe_broadcast, case, world_size=world_size)
     original = actual[src]["before"]  # built by the check, before the call: src's state as it was
-    what = describe(case)
     buffers = set(expected[0]["buffers"])
     frozen = {name for name, flag in expected[0]["requires_grad"].items() if not flag}
-    for rank in [src] + [r for r in range(world_size) if r != src]:
-        observed = actual[rank]
-        for name, value in original.items():
-            got = observed["after"][name]
-            who = "src's own" if rank == src else f"rank {rank}'s"
-            where = f"{what}: {who} {name!r} afterwards"
-            if not (type(got) is torch.Tensor and got.dtype == value.dtype and got.shape == value.shape
-                    and torch.equal(got, value)):
-                should = " (src's model must not change)" if rank == src else f" (should equal rank {src}'s original)"
-                expect_equal(got, value, where + should, hint=_hint(name, got, rank, actual, src, buffers, frozen))
-            expect_equal(observed["devices"][name], expected[rank]["devices"][name], f"{where}: its device",
-                         hint="the model stays on its device")
-        expect_equal(observed["requires_grad"], expected[rank]["requires_grad"],
-                     f"{what}: rank {rank}'s requires_grad flags afterwards",
-                     hint="change the values only; a frozen parameter stays frozen")
+    with on_case(describe(case)):
+        for rank in [src] + [r for r in range(world_size) if r != src]:
+            observed = actual[rank]
+            for name, value in original.items():
+                got = observed["after"][name]
+                who = "src's own" if rank == src else f"rank {rank}'s"
+                where = f"{who} {name!r} afterwards"
+                if not (type(got) is torch.Tensor and got.dtype == value.dtype and got.shape == value.shape
+                        and torch.equal(got, value)):
+                    should = (" (src's model must not change)" if rank == src else
+                              f" (should equal rank {src}'s original)")
+                    expect_equal(got, value, where + should, hint=_hint(name, got, rank, actual, src, buffers, frozen))
+                expect_equal(observed["devices"][name], expected[rank]["devices"][name], f"{where}: its device",
+                             hint="the model stays on its device")
+            expect_equal(observed["requires_grad"], expected[rank]["requires_grad"],
+                         f"rank {rank}'s requires_grad flags afterwards",
+                         hint="change the values only; a frozen parameter stays frozen")
 
 
 @NEEDS_GLOO
@@ -177,14 +178,15 @@ def test_broadcast_parameters_copies_src_state_to_every_rank(grade, case):
 @given(case=sync_case())
 def test_broadcast_parameters_updates_tensors_in_place(grade, case):
     actual = grade.run(probe_broadcast, case, world_size=case["world_size"])
-    what = describe(case)
-    for rank, observed in enumerate(actual):
-        if observed["replaced"]:
-            fail(f"{what}: on rank {rank}, {observed['replaced']} are new objects, not the model's own "
-                 f"tensors updated in place",
-                 hint="write into the existing tensors (dist.broadcast(param.data, src=src)) instead of assigning "
-                      "new Parameters or buffers: optimizers hold references to the old ones")
-        if observed["new_storage"]:
-            fail(f"{what}: on rank {rank}, the .data of {observed['new_storage']} was replaced by a new tensor",
-                 hint="dist.broadcast writes into the tensor you pass: broadcast param.data itself, do not assign "
-                      "param.data = received")
+    with on_case(describe(case)):
+        for rank, observed in enumerate(actual):
+            if observed["replaced"]:
+                fail(f"on rank {rank}, these are new objects, not the model's own tensors updated in place: "
+                     f"{observed['replaced']}",
+                     hint="write into the existing tensors (dist.broadcast(param.data, src=src)) instead of assigning "
+                          "new Parameters or buffers: optimizers hold references to the old ones")
+            if observed["new_storage"]:
+                fail(f"on rank {rank}, the .data was replaced by a new tensor, not updated in place: "
+                     f"{observed['new_storage']}",
+                     hint="dist.broadcast writes into the tensor you pass: broadcast param.data itself, do not assign "
+                          "param.data = received")

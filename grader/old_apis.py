@@ -52,6 +52,10 @@ HINTS: dict[OldApi, str] = {
                   "(from torch.distributed.fsdp import fully_shard)",
 }
 
+# Named only where the code raised: torch.load without weights_only still loads a state_dict as it always did, so a
+# wrong value is no sign of it.
+WHEN_RAISED = frozenset({OldApi.TORCH_LOAD})
+
 # Dotted names (after the module's imports are resolved) whose use is the old API, and any attribute of them.
 OLD_NAMES = {
     "torch.cuda.amp.autocast": OldApi.CUDA_AMP,
@@ -93,6 +97,11 @@ def scan(source: str | bytes) -> tuple[Finding, ...]:
 def hint(finding: Finding) -> str:
     """The finding's hint with its place: `line 12: torch.load(...) without weights_only ...`."""
     return f"{finding.place or f'line {finding.line}'}: {HINTS[finding.code]}"
+
+
+def worth_naming(findings: Iterable[Finding], raised: bool) -> tuple[Finding, ...]:
+    """The findings a failure names: all where the code raised, else those that can cause a wrong value."""
+    return tuple(finding for finding in findings if raised or finding.code not in WHEN_RAISED)
 
 
 def to_plain(findings: Iterable[Finding]) -> list[list[object]]:

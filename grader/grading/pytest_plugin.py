@@ -294,8 +294,9 @@ def pytest_runtest_makereport(item: pytest.Item,
     printed = getattr(getattr(item, "funcargs", {}).get("grade"), "printed", "")
     calls = item.stash.get(CALLS, None)
     example = calls.example() if calls is not None else ""
-    hint = "\n".join(filter(None, [getattr(error, "hint", None) or "", *(
-        old_apis.hint(finding) for finding in (grade.old_apis if isinstance(grade, Grade) else ()))]))
+    raised = getattr(error, "own_words", False)
+    found = old_apis.worth_naming(grade.old_apis if isinstance(grade, Grade) else (), raised)
+    hint = "\n".join(filter(None, [getattr(error, "hint", None) or "", *map(old_apis.hint, found)]))
     report.grader_message = failure_message(error, details, printed, example, hint)
     report.grader_failure = Failure(  # as plain data: pytest-xdist sends reports between processes
         example=shown(example), expected=shown(getattr(error, "expected", "")),

@@ -227,3 +227,10 @@ def test_a_failing_check_names_the_old_api_the_code_uses_from_the_call(tmp_path)
     assert "hint: " in failed["message"] and "ex11_trainer.py:14: Trainer(tokenizer=...)" in failed["message"], \
         failed["message"]
     assert "processing_class" in failed["message"]
+
+
+def test_torch_load_is_named_only_where_the_code_raised():
+    """torch.load without weights_only loads a state_dict as ever: a wrong value is no sign of it, an error may be."""
+    found = (Finding(LOAD, 3), Finding(TRAINER, 5))
+    assert old_apis.worth_naming(found, raised=True) == found
+    assert old_apis.worth_naming(found, raised=False) == (Finding(TRAINER, 5),)

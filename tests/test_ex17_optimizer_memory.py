@@ -270,8 +270,8 @@ def probe_state_bytes(ctx, case):
 @example(case=STATE_EXAMPLES[4])
 @given(case=state_case())
 def test_optimizer_state_bytes_counts_every_state_tensor(grade, case):
-    assume_dtype_on(grade.device, case["dtype"])
     """The bytes of every tensor in optimizer.state of a real optimizer, step tensors and RMS included."""
+    assume_dtype_on(grade.device, case["dtype"])
     expected, actual = grade.compare(probe_state_bytes, case)
     got, want = actual["result"], expected["truth"]
     if got != want:

@@ -245,8 +245,8 @@ def _moment_hint(name, power):
 @with_examples
 @given(case=adamw_case())
 def test_adamw_step_matches_torch_adamw(grade, case):
-    assume_dtype_on(grade.device, case["dtype"])
     """param, exp_avg and exp_avg_sq after 1-5 steps equal torch.optim.AdamW(foreach=False)'s."""
+    assume_dtype_on(grade.device, case["dtype"])
     expected = grade.reference(probe_expected, case)
     actual = grade.run(probe_steps, case)
     what = describe(case)
@@ -279,8 +279,8 @@ def test_adamw_step_matches_torch_adamw(grade, case):
 @with_examples
 @given(case=adamw_case())
 def test_adamw_step_leaves_grad_unchanged(grade, case):
-    assume_dtype_on(grade.device, case["dtype"])
     """grad comes back as it was given, every step."""
+    assume_dtype_on(grade.device, case["dtype"])
     actual = grade.run(probe_steps, case)
     changed = [step for step, (given, after) in enumerate(zip(actual["grads_given"], actual["grads_after"]), 1)
                if not (given.dtype == after.dtype and given.shape == after.shape and torch.equal(given, after))]
@@ -294,8 +294,8 @@ def test_adamw_step_leaves_grad_unchanged(grade, case):
 @with_examples
 @given(case=adamw_case())
 def test_adamw_step_updates_in_place(grade, case):
-    assume_dtype_on(grade.device, case["dtype"])
     """param, exp_avg and exp_avg_sq are updated in their own memory (an optimizer keeps these tensors)."""
+    assume_dtype_on(grade.device, case["dtype"])
     actual = grade.run(probe_steps, case)
     what = describe(case)
     if actual["new_storage"]:
@@ -317,8 +317,8 @@ def test_adamw_step_updates_in_place(grade, case):
 @example(case=EXAMPLES[0])
 @given(case=adamw_case())
 def test_adamw_step_does_the_arithmetic_itself(grade, case):
-    assume_dtype_on(grade.device, case["dtype"])
     """The update is written out, not handed to torch.optim.AdamW (the exercise is AdamW by hand)."""
+    assume_dtype_on(grade.device, case["dtype"])
     reached = grade.run(probe_engine_calls, case)
     if reached:
         fail(f"{describe(case)}: adamw_step ran torch's own optimizer ({', '.join(reached)})",

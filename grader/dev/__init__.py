@@ -21,12 +21,12 @@ from collections.abc import Sequence
 from grader import catalog
 from grader.dev.check import device_marks, run_check
 from grader.dev.kit import CHAPTER_POINTS
-from grader.dev.sources import body_lines, given_away, hypothesis_examples, unmarked_group_checks
+from grader.dev.sources import body_lines, given_away, hypothesis_examples, late_docstrings, unmarked_group_checks
 from grader.devices import CHOICES
 from grader.usage import command_parser
 
-__all__ = ["body_lines", "build_parser", "device_marks", "given_away", "hypothesis_examples", "main",
-           "unmarked_group_checks"]
+__all__ = ["body_lines", "build_parser", "device_marks", "given_away", "hypothesis_examples", "late_docstrings",
+           "main", "unmarked_group_checks"]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -26,6 +26,7 @@ from grader.dev.sources import (
     functions,
     given_away,
     hypothesis_examples,
+    late_docstrings,
     unmarked_group_checks,
 )
 from grader.layout import KIT_ROOT
@@ -37,7 +38,7 @@ def run_check(args: argparse.Namespace) -> int:
                         ("README", blocks.catalog_tables), ("CLI reference", blocks.cli_reference),
                         ("signatures", signatures), ("stub size", stub_sizes),
                         ("wrong implementations", wrong_implementations), ("visibility", visibility_overrides),
-                        ("examples", kit_examples), ("devices", device_marks)):
+                        ("examples", kit_examples), ("devices", device_marks), ("docstrings", check_docstrings)):
         found, summary = check()
         problems += len(found)
         blocking += len(found) if check is not stub_sizes else 0  # a stub that says too much still grades
@@ -230,6 +231,12 @@ def device_marks() -> tuple[list[str], str]:
     """Every check that forms a process group is kept off MPS (unmarked_group_checks)."""
     found, count = _scan_check_files(unmarked_group_checks)
     return found, f"the {count} check files keep their process-group checks off mps (device_free or NEEDS_GLOO)"
+
+
+def check_docstrings() -> tuple[list[str], str]:
+    """Every check's docstring is its first statement (late_docstrings)."""
+    found, count = _scan_check_files(late_docstrings)
+    return found, f"the {count} check files give each check's docstring first, where the reports read it"
 
 
 def signatures() -> tuple[list[str], str]:

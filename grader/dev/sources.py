@@ -31,6 +31,21 @@ def hypothesis_examples(source: str, path: str) -> list[str]:
             f"count only the kit's explicit examples)" for line in lines]
 
 
+def late_docstrings(source: str, path: str) -> list[str]:
+    """Each check whose sentence is a string statement after its first: Python takes only a first statement for the
+    docstring, so the reports (Gradescope's included) would show the function's name instead of the sentence."""
+    found = []
+    for node in ast.parse(source).body:
+        if not (isinstance(node, ast.FunctionDef) and node.name.startswith("test_")):
+            continue
+        late = [statement for statement in node.body[1:] if isinstance(statement, ast.Expr)
+                and isinstance(statement.value, ast.Constant) and isinstance(statement.value.value, str)]
+        if late:
+            found.append(f"{path}:{late[0].lineno}: {node.name}'s docstring comes after other code: move it to the "
+                         "function's first line (reports show the name where a check has no docstring)")
+    return found
+
+
 GROUP_CALLS = ("compare", "run", "reference")  # the Grade methods that take world_size=
 
 

@@ -451,3 +451,16 @@ def test_the_grader_imports_nothing_from_the_tests():
                 found += [f"{os.path.relpath(path, KIT_ROOT)}:{node.lineno}: {module}" for module in modules
                           if module == "tests" or module.startswith("tests.")]
     assert found == []
+
+
+def test_every_checks_docstring_comes_first_where_the_reports_read_it():
+    """A docstring after `assume_dtype_on(...)` is a plain string statement: reports would show the check's name. Over
+    every check file, and on a check written so."""
+    from grader.dev import late_docstrings
+    from grader.dev.check import check_docstrings
+
+    assert check_docstrings()[0] == []
+    late = 'def test_x(grade, case):\n    assume_dtype_on(grade.device, "float64")\n    """The sentence."""\n'
+    assert [line.split(": ")[0] for line in late_docstrings(late, "t.py")] == ["t.py:3"]
+    first = 'def test_x(grade, case):\n    """The sentence."""\n    assume_dtype_on(grade.device, "float64")\n'
+    assert late_docstrings(first, "t.py") == []

@@ -34,7 +34,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from grader import probing, training
-from grader.checks import close, expect_close, expect_equal, explicit_examples, fail
+from grader.checks import close, expect_close, expect_equal, explicit_examples, fail, on_case
 from grader.grading.figures import Declared
 
 LOW_DTYPES = ("bfloat16", "float16")
@@ -428,7 +428,6 @@ def probe_mistakes(ctx, case):
 @with_forward_examples
 def test_autocast_forward_matches_torch_autocast(grade, case):
     expected, actual = grade.compare(probe_autocast, case)
-    what = describe_forward(case)
     got = actual["output"]["values"]
     hint = "run model(inputs) inside `with torch.autocast(device_type, dtype=dtype):` and return its output as it is"
     if actual["accelerators"]:
@@ -450,14 +449,15 @@ def test_autocast_forward_matches_torch_autocast(grade, case):
                     "uses the device's default (bfloat16 on the CPU, float16 on CUDA)")
         elif got.dtype.is_floating_point and got.dtype != actual["autocast"].dtype:
             hint = "return the output in the dtype autocast gives it: no .float() or .to(...) afterwards"
-    expect_equal(actual["output"]["device"], expected["output"]["device"], f"{what}: the output's device", hint=hint)
-    expect_close(got, actual["autocast"], f"{what}: the output, compared with the model called under "
-                 f"torch.autocast({actual['output']['device']!r}, dtype=torch.{case['dtype']})", hint=hint)
-    expect_close(got, expected["output"]["values"], f"{what}: the output, compared with the reference solution",
-                 hint=hint)
-    expect_equal(actual["requires_grad"], expected["requires_grad"], f"{what}: whether the output requires grad",
-                 hint="the forward pass is part of training: no torch.no_grad() or torch.inference_mode(), no "
-                      ".detach()")
+    with on_case(describe_forward(case)):
+        expect_equal(actual["output"]["device"], expected["output"]["device"], "the output's device", hint=hint)
+        expect_close(got, actual["autocast"], "the output, compared with the model called under "
+                     f"torch.autocast({actual['output']['device']!r}, dtype=torch.{case['dtype']})", hint=hint)
+        expect_close(got, expected["output"]["values"], "the output, compared with the reference solution",
+                     hint=hint)
+        expect_equal(actual["requires_grad"], expected["requires_grad"], "whether the output requires grad",
+                     hint="the forward pass is part of training: no torch.no_grad() or torch.inference_mode(), no "
+                          ".detach()")
 
 
 @pytest.mark.measured_in_worker("the model's weights after the call")
@@ -465,15 +465,15 @@ def test_autocast_forward_matches_torch_autocast(grade, case):
 @with_forward_examples
 def test_autocast_forward_leaves_the_weights_float32(grade, case):
     actual = grade.run(probe_autocast, case)
-    what = describe_forward(case)
-    cast = {name: dtype for name, dtype in actual["weight_dtypes"].items() if dtype != "torch.float32"}
-    if cast:
-        fail(f"{what}: weights in another dtype afterwards: {cast}",
-             hint="the weights stay float32 (the optimizer updates them): do not call model.half() or "
-                  "model.to(dtype); autocast casts each op's inputs for that op only")
-    if actual["weights_changed"]:
-        fail(f"{what}: weights changed by the call: {actual['weights_changed']}",
-             hint="a forward pass changes no weight: leave the model as it is")
+    with on_case(describe_forward(case)):
+        cast = {name: dtype for name, dtype in actual["weight_dtypes"].items() if dtype != "torch.float32"}
+        if cast:
+            fail(f"weights not float32 afterwards: {cast}",
+                 hint="the weights stay float32 (the optimizer updates them): do not call model.half() or "
+                      "model.to(dtype); autocast casts each op's inputs for that op only")
+        if actual["weights_changed"]:
+            fail(f"weights changed by the call: {actual['weights_changed']}",
+                 hint="a forward pass changes no weight: leave the model as it is")
 
 
 # --- checks: scaled_step -----------------------------------------------------------------
@@ -507,8 +507,9 @@ STEP_HINT = ("loss under torch.autocast(inputs.device.type, dtype=dtype), then s
 def _steps_without_scale(case, actual):
     """Fail a run whose scaler.step raised because the call made no scaler.scale before it."""
     if "step_without_scale" in actual:
-        fail(f"{describe_steps(case)}: raised {actual['step_without_scale']} (scaler.step was called, scaler.scale "
-             "never)", hint=SCALER_HINTS["step_without_scale"])
+        with on_case(describe_steps(case)):
+            fail(f"scaled_step raised {actual['step_without_scale']} (scaler.step was called, scaler.scale never)",
+                 hint=SCALER_HINTS["step_without_scale"])
 
 
 def _scaler_hint(actual, step):
@@ -545,28 +546,29 @@ def test_scaled_step_matches_a_grad_scaler_loop(grade, case):
     expected, actual = grade.compare(probe_steps, case)
     _steps_without_scale(case, actual)
     baseline = grade.reference(probe_baseline, case)
-    what = describe_steps(case)
-    for step in range(case["steps"]):
-        call = f"{what}: after call {step + 1}"
-        for label, want in (("a plain GradScaler loop", baseline), ("the reference solution", expected)):
-            got = actual["parameters"][step]
-            if not training.same_parameters(got, want["parameters"][step]):
-                hint = _step_diagnosis(grade, case, actual, baseline, step)
-                expect_equal(sorted(got), sorted(want["parameters"][step]), f"{call}: the parameter names", hint=hint)
-                for name, value in want["parameters"][step].items():
-                    expect_close(got[name], value, f"{call}: parameter {name!r}, compared with {label}", hint=hint)
-            scale, tracker = actual["scales"][step], actual["trackers"][step]
-            if (scale, tracker) != (want["scales"][step], want["trackers"][step]):
-                previous = actual["scales"][step - 1] if step else case["init_scale"]
-                if _scaler_hint(actual, step):
-                    hint = _scaler_hint(actual, step)
-                elif scale == previous and tracker == (actual["trackers"][step - 1] if step else 0):
-                    hint = ("the scaler did not move: call scaler.update() after scaler.step(optimizer); it halves the "
-                            "scale after an overflow and doubles it after growth_interval clean steps")
-                else:
-                    hint = "call scaler.update() exactly once per step, after scaler.step(optimizer)"
-                expect_equal([scale, tracker], [want["scales"][step], want["trackers"][step]],
-                             f"{call}: the scaler's [scale, growth tracker], compared with {label}", hint=hint)
+    with on_case(describe_steps(case)):
+        for step in range(case["steps"]):
+            call = f"after call {step + 1}"
+            for label, want in (("a plain GradScaler loop", baseline), ("the reference solution", expected)):
+                got = actual["parameters"][step]
+                if not training.same_parameters(got, want["parameters"][step]):
+                    hint = _step_diagnosis(grade, case, actual, baseline, step)
+                    expect_equal(sorted(got), sorted(want["parameters"][step]), f"{call}: the parameter names",
+                                 hint=hint)
+                    for name, value in want["parameters"][step].items():
+                        expect_close(got[name], value, f"{call}: parameter {name!r}, compared with {label}", hint=hint)
+                scale, tracker = actual["scales"][step], actual["trackers"][step]
+                if (scale, tracker) != (want["scales"][step], want["trackers"][step]):
+                    previous = actual["scales"][step - 1] if step else case["init_scale"]
+                    if _scaler_hint(actual, step):
+                        hint = _scaler_hint(actual, step)
+                    elif scale == previous and tracker == (actual["trackers"][step - 1] if step else 0):
+                        hint = ("the scaler did not move: call scaler.update() after scaler.step(optimizer); it "
+                                "halves the scale after an overflow and doubles it after growth_interval clean steps")
+                    else:
+                        hint = "call scaler.update() exactly once per step, after scaler.step(optimizer)"
+                    expect_equal([scale, tracker], [want["scales"][step], want["trackers"][step]],
+                                 f"{call}: the scaler's [scale, growth tracker], compared with {label}", hint=hint)
 
 
 @given(case=step_case(overflow=True))
@@ -576,18 +578,19 @@ def test_an_overflowing_step_is_skipped_and_the_scale_lowered(grade, case):
     _steps_without_scale(case, actual)
     baseline = grade.reference(probe_baseline, case)
     step = case["overflow_step"]
-    what = f"{describe_steps(case)}: call {step + 1}, whose gradients overflow"
+    what = f"call {step + 1}, whose gradients overflow"
     before = actual["parameters"][step - 1] if step else _initial(grade, case)
     got = actual["parameters"][step]
-    if not training.same_parameters(got, before):
-        fail(f"{what}: the parameters changed; the step must be skipped",
-             hint=_scaler_hint(actual, step) or MISTAKE_HINTS["optimizer_step"])
     previous = actual["scales"][step - 1] if step else case["init_scale"]
-    expect_equal([actual["scales"][step], actual["trackers"][step]], [baseline["scales"][step], 0],
-                 f"{what}: the scaler's [scale, growth tracker] afterwards (the scale was {previous:g} before)",
-                 hint=_scaler_hint(actual, step) or
-                 "call scaler.update() after scaler.step(optimizer): after an overflow it multiplies the scale by "
-                 "the backoff factor (0.5) and resets the growth tracker")
+    with on_case(describe_steps(case)):
+        if not training.same_parameters(got, before):
+            fail(f"{what}: the parameters changed; the step must be skipped",
+                 hint=_scaler_hint(actual, step) or MISTAKE_HINTS["optimizer_step"])
+        expect_equal([actual["scales"][step], actual["trackers"][step]], [baseline["scales"][step], 0],
+                     f"{what}: the scaler's [scale, growth tracker] afterwards (the scale was {previous:g} before)",
+                     hint=_scaler_hint(actual, step) or
+                     "call scaler.update() after scaler.step(optimizer): after an overflow it multiplies the scale by "
+                     "the backoff factor (0.5) and resets the growth tracker")
 
 
 def _initial(grade, case):
@@ -613,19 +616,19 @@ def test_scaled_step_returns_the_loss(grade, case):
     expected, actual = grade.compare(probe_steps, case)
     _steps_without_scale(case, actual)
     baseline = grade.reference(probe_baseline, case)
-    what = describe_steps(case)
-    for step in range(case["steps"]):
-        call = f"{what}: the value call {step + 1} returned"
-        if actual["loss_types"][step] != "builtins.float":
-            fail(f"{call}: expected a Python float, got a {actual['loss_types'][step]}",
-                 hint="return loss.item() (a Python float), not the tensor")
-        got = actual["losses"][step]
-        for label, want in (("a plain GradScaler loop", baseline), ("the reference solution", expected)):
-            wanted = want["losses"][step]
-            if _same_loss(got, wanted):
-                continue
-            fail(f"{call}: expected {wanted!r} (as {label} gives), got {got!r}",
-                 hint=_loss_hint(grade, case, actual, step, got, wanted))
+    with on_case(describe_steps(case)):
+        for step in range(case["steps"]):
+            call = f"the value call {step + 1} returned"
+            if actual["loss_types"][step] != "builtins.float":
+                fail(f"{call}: expected a Python float, got a {actual['loss_types'][step]}",
+                     hint="return loss.item() (a Python float), not the tensor")
+            got = actual["losses"][step]
+            for label, want in (("a plain GradScaler loop", baseline), ("the reference solution", expected)):
+                wanted = want["losses"][step]
+                if _same_loss(got, wanted):
+                    continue
+                fail(f"{call}: expected {wanted!r} (as {label} gives), got {got!r}",
+                     hint=_loss_hint(grade, case, actual, step, got, wanted))
 
 
 def _loss_hint(grade, case, actual, step, got, wanted):
@@ -652,20 +655,21 @@ def _loss_hint(grade, case, actual, step, got, wanted):
 def test_scaled_step_clears_gradients_and_keeps_float32_weights(grade, case):
     actual = grade.run(probe_steps, case)
     _steps_without_scale(case, actual)
-    what = describe_steps(case)
-    for step in range(case["steps"]):
-        if actual["weight_dtypes"][step] != ["torch.float32"]:
-            fail(f"{what}: after call {step + 1} the weights are {actual['weight_dtypes'][step]}",
-                 hint="the weights stay float32 (the master copy the optimizer updates): do not call model.half() or "
-                      "model.to(dtype); autocast runs each op in lower precision by itself")
-        # cleared after the step: nothing left; cleared at the start: this call's own gradients, nothing added
-        for name, grad in actual["left"][step].items():
-            own = actual["own"][step][name]
-            if not close(grad, own):
-                off = (grad.double() - own.double()).abs().nan_to_num(float("inf")).max().item()
-                fail(f"{what}: after call {step + 1} the gradient of {name!r} left on the model is not that call's "
-                     f"own (computed from the parameters and the scale before it): off by up to {off:.3g}",
-                     hint=MISTAKE_HINTS["no_zero_grad"] + " (to None or zeros, both are fine)")
+    with on_case(describe_steps(case)):
+        for step in range(case["steps"]):
+            if actual["weight_dtypes"][step] != ["torch.float32"]:
+                fail(f"after call {step + 1} the weights are {actual['weight_dtypes'][step]}, expected "
+                     "['torch.float32']",
+                     hint="the weights stay float32 (the master copy the optimizer updates): do not call model.half() "
+                          "or model.to(dtype); autocast runs each op in lower precision by itself")
+            # cleared after the step: nothing left; cleared at the start: this call's own gradients, nothing added
+            for name, grad in actual["left"][step].items():
+                own = actual["own"][step][name]
+                if not close(grad, own):
+                    off = (grad.double() - own.double()).abs().nan_to_num(float("inf")).max().item()
+                    fail(f"after call {step + 1} the gradient of {name!r} left on the model is not that call's "
+                         f"own (computed from the parameters and the scale before it): off by up to {off:.3g}",
+                         hint=MISTAKE_HINTS["no_zero_grad"] + " (to None or zeros, both are fine)")
 
 
 # --- figures: what mixed precision saves (grader.grading.figures) --------------------------------------

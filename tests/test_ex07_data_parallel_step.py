@@ -18,7 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from grader import probing, training
-from grader.checks import NEEDS_GLOO, close, expect_close, expect_equal, explicit_examples, fail
+from grader.checks import NEEDS_GLOO, close, expect_close, expect_equal, explicit_examples, fail, on_case
 
 LOSSES = ["mse_loss", "cross_entropy"]
 OPTIMIZERS = ["sgd", "sgd_momentum", "adam"]
@@ -238,18 +238,19 @@ def _step_hint(case):
 def test_every_rank_ends_equal_to_one_step_on_the_whole_batch(grade, case):
     expected, actual = grade.compare(probe_steps, case, world_size=case["world_size"])
     baseline = grade.reference(probe_baseline, case)
-    for rank, observed in enumerate(actual):
-        for step in range(case["steps"]):
-            what = f"{describe(case)}: rank {rank}'s model after call {step + 1}"
-            got, want = observed["parameters"][step], baseline["parameters"][step]
-            hint = _step_hint(case)
-            if step == 0 and not (sorted(got) == sorted(want) and all(close(got[n], v) for n, v in want.items())):
-                hint = _diagnosis(grade, case, rank, got)
-            training.expect_parameters(got, want, what + " (compared with plain torch on the whole batch in one process)", hint)
-            training.expect_parameters(got, expected[rank]["parameters"][step],
-                               what + " (compared with the reference solution)", hint)
-        expect_equal(observed["devices"], expected[rank]["devices"], f"{describe(case)}: the devices of rank {rank}'s "
-                     "parameters afterwards", hint="the model stays where it is: move the batch's parts, not the model")
+    with on_case(describe(case)):
+        for rank, observed in enumerate(actual):
+            for step in range(case["steps"]):
+                what = f"rank {rank}'s model after call {step + 1}"
+                got, want = observed["parameters"][step], baseline["parameters"][step]
+                hint = _step_hint(case)
+                if step == 0 and not (sorted(got) == sorted(want) and all(close(got[n], v) for n, v in want.items())):
+                    hint = _diagnosis(grade, case, rank, got)
+                training.expect_parameters(got, want, what + " (against plain torch, one process, whole batch)", hint)
+                training.expect_parameters(got, expected[rank]["parameters"][step],
+                                           what + " (against the reference solution)", hint)
+            expect_equal(observed["devices"], expected[rank]["devices"], f"the devices of rank {rank}'s parameters "
+                         "afterwards", hint="the model stays where it is: move the batch's parts, not the model")
 
 
 @NEEDS_GLOO
@@ -257,12 +258,13 @@ def test_every_rank_ends_equal_to_one_step_on_the_whole_batch(grade, case):
 @with_examples
 def test_replicas_stay_identical(grade, case):
     actual = grade.run(probe_steps, case, world_size=case["world_size"])
-    for rank in range(1, case["world_size"]):
-        for step in range(case["steps"]):
-            training.expect_parameters(actual[rank]["parameters"][step], actual[0]["parameters"][step],
-                               f"{describe(case)}: after call {step + 1}, rank {rank}'s model against rank 0's",
-                               "the replicas drift apart: every rank must step on the same all-reduced gradient "
-                               "(all_reduce every .grad before optimizer.step(), on every rank)")
+    with on_case(describe(case)):
+        for rank in range(1, case["world_size"]):
+            for step in range(case["steps"]):
+                training.expect_parameters(actual[rank]["parameters"][step], actual[0]["parameters"][step],
+                                           f"after call {step + 1}, rank {rank}'s model against rank 0's",
+                                           "the replicas drift apart: every rank must step on the same all-reduced "
+                                           "gradient (all_reduce every .grad before optimizer.step(), on every rank)")
 
 
 @NEEDS_GLOO
@@ -271,24 +273,29 @@ def test_replicas_stay_identical(grade, case):
 def test_returns_the_whole_batch_loss(grade, case):
     actual = grade.run(probe_steps, case, world_size=case["world_size"])
     baseline = grade.reference(probe_baseline, case)
+    with on_case(describe(case)):
+        _check_losses(case, actual, baseline)
+
+
+def _check_losses(case, actual, baseline):
     for rank, observed in enumerate(actual):
         for step in range(case["steps"]):
             kind = observed["loss_types"][step]
             if kind != "builtins.float":
-                fail(f"{describe(case)}: call {step + 1} on rank {rank} returned a {kind}, expected a Python float",
+                fail(f"call {step + 1} on rank {rank} returned a {kind}, expected a Python float",
                      hint="return float(...) of the all-reduced loss, not a tensor or a numpy number", status="invalid")
     for step in range(case["steps"]):
         losses = [observed["losses"][step] for observed in actual]
         hint = _loss_hint(case, actual, step)
         if max(losses) - min(losses) > 1e-9 * (1.0 + abs(max(losses))):
-            fail(f"{describe(case)}: call {step + 1} returned different losses on the ranks: {losses}",
+            fail(f"call {step + 1} returned different losses on the ranks: {losses}",
                  hint=hint or "every rank must return the same value: the loss of the whole batch, all-reduced")
         # before the first call every model is the fresh one: plain torch in one process says the loss; later
         # calls are measured against the rank's own model as it was, so a wrong step does not fail this check too
         before = [baseline["losses"][0]] * len(losses) if step == 0 else [o["losses_before"][step] for o in actual]
         expect_close(torch.tensor(losses, dtype=torch.float64), torch.tensor(before, dtype=torch.float64),
-                     f"{describe(case)}: the loss returned by call {step + 1} on every rank, against the whole "
-                     f"batch's {case['loss']} on that rank's model just before the call",
+                     f"the losses of call {step + 1} (against the whole batch's {case['loss']} on each rank's model "
+                     "before the call)",
                      hint=hint or "all-reduce (SUM) local_loss * local_rows and divide by the total rows")
 
 
@@ -325,24 +332,25 @@ def test_each_rank_computes_on_a_disjoint_part(grade, case):
     rows = case["rows"]
     for step in range(case["steps"]):
         seen = [observed["rows_seen"][step] for observed in actual]
-        what = f"{describe(case)}: in call {step + 1} the model's forward got rows {seen} (per rank)"
-        if any(-1 in rank_rows for rank_rows in seen):
-            fail(f"{what}; -1 is an input that is not a row of the batch",
-                 hint="call the model on rows of `inputs` as they are (a slice such as torch.tensor_split's)")
-        idle = [rank for rank, rank_rows in enumerate(seen) if not rank_rows]
-        if idle:
-            fail(f"{what}; rank(s) {idle} computed on nothing",
-                 hint="every rank computes forward and backward on its own part of the batch")
-        flat = sorted(row for rank_rows in seen for row in rank_rows)
-        if flat != list(range(rows)):
-            repeated = sorted({row for row in flat if flat.count(row) > 1})
-            missing = sorted(set(range(rows)) - set(flat))
-            fail(f"{what}; the parts should be disjoint and together cover rows 0..{rows - 1} once"
-                 + (f"; rows {repeated} were computed more than once" if repeated else "")
-                 + (f"; rows {missing} were never computed" if missing else ""),
-                 hint="each rank takes only its own part, torch.tensor_split(inputs, world_size)[rank], not the "
-                      "whole batch; when the rows do not divide evenly the first rows % world_size parts get one "
-                      "row more, and no row is dropped")
+        got = f"the model's forward got rows {seen} (per rank)"
+        with on_case(describe(case)):
+            if any(-1 in rank_rows for rank_rows in seen):
+                fail(f"in call {step + 1} -1 is an input that is not a row of the batch; {got}",
+                     hint="call the model on rows of `inputs` as they are (a slice such as torch.tensor_split's)")
+            idle = [rank for rank, rank_rows in enumerate(seen) if not rank_rows]
+            if idle:
+                fail(f"in call {step + 1} rank(s) {idle} computed on nothing; {got}",
+                     hint="every rank computes forward and backward on its own part of the batch")
+            flat = sorted(row for rank_rows in seen for row in rank_rows)
+            if flat != list(range(rows)):
+                repeated = sorted({row for row in flat if flat.count(row) > 1})
+                missing = sorted(set(range(rows)) - set(flat))
+                fail(f"in call {step + 1} the parts are not disjoint or do not together cover rows 0..{rows - 1} once"
+                     + (f"; rows {repeated} were computed more than once" if repeated else "")
+                     + (f"; rows {missing} were never computed" if missing else "") + f"; {got}",
+                     hint="each rank takes only its own part, torch.tensor_split(inputs, world_size)[rank], not the "
+                          "whole batch; when the rows do not divide evenly the first rows % world_size parts get one "
+                          "row more, and no row is dropped")
 
 
 @NEEDS_GLOO
@@ -350,9 +358,10 @@ def test_each_rank_computes_on_a_disjoint_part(grade, case):
 @with_examples
 def test_stale_gradients_do_not_leak(grade, case):
     actual = grade.run(probe_stale, case, world_size=case["world_size"])
-    for rank, observed in enumerate(actual):
-        training.expect_parameters(observed["stale"], observed["clean"],
-                           f"{describe(case)}: rank {rank}'s model when .grad held garbage before the first call, "
-                           f"against the same model whose .grad was empty",
-                           "gradients from before the call leak into the step: call optimizer.zero_grad() "
-                           "(and model.zero_grad()) before the backward pass")
+    with on_case(describe(case)):
+        for rank, observed in enumerate(actual):
+            training.expect_parameters(observed["stale"], observed["clean"],
+                                       f"rank {rank}'s model, garbage in .grad before call 1, against it with .grad "
+                                       "empty",
+                                       "gradients from before the call leak into the step: call optimizer.zero_grad() "
+                                       "(and model.zero_grad()) before the backward pass")

@@ -36,7 +36,7 @@ from grader.catalog import Exercise
 from grader.devices import GPUS
 from grader.grading.options import Options, resolve
 from grader.layout import KIT_ROOT
-from grader.records import CheckResult, TargetResult
+from grader.records import CheckResult, ExerciseResult, Status, TargetResult
 from grader.sandbox import Sandbox
 
 if TYPE_CHECKING:
@@ -126,7 +126,8 @@ class Engine:
         elif request.parallel:
             secret = request.seed_file is not None and options.seed == seed_read  # a release's own seed is none
             arguments = part_arguments(request, options, secret)
-            results = run_in_parallel(options.targets, min(request.jobs, len(options.targets)), arguments)
+            results = run_in_parallel(options.targets, min(request.jobs, len(options.targets)), arguments,
+                                      request.exercises or catalog.EXERCISES)
         else:
             results = self._run(options, request.exercises, progress)
         return GradeOutcome(results, options, request.exercises)
@@ -217,10 +218,11 @@ def part_arguments(request: Request, options: Options, secret: bool) -> list[str
 
 
 def run_in_parallel(targets: Sequence[Target], jobs: int, arguments: Sequence[str],
-                    quiet: bool = True) -> list[TargetResult]:
+                    exercises: Sequence[Exercise]) -> list[TargetResult]:
     """Grade `targets` in `jobs` grader processes, each given `arguments` besides its targets;
     one TargetResult per target, in the order given. A part whose process fails leaves its
-    targets as results saying so (not graded), never the batch without a report."""
+    targets as results saying so (`exercises` not graded, which --regrade grades again), never the
+    batch without a report."""
     parts = [targets[i::jobs] for i in range(jobs)]
     folder = tempfile.mkdtemp(prefix="grader-parts-")
     running = []
@@ -236,19 +238,31 @@ def run_in_parallel(targets: Sequence[Target], jobs: int, arguments: Sequence[st
         running.append((part, report, output, subprocess.Popen(command, cwd=KIT_ROOT, stdout=output,
                                                                    stderr=subprocess.STDOUT)))
     results = {}
+    failed = False
     for part, report, output, process in running:
         process.wait()
         output.close()
         try:
             with open(report) as handle:
                 data = json.load(handle)
-        except (OSError, ValueError):
-            raise RuntimeError(f"a grader process failed (exit status {process.returncode}); "
-                               f"its log is {output.name}") from None
-        found = data["submissions"] if "submissions" in data else [data]
+            found = data["submissions"] if "submissions" in data else [data]
+        except (OSError, ValueError, TypeError, KeyError):
+            why = f"not graded: its grader process failed (exit status {process.returncode}); its log: {output.name}"
+            results.update({target.label: _not_graded(target.label, exercises, why) for target in part})
+            failed = True
+            continue
         for row in found:
             result = TargetResult.from_dict(row)
             result.target = part[int(result.target)].label
             results[result.target] = result
-    shutil.rmtree(folder, ignore_errors=True)
+    for number in range(len(parts)):
+        shutil.rmtree(os.path.join(folder, f"part-{number}"), ignore_errors=True)  # the submissions' copies
+    if not failed:
+        shutil.rmtree(folder, ignore_errors=True)  # else a failed part's log stays, for the instructor to read
     return [results[target.label] for target in targets]
+
+
+def _not_graded(target: str, exercises: Sequence[Exercise], why: str) -> TargetResult:
+    """A target whose grader process failed: each exercise not graded, saying why."""
+    rows = [ExerciseResult(e.id, e.title, e.chapter, 0.0, e.points, Status.NOT_GRADED, []) for e in exercises]
+    return TargetResult(target, rows, 0.0, notes=[why])

@@ -238,3 +238,27 @@ def test_a_regrade_of_a_json_report_writes_both_reports_whole(klass):
         [timeless(r) for r in json.loads((klass / "batch.json").read_text())["submissions"][4:]]
     assert [r["execution_time"] for r in again["submissions"][:4]] == \
         [r["execution_time"] for r in data["submissions"][:4]]
+
+
+def test_a_part_whose_grader_process_fails_leaves_its_students_not_graded_not_the_batch_without_a_report(tmp_path):
+    """--jobs N grades in N grader processes: one that fails (here, every part: an option no grader knows) gives each
+    of its students a row of exercises not graded, saying why and where its log is, which --regrade grades again."""
+    from grader import catalog
+    from grader.grading.engine import run_in_parallel
+    from grader.records import Status
+    from grader.sandbox import Target
+
+    folders = []
+    for name in ("ann", "bob", "cy"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "ex04_sharding.py").write_text("")
+        folders.append(Target(name, str(tmp_path / name)))
+    exercises = [catalog.get("ex04_sharding")]
+    results = run_in_parallel(folders, 2, ["--no-such-option"], exercises)
+    assert [result.target for result in results] == ["ann", "bob", "cy"]
+    for result in results:
+        assert result.not_graded == ["ex04_sharding"], result
+        assert [row.status for row in result.exercises] == [Status.NOT_GRADED]
+        assert "its grader process failed (exit status 2)" in result.notes[0], result.notes
+        log = result.notes[0].split("its log: ")[1]
+        assert "--no-such-option" in open(log).read()

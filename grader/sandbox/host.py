@@ -86,11 +86,6 @@ def try_prctl(option: int, *args: Any) -> bool:
     return True
 
 
-def proc_mounted() -> bool:
-    """Whether this process sees a /proc of Linux's (its own entry there)."""
-    return LINUX and os.path.isdir(f"/proc/{os.getpid()}")
-
-
 def schedule_as_batch() -> bool:
     """Put this process (and the threads it starts later) under Linux's SCHED_BATCH policy; False where the system
     has none. A batch task does not preempt a running one when it wakes: the ranks of a group exchange many small

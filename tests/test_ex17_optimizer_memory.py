@@ -20,7 +20,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from grader import probing
-from grader.checks import assume_dtype_on, example, expect_equal, fail
+from grader.checks import assume_dtype_on, example, expect_equal, fail, on_case
 from grader.grading.figures import Declared
 from grader.probing import InvalidResult
 from grader.sandbox.wire import describe as show
@@ -146,7 +146,6 @@ def probe_count(ctx, case):
 def test_count_parameters_counts_tied_weights_once_and_frozen_as_untrainable(grade, case):
     """(total, trainable) as model.parameters() counts them: a tied weight once, frozen ones not trainable."""
     expected, actual = grade.compare(probe_count, case)
-    what = describe_count(case)
     total, trainable = actual["result"]
     want_total, want_trainable = expected["manual"]
     assert expected["num_parameters"] == expected["manual"], (expected["num_parameters"], expected["manual"])
@@ -159,7 +158,8 @@ def test_count_parameters_counts_tied_weights_once_and_frozen_as_untrainable(gra
                     "yields it once; state_dict() and named_parameters(remove_duplicate=False) list it twice)")
         elif total == want_trainable:
             hint = "the total counts frozen parameters too (requires_grad False): only trainable leaves them out"
-        fail(f"{what}: total {total}, expected {want_total}{said}", hint=hint)
+        with on_case(describe_count(case)):
+            fail(f"total {total}, expected {want_total}{said}", hint=hint)
     if trainable != want_trainable:
         hint = None
         if trainable == want_total:
@@ -168,7 +168,8 @@ def test_count_parameters_counts_tied_weights_once_and_frozen_as_untrainable(gra
             hint = "count a tied weight once in trainable too: loop over model.parameters()"
         elif trainable == want_total - want_trainable:
             hint = "requires_grad True means trainable (the frozen ones have requires_grad False)"
-        fail(f"{what}: trainable {trainable}, expected {want_trainable}{said}", hint=hint)
+        with on_case(describe_count(case)):
+            fail(f"trainable {trainable}, expected {want_trainable}{said}", hint=hint)
 
 
 # --- optimizer_state_bytes ----------------------------------------------------------------
@@ -283,7 +284,8 @@ def test_optimizer_state_bytes_counts_every_state_tensor(grade, case):
             hint = "bytes a value depend on the dtype: numel() * element_size() (bfloat16 2, float32 4, float64 8)"
         elif got == expected["numel"]:
             hint = "numel() counts values; multiply by element_size() for bytes"
-        fail(f"{describe_state(case)}: got {got} bytes, expected {want}", hint=hint)
+        with on_case(describe_state(case)):
+            fail(f"optimizer_state_bytes(optimizer): got {got} bytes, expected {want}", hint=hint)
 
 
 # --- estimate_state_bytes -----------------------------------------------------------------
@@ -382,16 +384,17 @@ def test_estimate_state_bytes_follows_the_formula_and_the_real_optimizers(grade,
     """The contract's formula; equal to the real optimizer's value tensors where the formula describes one."""
     expected, actual = grade.compare(probe_estimate, case)
     shape_list = [tuple(s) for s in case["shapes"]]
-    what = f"estimate_state_bytes({shape_list}, {case['optimizer']!r})"
     got, want = actual["result"], expected["result"]
     hint = _estimate_hint(case["optimizer"], shape_list, got, want)
-    if expected["real"] is not None and got != expected["real"]:
-        real = {"sgd_momentum": "torch.optim.SGD(momentum=0.9)'s momentum buffers",
-                "adamw": "torch.optim.AdamW's exp_avg and exp_avg_sq",
-                "adafactor": "transformers' Adafactor's exp_avg_sq (or its row and column statistics)"}
-        fail(f"{what}: got {got}, but the real optimizer's value tensors on float32 weights of these shapes take "
-             f"{expected['real']} bytes ({real[case['optimizer']]}, step counters and RMS left out)", hint=hint)
-    expect_equal(got, want, what, hint=hint)
+    with on_case(f"estimate_state_bytes({shape_list}, {case['optimizer']!r})"):
+        if expected["real"] is not None and got != expected["real"]:
+            real = {"sgd_momentum": "torch.optim.SGD(momentum=0.9)'s momentum buffers",
+                    "adamw": "torch.optim.AdamW's exp_avg and exp_avg_sq",
+                    "adafactor": "transformers' Adafactor's exp_avg_sq (or its row and column statistics)"}
+            fail(f"estimate_state_bytes: got {got}, but the real optimizer's value tensors on float32 weights of "
+                 f"these shapes take {expected['real']} bytes ({real[case['optimizer']]}, step counters and RMS left "
+                 "out)", hint=hint)
+        expect_equal(got, want, f"estimate_state_bytes(shapes, {case['optimizer']!r})", hint=hint)
 
 
 @example(case=EIGHT_BIT_EXAMPLES[0])
@@ -402,8 +405,9 @@ def test_estimate_state_bytes_of_the_8bit_state(grade, case):
     expected, actual = grade.compare(probe_estimate, case)
     shape_list = [tuple(s) for s in case["shapes"]]
     got, want = actual["result"], expected["result"]
-    expect_equal(got, want, f"estimate_state_bytes({shape_list}, 'adamw_8bit')",
-                 hint=_estimate_hint("adamw_8bit", shape_list, got, want) or EIGHT_BIT_HINT)
+    with on_case(f"estimate_state_bytes({shape_list}, 'adamw_8bit')"):
+        expect_equal(got, want, "estimate_state_bytes(shapes, 'adamw_8bit')",
+                     hint=_estimate_hint("adamw_8bit", shape_list, got, want) or EIGHT_BIT_HINT)
 
 
 def probe_unknown(ctx, name):

@@ -15,6 +15,8 @@ import os
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from grader import layout
+
 RECORDED_ONLY = "the reference is recorded, not shipped"
 PLACEHOLDER = f'''"""Placeholder: this release ships recorded observations of the reference, not its code."""
 
@@ -98,5 +100,5 @@ def reference_folder(kit_root: str) -> str:
     recorded = os.path.join(kit_root, FOLDER, "reference")
     if Recordings.meta(kit_root) is not None:
         return recorded
-    solutions = os.path.join(kit_root, "solutions")
+    solutions = os.path.join(kit_root, layout.REFERENCES)
     return solutions if os.path.isdir(solutions) else recorded

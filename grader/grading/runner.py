@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from grader import layout
 from grader.catalog import Exercise
 from grader.grading import hypothesis_adapter
 from grader.grading.options import Options
@@ -105,7 +106,7 @@ def _graded_case(item: pytest.Item | None) -> tuple[Target, str] | None:
 
 
 def check_file(exercise: Exercise) -> str:
-    return os.path.join(KIT_ROOT, "tests", f"test_{exercise.id}.py")
+    return layout.checks_file(exercise.id)
 
 
 def run(options: Options, exercises: Sequence[Exercise],

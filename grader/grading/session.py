@@ -7,7 +7,7 @@ import os
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from grader import catalog
+from grader import catalog, layout
 from grader.grading.budget import Budget
 from grader.grading.recordings import Recordings, reference_folder
 from grader.layout import GRADER_DIR, KIT_ROOT
@@ -21,13 +21,13 @@ if TYPE_CHECKING:
 
 def resolve_target(name: str) -> Target | None:
     """'exercises', 'solutions' or a folder; None when there is no such folder."""
-    path = os.path.join(KIT_ROOT, name) if name in ("exercises", "solutions") else name
+    path = os.path.join(KIT_ROOT, name) if name in (layout.STUBS, layout.REFERENCES) else name
     path = os.path.abspath(path)
     return Target(name, path) if os.path.isdir(path) else None
 
 
 def check_files() -> list[str]:
-    return sorted(glob.glob(os.path.join(KIT_ROOT, "tests", "test_ex*.py")))
+    return sorted(glob.glob(os.path.join(KIT_ROOT, layout.CHECKS, "test_ex*.py")))
 
 
 class Session:

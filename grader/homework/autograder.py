@@ -19,7 +19,7 @@ import stat
 import zipfile
 from collections.abc import Iterator, Sequence
 
-from grader import catalog
+from grader import catalog, layout
 from grader.grading import versions
 from grader.layout import KIT_ROOT
 from grader.reports.report import FORMATS, VISIBILITIES
@@ -158,7 +158,7 @@ def _kit_paths() -> Iterator[str]:
             for name in sorted(files):
                 if not name.endswith((".pyc", ".log")):
                     yield os.path.relpath(os.path.join(root, name), KIT_ROOT)
-    tests = os.path.join(KIT_ROOT, "tests")
+    tests = os.path.join(KIT_ROOT, layout.CHECKS)
     for name in sorted(os.listdir(tests)):
         if name.startswith("test_ex") and name.endswith(".py"):
             yield os.path.join("tests", name)

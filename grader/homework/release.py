@@ -17,7 +17,7 @@ import re
 import shutil
 from collections.abc import Sequence
 
-from grader import catalog
+from grader import catalog, layout
 from grader.grading.recordings import FOLDER, Recordings
 from grader.layout import KIT_ROOT
 from grader.notebook.build import NOTEBOOK_EXTRA, setup_source, write_notebooks
@@ -86,11 +86,11 @@ def copy_kit(out: str, kit_url: str | None = None) -> None:
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".*")
     shutil.copytree(os.path.join(KIT_ROOT, "grader"), os.path.join(out, "grader"), ignore=ignore)
     shutil.rmtree(os.path.join(out, FOLDER), ignore_errors=True)
-    shutil.copytree(os.path.join(KIT_ROOT, "exercises"), os.path.join(out, "exercises"), ignore=ignore)
-    os.makedirs(os.path.join(out, "tests"))
-    for name in sorted(os.listdir(os.path.join(KIT_ROOT, "tests"))):
+    shutil.copytree(os.path.join(KIT_ROOT, layout.STUBS), os.path.join(out, layout.STUBS), ignore=ignore)
+    os.makedirs(os.path.join(out, layout.CHECKS))
+    for name in sorted(os.listdir(os.path.join(KIT_ROOT, layout.CHECKS))):
         if name.startswith("test_ex") and name.endswith(".py"):
-            shutil.copyfile(os.path.join(KIT_ROOT, "tests", name), os.path.join(out, "tests", name))
+            shutil.copyfile(os.path.join(KIT_ROOT, layout.CHECKS, name), os.path.join(out, layout.CHECKS, name))
     write_notebooks(os.path.join(out, "notebooks"), [c for c in catalog.CHAPTERS if c.exercises], kit_url=kit_url)
     for name in ("pyproject.toml", "conftest.py"):
         shutil.copyfile(os.path.join(KIT_ROOT, name), os.path.join(out, name))
@@ -118,7 +118,7 @@ def record(seed: int, profile: str) -> Recordings:
     from grader.sandbox import Target
 
     recordings = Recordings(False, seed=seed, profile=profile)
-    options = Options(targets=(Target("solutions", os.path.join(KIT_ROOT, "solutions")),), timeout=300.0,
+    options = Options(targets=(Target("solutions", os.path.join(KIT_ROOT, layout.REFERENCES)),), timeout=300.0,
                       seed=seed, profile=profile, recordings=recordings, public_only=True)
     result = engine.grade(engine.Request(tuple(catalog.EXERCISES), options, device="cpu")).results[0]
     recordings.left_out = list(result.left_out)

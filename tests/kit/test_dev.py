@@ -464,3 +464,19 @@ def test_every_checks_docstring_comes_first_where_the_reports_read_it():
     assert [line.split(": ")[0] for line in late_docstrings(late, "t.py")] == ["t.py:3"]
     first = 'def test_x(grade, case):\n    """The sentence."""\n    assume_dtype_on(grade.device, "float64")\n'
     assert late_docstrings(first, "t.py") == []
+
+
+def test_the_layout_is_the_one_place_that_spells_the_kits_folders():
+    """grader/layout.py knows where the stubs, references and checks live: no other module of the grader joins a
+    root with their names (runner.py and session.py once did), so a kit laid out otherwise changes one module."""
+    import re
+
+    spelled = re.compile(r"join\(\w*(?:ROOT|root|out)\w*, *[\"'](?:tests|solutions|exercises)[\"']")
+    found = []
+    for folder, _, names in os.walk(os.path.join(KIT_ROOT, "grader")):
+        for name in names:
+            path = os.path.join(folder, name)
+            if name.endswith(".py") and path != layout.__file__:
+                with open(path) as handle:
+                    found += [f"{path}:{number}" for number, line in enumerate(handle, 1) if spelled.search(line)]
+    assert found == []

@@ -34,11 +34,11 @@ uninterrupted run, in both functions.
 Here ``train_and_checkpoint`` is the uninterrupted run: the ex12 loop (prepare the four objects; per batch
 ``loss_fn(model(inputs), targets)``, ``accelerator.backward(loss)``, ``optimizer.step()``,
 ``scheduler.step()``, ``optimizer.zero_grad()``), counted in optimizer steps across epochs, that saves its
-state right after step ``save_at``. ``resume`` gets fresh objects, as a new process would (another model's
-weights, a new optimizer, scheduler, dataloader and Accelerator, other random seeds), restores the
-checkpoint and trains on to step ``steps``. The grader runs both, in one process and in two, and compares
-the resumed run with the uninterrupted one at every step: the weights, the optimizer's state, the learning
-rates, the batches and the random state.
+state right after step ``save_at`` (``save_at=0``: before the first step). ``resume`` gets fresh objects,
+as a new process would (another model's weights, a new optimizer, scheduler, dataloader and Accelerator,
+other random seeds), restores the checkpoint and trains on to step ``steps``. The grader runs both, in one
+process and in two, and compares the resumed run with the uninterrupted one at every step: the weights, the
+optimizer's state, the learning rates, the batches and the random state.
 
 Example::
 
@@ -56,7 +56,8 @@ What to use:
 
 def train_and_checkpoint(accelerator, model, optimizer, scheduler, dataloader, loss_fn, steps: int,
                          checkpoint_dir: str, save_at: int) -> None:
-    """Train for `steps` optimizer steps; right after step `save_at`, save the training state in checkpoint_dir."""
+    """Train for `steps` optimizer steps; right after step `save_at` (0: before the first), save the training state
+    in checkpoint_dir."""
     # TODO: prepare; record the step count in the checkpoint; per epoch set_epoch, then the ex12 step per batch,
     #       stopping at `steps`; save the state after step save_at, on every process.
     raise NotImplementedError

@@ -18,6 +18,8 @@ def _train(accelerator, model, optimizer, scheduler, dataloader, loss_fn, progre
            save_at=None):
     """Optimizer steps from progress.step up to steps, each epoch's order from its number."""
     per_epoch = len(dataloader)  # this process's batches in one epoch
+    if progress.step == save_at:  # save_at=0: the state before the first step
+        accelerator.save_state(checkpoint_dir)
     while progress.step < steps:
         epoch, done = divmod(progress.step, per_epoch)
         dataloader.set_epoch(epoch)  # the epoch's shuffle: its seed is the sampler's seed + epoch
@@ -37,7 +39,8 @@ def _train(accelerator, model, optimizer, scheduler, dataloader, loss_fn, progre
 
 def train_and_checkpoint(accelerator, model, optimizer, scheduler, dataloader, loss_fn, steps: int,
                          checkpoint_dir: str, save_at: int) -> None:
-    """Train for `steps` optimizer steps; after step `save_at`, save the whole training state in checkpoint_dir."""
+    """Train for `steps` optimizer steps; after step `save_at` (0: before the first), save the whole training state
+    in checkpoint_dir."""
     model, optimizer, scheduler, dataloader = accelerator.prepare(model, optimizer, scheduler, dataloader)
     progress = Progress()
     accelerator.register_for_checkpointing(progress)

@@ -320,21 +320,21 @@ def test_average_gradients_is_the_elementwise_mean(grade, case):
     assume(_usable(case, grade.device))
     expected, actual = grade.compare(probe_average, case)
     exact = grade.reference(probe_mean_in_float64, case)
-    what = describe_replicas(case)
-    expect_equal(sorted(actual["result"]), sorted(expected["result"]), f"{what}: the names in the result",
-                 hint="one entry per name of the inputs, under the same name")
-    for name, mean in exact.items():
-        got = actual["result"][name]
-        expect_equal(got["device"], expected["result"][name]["device"], f"{what}: the device of {name!r}",
-                     hint="keep the inputs' device")
-        values, hint = got["values"], _average_hint(got["values"], mean, case["replicas"])
-        if mean.dtype in LOW_PRECISION and values.dtype == mean.dtype and values.shape == mean.shape:
-            ulps = _ulps(values, mean)
-            if ulps > 1:
-                fail(f"{what}: result[{name!r}] is up to {ulps:.3g} units in the last place of {mean.dtype} from the "
-                     f"exact mean (at most 1: accumulated in float32, cast back once)", hint=hint)
-        else:
-            expect_close(values, mean, f"{what}: result[{name!r}]", hint=hint)
+    with on_case(describe_replicas(case)):
+        expect_equal(sorted(actual["result"]), sorted(expected["result"]), "the names in the result",
+                     hint="one entry per name of the inputs, under the same name")
+        for name, mean in exact.items():
+            got = actual["result"][name]
+            expect_equal(got["device"], expected["result"][name]["device"], f"the device of {name!r}",
+                         hint="keep the inputs' device")
+            values, hint = got["values"], _average_hint(got["values"], mean, case["replicas"])
+            if mean.dtype in LOW_PRECISION and values.dtype == mean.dtype and values.shape == mean.shape:
+                ulps = _ulps(values, mean)
+                if ulps > 1:
+                    fail(f"result[{name!r}] differs from the exact mean by up to {ulps:.3g} units in the last place of "
+                         f"{mean.dtype} (at most 1: accumulated in float32, cast back once)", hint=hint)
+            else:
+                expect_close(values, mean, f"result[{name!r}]", hint=hint)
 
 
 @pytest.mark.measured_in_worker("the inputs after the call and the result's memory")
@@ -343,15 +343,15 @@ def test_average_gradients_is_the_elementwise_mean(grade, case):
 def test_average_gradients_leaves_its_inputs_alone(grade, case):
     assume(_usable(case, grade.device))
     actual = grade.run(probe_average, case)
-    what = describe_replicas(case)
-    if actual["inputs_changed"]:
-        fail(f"{what} changed its input: {', '.join(actual['inputs_changed'])}",
-             hint="build new tensors (torch.stack(...).mean(dim=0), or a + b): an in-place op such as += or "
-                  "add_ on a replica's tensor changes the caller's gradients")
-    if actual["aliases_input"]:
-        fail(f"{what} returned a tensor that shares memory with an input, for {actual['aliases_input']}",
-             hint="return new tensors, even for one replica: a caller that changes the result must not change "
-                  "the replicas' gradients")
+    with on_case(describe_replicas(case)):
+        if actual["inputs_changed"]:
+            fail(f"average_gradients changed its input: {', '.join(actual['inputs_changed'])}",
+                 hint="build new tensors (torch.stack(...).mean(dim=0), or a + b): an in-place op such as += or "
+                      "add_ on a replica's tensor changes the caller's gradients")
+        if actual["aliases_input"]:
+            fail(f"average_gradients returned a tensor that shares memory with an input, for {actual['aliases_input']}",
+                 hint="return new tensors, even for one replica: a caller that changes the result must not change "
+                      "the replicas' gradients")
 
 
 @pytest.mark.device_free
@@ -359,12 +359,12 @@ def test_average_gradients_leaves_its_inputs_alone(grade, case):
 @given(case=replica_case())
 def test_average_gradients_keeps_the_device(grade, case):
     expected, actual = grade.compare(probe_average_meta, case)
-    what = describe_replicas(case) + " on the 'meta' device (shapes without data)"
-    hint = ("build the mean from the input tensors themselves (torch.stack, +, /, *_like): no .cpu(), .tolist(), "
-            "or accumulator made on the CPU with torch.zeros(shape) (on a GPU the result would leave the GPU)")
-    if "error" in actual:
-        fail(f"{what}: {actual['error']}", hint=hint)
-    expect_equal(actual["devices"], expected["devices"], f"{what}: the devices of the result's tensors", hint=hint)
+    with on_case(describe_replicas(case) + " on the 'meta' device (shapes without data)"):
+        hint = ("build the mean from the input tensors themselves (torch.stack, +, /, *_like): no .cpu(), .tolist(), "
+                "or accumulator made on the CPU with torch.zeros(shape) (on a GPU the result would leave the GPU)")
+        if "error" in actual:
+            fail(f"raised on 'meta' tensors (shapes without data): {actual['error']}", hint=hint)
+        expect_equal(actual["devices"], expected["devices"], "the devices of the result's tensors", hint=hint)
 
 
 @with_replica_examples
@@ -372,13 +372,13 @@ def test_average_gradients_keeps_the_device(grade, case):
 def test_averaging_identical_replicas_gives_that_replica(grade, case):
     assume(_usable(case, grade.device))
     actual = grade.run(probe_identical, case)
-    what = describe_replicas(case).replace("replica(s) of", "identical replicas of")
-    expect_equal(sorted(actual["result"]), sorted(actual["replica"]), f"{what}: the names in the result",
-                 hint="one entry per name of the inputs, under the same name")
-    for name, replica in actual["replica"].items():
-        got = actual["result"][name]["values"]
-        expect_close(got, replica, f"{what}: result[{name!r}] should equal the replica's own tensor",
-                     hint=_average_hint(got, replica, case["replicas"]))
+    with on_case(describe_replicas(case).replace("replica(s) of", "identical replicas of")):
+        expect_equal(sorted(actual["result"]), sorted(actual["replica"]), "the names in the result",
+                     hint="one entry per name of the inputs, under the same name")
+        for name, replica in actual["replica"].items():
+            got = actual["result"][name]["values"]
+            expect_close(got, replica, f"result[{name!r}] should equal the replica's own tensor",
+                         hint=_average_hint(got, replica, case["replicas"]))
 
 
 def _right(got, target):

@@ -68,7 +68,7 @@ def resume_case(draw, world_sizes=WORLD_SIZES):
         out_features=draw(st.integers(2, 3), label="out_features"), loss=loss,
         optimizer=draw(st.sampled_from(OPTIMIZERS), label="optimizer"),
         scheduler=draw(st.sampled_from(sorted(SCHEDULERS)), label="scheduler"),
-        steps=steps, save_at=draw(st.integers(1, steps), label="save_at"),
+        steps=steps, save_at=draw(st.integers(0, steps), label="save_at"),
         seed=draw(st.integers(0, 2**16), label="seed"),
     )
 
@@ -81,7 +81,8 @@ def case(world_size, size, batch_size, steps, save_at, shuffle=True, dropout=0.5
 
 
 # Two ranks and one; saved in the middle of the first epoch, in a later epoch (its shuffle from its number), at
-# an epoch's end, at the last step (nothing left to train); a padded last batch and a short one.
+# an epoch's end, at the last step (nothing left to train), before the first (save_at=0); a padded last batch and a
+# short one.
 EXAMPLES = [
     case(2, 10, 2, 5, 1),  # 3 batches a rank and epoch: resumed at the second batch of epoch 0
     case(2, 9, 2, 7, 4, optimizer="sgd_momentum", scheduler="linear", seed=3),  # epoch 1's second batch
@@ -89,6 +90,7 @@ EXAMPLES = [
     case(1, 5, 2, 6, 4, scheduler="lambda", dropout=0.25, seed=5),  # one process; a last batch of one sample
     case(2, 6, 1, 3, 3, optimizer="sgd_momentum", seed=2),  # saved at the last step: resume trains nothing
     case(1, 4, 3, 3, 1, shuffle=False, loss="mse_loss", scheduler="linear", seed=13),
+    case(2, 9, 2, 4, 0, optimizer="adam", scheduler="lambda", seed=17),  # saved before the first step
 ]
 
 
@@ -234,6 +236,7 @@ def probe_uninterrupted(ctx, case):
 
     first, _ = _run(ctx, case, uninterrupted, seed, seed * 16 + ctx.rank)
     _barrier(ctx)  # every rank's part of the checkpoint written before any rank reads it
+    first["saved"] = bool(os.listdir(folder))
     return first
 
 
@@ -262,14 +265,26 @@ def _joined(first, second, case):
 def _resume_runs(grade, case):
     """The submission's uninterrupted run, then its resumed run in fresh processes."""
     size = case["world_size"]
-    return _joined(grade.run(probe_uninterrupted, case, world_size=size),
-                   grade.run(probe_resumed, case, world_size=size), case)
+    first = _saved(case, grade.run(probe_uninterrupted, case, world_size=size))
+    return _joined(first, grade.run(probe_resumed, case, world_size=size), case)
+
+
+def _saved(case, uninterrupted):
+    """The uninterrupted run, once it is known to have saved a checkpoint for resume to read."""
+    if not all(run["saved"] for run in _runs(uninterrupted, case)):
+        with on_case(describe(case)):
+            fail(f"no checkpoint: train_and_checkpoint left checkpoint_dir empty (save_at={case['save_at']})",
+                 hint="save_at=0 is the state before the first step: save it before training starts"
+                 if case["save_at"] == 0 else "save the whole training state with accelerator.save_state("
+                 "checkpoint_dir) right after optimizer step save_at, on every process")
+    return uninterrupted
 
 
 def _compared_runs(grade, case):
     """(the reference's, the submission's) runs, each as `_resume_runs`."""
     size = case["world_size"]
     first = grade.compare(probe_uninterrupted, case, world_size=size)
+    _saved(case, first[1])
     second = grade.compare(probe_resumed, case, world_size=size)
     return _joined(first[0], second[0], case), _joined(first[1], second[1], case)
 
@@ -421,8 +436,8 @@ def _check_parameters(case, expected, actual, exact=True):
     for rank, run in enumerate(actual):
         training.expect_parameters(
             run["resumed"]["parameters"], run["uninterrupted"]["parameters"],
-            f"rank {rank}'s model after resume (compared with the uninterrupted run of "
-            f"train_and_checkpoint{', bit for bit' if exact else ''})", hint, **tolerance)
+            f"rank {rank}'s model after resume (against the uninterrupted run{', bit for bit' if exact else ''})",
+            hint, **tolerance)
     for rank, run in enumerate(actual):
         training.expect_parameters(
             run["uninterrupted"]["parameters"], expected[rank]["uninterrupted"]["parameters"],
@@ -493,9 +508,9 @@ def _check_random_state(case, runs):
     hint = _diagnosis(case, runs) if any(causes) else RANDOM_HINT
     for rank, run in enumerate(runs):
         uninterrupted, resumed = run["uninterrupted"], run["resumed"]
-        what = f"the state of rank {rank}'s random generators (a CRC-32 of it)"
+        what = f"rank {rank}'s random state (a CRC-32)"
         expect_equal(resumed["fingerprints"][:1], uninterrupted["fingerprints"][k:k + 1],
-                     f"{what} at the resumed run's first forward pass (the uninterrupted run's at step {k + 1})", hint)
+                     f"{what} at resume's first forward pass (the uninterrupted run's at step {k + 1})", hint)
         if resumed["rows"] != uninterrupted["rows"][k:]:
             continue  # other batches draw other numbers: the dataloader's check names that cause
         expect_equal(resumed["fingerprints"], uninterrupted["fingerprints"][k:],

@@ -2,6 +2,8 @@
 with the check that must fail it (and the cause its message must name), and other right ways to do it, which must
 score full marks. tests/kit/test_catches.py grades them."""
 
+import textwrap
+
 from tests.kit.catching import Right, Wrong, mutate
 
 EX = "ex21_resume_training"
@@ -17,6 +19,8 @@ DEVICE = "test_resume_on_the_accelerators_device"
 DOCSTRING = '"""Reference solution for ex21: resume an Accelerate training run from a checkpoint."""\n'
 PREPARE = "model, optimizer, scheduler, dataloader = accelerator.prepare(model, optimizer, scheduler, dataloader)"
 SAVE = "                accelerator.save_state(checkpoint_dir)  # every process: each saves its own random state\n"
+FIRST_SAVE = ("    if progress.step == save_at:  # save_at=0: the state before the first step\n"
+              "        accelerator.save_state(checkpoint_dir)\n")
 LOAD = "    accelerator.load_state(checkpoint_dir)  # after prepare: it restores the objects prepared and registered\n"
 SKIP = "batches = accelerator.skip_first_batches(dataloader, done) if done else dataloader"
 RESUME_START = ("    " + PREPARE + "\n    progress = Progress()\n    accelerator.register_for_checkpointing(progress)\n"
@@ -46,7 +50,12 @@ CPU_RANDOM_LOAD = '''    torch.set_rng_state(torch.load(os.path.join(checkpoint_
 IMPORTS = DOCSTRING + "\nimport os\n\nimport torch\n"
 
 
-# accelerate's examples' shape: an overall step, the step in a JSON file beside the checkpoint, the epoch and the
+def at_the_start(save):
+    """`save` (the statements SAVE stands for) where the reference saves before the first step (save_at=0)."""
+    return FIRST_SAVE.splitlines(keepends=True)[0] + textwrap.indent(textwrap.dedent(save), "        ")
+
+
+# accelerate's examples' shape (and save_at=0 saved before the first step): an overall step, the step in a JSON file beside the checkpoint, the epoch and the
 # batches to skip from it, set_seed before anything (harmless: load_state restores the random state after it)
 JSON_STEP = '''
 import json
@@ -55,10 +64,20 @@ import os
 from accelerate.utils import set_seed
 
 
+def save(accelerator, checkpoint_dir, step):
+    accelerator.save_state(checkpoint_dir)
+    if accelerator.is_main_process:
+        with open(os.path.join(checkpoint_dir, "progress.json"), "w") as handle:
+            json.dump({"step": step}, handle)
+    accelerator.wait_for_everyone()
+
+
 def train_and_checkpoint(accelerator, model, optimizer, scheduler, dataloader, loss_fn, steps, checkpoint_dir, save_at):
     model, optimizer, scheduler, dataloader = accelerator.prepare(model, optimizer, scheduler, dataloader)
     overall_step = 0
     epoch = 0
+    if save_at == 0:
+        save(accelerator, checkpoint_dir, 0)
     while overall_step < steps:
         dataloader.set_epoch(epoch)
         for inputs, targets in dataloader:
@@ -70,11 +89,7 @@ def train_and_checkpoint(accelerator, model, optimizer, scheduler, dataloader, l
             optimizer.zero_grad()
             overall_step += 1
             if overall_step == save_at:
-                accelerator.save_state(checkpoint_dir)
-                if accelerator.is_main_process:
-                    with open(os.path.join(checkpoint_dir, "progress.json"), "w") as handle:
-                        json.dump({"step": overall_step}, handle)
-                accelerator.wait_for_everyone()
+                save(accelerator, checkpoint_dir, overall_step)
             if overall_step == steps:
                 break
         epoch += 1
@@ -125,13 +140,15 @@ IN_MEMORY_LOAD = '''    saved = _MEMORY[accelerator.process_index]
 
 
 def by_hand(random_save="", random_load=""):
-    return mutate(EX, (DOCSTRING, IMPORTS), (SAVE, BY_HAND_SAVE + random_save), (LOAD, BY_HAND_LOAD + random_load))
+    return mutate(EX, (DOCSTRING, IMPORTS), (FIRST_SAVE, at_the_start(BY_HAND_SAVE + random_save)),
+                  (SAVE, BY_HAND_SAVE + random_save), (LOAD, BY_HAND_LOAD + random_load))
 
 
 WRONG = [
     # the checkpoint kept in memory, not in checkpoint_dir: resume runs in a fresh process, as after a restart
     Wrong("kept_in_memory", mutate(EX, (DOCSTRING, DOCSTRING + "\nimport copy\n\nimport torch\n\n_MEMORY = {}\n"),
-                                   (SAVE, IN_MEMORY_SAVE), (LOAD, IN_MEMORY_LOAD)), STEPS, diagnosis="KeyError"),
+                                   (SAVE, IN_MEMORY_SAVE), (LOAD, IN_MEMORY_LOAD)), STEPS,
+          diagnosis="left checkpoint_dir empty"),
     # only the model's weights saved (and the step): the optimizer starts cold, the scheduler from the top, the
     # random state is a fresh process's
     Wrong("model_only", mutate(EX, (DOCSTRING, IMPORTS), (SAVE, '''                if accelerator.is_main_process:
@@ -175,6 +192,9 @@ WRONG = [
     # the step training ended at returned, not the step the checkpoint was saved at
     Wrong("returns_the_last_step", mutate(EX, ("    return saved_at", "    return progress.step")),
           STEPS, diagnosis="not the step training ended at"),
+    # accelerate's examples save after a step only: save_at=0, the state before the first step, is never saved
+    Wrong("never_saved_before_the_first_step", JSON_STEP.replace("    if save_at == 0:\n        save(accelerator, checkpoint_dir, 0)\n", ""),
+          STEPS, diagnosis="save_at=0 is the state before the first step"),
     # the random state saved and restored by hand, torch's CPU generator alone: on a GPU dropout draws from the
     # device's generator, which save_state saves and this does not (on the CPU it is right)
     Wrong("by_hand_cpu_random_state_only", by_hand(CPU_RANDOM_SAVE, CPU_RANDOM_LOAD), DEVICE,

@@ -16,7 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from grader import probing
-from grader.checks import assume_dtype_on, example, explicit_examples, fail
+from grader.checks import assume_dtype_on, example, explicit_examples, fail, on_case
 from grader.grading.figures import Declared
 from grader.probing import InvalidResult
 
@@ -249,31 +249,31 @@ def test_adamw_step_matches_torch_adamw(grade, case):
     assume_dtype_on(grade.device, case["dtype"])
     expected = grade.reference(probe_expected, case)
     actual = grade.run(probe_steps, case)
-    what = describe(case)
-    start = _start(case, torch.device("cpu"))
-    scale = _scale(case, start)
-    tolerance = TOLERANCE[case["dtype"]]
-    truth = expected["torch"]
-    for name in ("param", "exp_avg", "exp_avg_sq"):
-        got, want = actual[name], truth[name]
-        if got.dtype != want.dtype or got.shape != want.shape:
-            fail(f"{what}: {name} became {got.dtype} of shape {tuple(got.shape)}, expected {want.dtype} of shape "
-                 f"{tuple(want.shape)}", hint="update the tensors in place, keeping their dtype and shape")
-    got, want = actual["param"].double(), truth["param"].double()
-    error = (got - want).abs()
-    if (error > tolerance * scale).any():
-        worst = int((error / scale).argmax())
-        fail(f"{what}: param differs from torch.optim.AdamW's at flat index {worst}: expected "
-             f"{want.flatten()[worst].item():.10g}, got {got.flatten()[worst].item():.10g} (allowed "
-             f"{tolerance:g} * (|initial param| + lr * steps) = {tolerance * scale.flatten()[worst].item():.3g})",
-             hint=_hint(case, actual, expected, start))
-    for name, power in (("exp_avg", 1), ("exp_avg_sq", 2)):
-        if _moment_off(case, actual[name], truth[name], power):
-            got, want = actual[name].double(), truth[name].double()
-            worst = int((got - want).abs().argmax())
-            fail(f"{what}: {name} differs from torch.optim.AdamW's state at flat index {worst}: expected "
-                 f"{want.flatten()[worst].item():.10g}, got {got.flatten()[worst].item():.10g}",
-                 hint=_moment_hint(name, power))
+    with on_case(describe(case)):
+        start = _start(case, torch.device("cpu"))
+        scale = _scale(case, start)
+        tolerance = TOLERANCE[case["dtype"]]
+        truth = expected["torch"]
+        for name in ("param", "exp_avg", "exp_avg_sq"):
+            got, want = actual[name], truth[name]
+            if got.dtype != want.dtype or got.shape != want.shape:
+                fail(f"{name} became {got.dtype} of shape {tuple(got.shape)}, expected {want.dtype} of shape "
+                     f"{tuple(want.shape)}", hint="update the tensors in place, keeping their dtype and shape")
+        got, want = actual["param"].double(), truth["param"].double()
+        error = (got - want).abs()
+        if (error > tolerance * scale).any():
+            worst = int((error / scale).argmax())
+            fail(f"param differs from torch.optim.AdamW's at flat index {worst}: expected "
+                 f"{want.flatten()[worst].item():.10g}, got {got.flatten()[worst].item():.10g} (allowed "
+                 f"{tolerance:g} * (|initial param| + lr * steps) = {tolerance * scale.flatten()[worst].item():.3g})",
+                 hint=_hint(case, actual, expected, start))
+        for name, power in (("exp_avg", 1), ("exp_avg_sq", 2)):
+            if _moment_off(case, actual[name], truth[name], power):
+                got, want = actual[name].double(), truth[name].double()
+                worst = int((got - want).abs().argmax())
+                fail(f"{name} differs from torch.optim.AdamW's state at flat index {worst}: expected "
+                     f"{want.flatten()[worst].item():.10g}, got {got.flatten()[worst].item():.10g}",
+                     hint=_moment_hint(name, power))
 
 
 @with_examples
@@ -285,9 +285,10 @@ def test_adamw_step_leaves_grad_unchanged(grade, case):
     changed = [step for step, (given, after) in enumerate(zip(actual["grads_given"], actual["grads_after"]), 1)
                if not (given.dtype == after.dtype and given.shape == after.shape and torch.equal(given, after))]
     if changed:
-        fail(f"{describe(case)}: grad changed during the call(s) at step(s) {changed}",
-             hint="leave grad unchanged: grad.add_(...) or grad.mul_(...) changes the caller's gradient; "
-                  "compute with new tensors (grad * grad, grad + weight_decay * param) or on a copy")
+        with on_case(describe(case)):
+            fail(f"grad changed during the call(s) at step(s) {changed}",
+                 hint="leave grad unchanged: grad.add_(...) or grad.mul_(...) changes the caller's gradient; "
+                      "compute with new tensors (grad * grad, grad + weight_decay * param) or on a copy")
 
 
 @pytest.mark.measured_in_worker("each tensor's memory")
@@ -297,20 +298,20 @@ def test_adamw_step_updates_in_place(grade, case):
     """param, exp_avg and exp_avg_sq are updated in their own memory (an optimizer keeps these tensors)."""
     assume_dtype_on(grade.device, case["dtype"])
     actual = grade.run(probe_steps, case)
-    what = describe(case)
-    if actual["new_storage"]:
-        fail(f"{what}: the .data of {actual['new_storage']} was replaced by a new tensor",
-             hint="write into the tensors themselves (mul_, add_, addcmul_, addcdiv_, copy_): "
-                  "param.data = new_value gives them new memory")
-    start = _start(case, torch.device("cpu"))
-    untouched = [name for name, before in (("param", start), ("exp_avg", torch.zeros_like(start)),
-                                            ("exp_avg_sq", torch.zeros_like(start)))
-                 if torch.equal(actual[name], before)]
-    gradients = [_grad(case, step, torch.device("cpu")) for step in range(1, case["steps"] + 1)]
-    if any(g.abs().max() > 0 for g in gradients) and untouched:
-        fail(f"{what}: {untouched} did not change: the update never reached the caller's tensors",
-             hint="exp_avg = beta1 * exp_avg + ... only rebinds a local name; update in place: "
-                  "exp_avg.mul_(beta1).add_(grad, alpha=1 - beta1)")
+    with on_case(describe(case)):
+        if actual["new_storage"]:
+            fail(f"the .data of {actual['new_storage']} was replaced by a new tensor, not updated in place",
+                 hint="write into the tensors themselves (mul_, add_, addcmul_, addcdiv_, copy_): "
+                      "param.data = new_value gives them new memory")
+        start = _start(case, torch.device("cpu"))
+        untouched = [name for name, before in (("param", start), ("exp_avg", torch.zeros_like(start)),
+                                                ("exp_avg_sq", torch.zeros_like(start)))
+                     if torch.equal(actual[name], before)]
+        gradients = [_grad(case, step, torch.device("cpu")) for step in range(1, case["steps"] + 1)]
+        if any(g.abs().max() > 0 for g in gradients) and untouched:
+            fail(f"{untouched} did not change: the update never reached the caller's tensors",
+                 hint="exp_avg = beta1 * exp_avg + ... only rebinds a local name; update in place: "
+                      "exp_avg.mul_(beta1).add_(grad, alpha=1 - beta1)")
 
 
 @pytest.mark.measured_in_worker("which of torch's Adam/AdamW code and fused kernels the call reached (a profiler, a dispatch mode)")
@@ -321,9 +322,10 @@ def test_adamw_step_does_the_arithmetic_itself(grade, case):
     assume_dtype_on(grade.device, case["dtype"])
     reached = grade.run(probe_engine_calls, case)
     if reached:
-        fail(f"{describe(case)}: adamw_step ran torch's own optimizer ({', '.join(reached)})",
-             hint="write the update yourself with tensor operations (mul_, lerp_ or add_, addcmul_, sqrt, "
-                  "addcdiv_): building a torch.optim.AdamW inside adamw_step skips the exercise")
+        with on_case(describe(case)):
+            fail(f"adamw_step ran torch's own optimizer ({', '.join(reached)})",
+                 hint="write the update yourself with tensor operations (mul_, lerp_ or add_, addcmul_, sqrt, "
+                      "addcdiv_): building a torch.optim.AdamW inside adamw_step skips the exercise")
 
 
 # --- figures: what an in-place step saves (grader.grading.figures) -------------------------------------

@@ -213,21 +213,28 @@ def _given_state(ctx, case, device):
 
 def probe_steps(ctx, case):
     """Call adafactor_step `steps` times on a zero state made by the check; record param, the state, each grad
-    as given and as it came back, and whether param kept its memory."""
+    as given and as it came back, and whether param kept its memory. A twin's param is rounded to the dtype it is
+    the twin of after each call, as that param stores it, and whether any call moved it before the rounding is
+    recorded."""
     device = ctx.torch_device()
     param = _start(case, device)
     pointer = param.data_ptr()
     state = _given_state(ctx, case, device)
-    record = {"grads_given": [], "grads_after": []}
+    record = {"grads_given": [], "grads_after": [], "moved": False}
     for step in range(1, case["steps"] + 1):
         grad = _grad(case, step, device)
         record["grads_given"].append(grad.detach().cpu().clone())
+        before = param.detach().clone()
         result = ctx.module.adafactor_step(param, grad, state, step, case["lr"], eps=case["eps"],
                                            clip_threshold=case["clip_threshold"], decay_rate=case["decay_rate"])
         if result is not None:
             raise InvalidResult(f"adafactor_step returned a {type(result).__module__}.{type(result).__qualname__}: it "
                                 "updates param and the state in place and returns None")
         record["grads_after"].append(grad.detach().cpu().clone())
+        if "twin_of" in case:
+            record["moved"] = record["moved"] or not torch.equal(param.detach(), before)
+            with torch.no_grad():
+                param.copy_(param.to(_made_in(case)).to(param.dtype))
     record["param"] = param.detach().cpu().clone()
     record["new_storage"] = param.data_ptr() != pointer
     record["state"] = _state_record(state, "the state after adafactor_step")
@@ -545,14 +552,14 @@ def _allowed(case, want, scale):
 
 def _update_rounds_away(grade, case):
     """For a param that came back unchanged where the reference's moved: whether the learner's update reached it and
-    rounded away. The same calls on a twin of more precision (the same values and gradients) give the learner's own
-    update; written into the param's dtype, it either leaves every value as it was (it rounds away) or moves some (so
-    it never reached the param)."""
+    rounded away. The same calls on a twin of more precision (the same values and gradients, the param rounded to its
+    dtype after each call) give the learner's own updates as that dtype keeps them: moved and rounded back every time
+    (it rounds away), or not moved at all, or kept (so it never reached the param)."""
     if case["dtype"] not in TWIN:
         return False
-    twin = grade.run(probe_steps, dict(case, dtype=TWIN[case["dtype"]], twin_of=case["dtype"]))["param"]
+    twin = grade.run(probe_steps, dict(case, dtype=TWIN[case["dtype"]], twin_of=case["dtype"]))
     start = _start(case, "cpu")
-    return not torch.equal(twin, start.to(twin.dtype)) and torch.equal(twin.to(start.dtype), start)
+    return twin["moved"] and torch.equal(twin["param"].to(start.dtype), start)
 
 
 def _step_hint(case, actual, expected, scale, rounds_away=False):

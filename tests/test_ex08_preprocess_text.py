@@ -20,7 +20,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from grader import media
-from grader.checks import expect_equal, explicit_examples, fail
+from grader.checks import expect_equal, explicit_examples, fail, on_case
 from grader.probing import InvalidResult
 
 COLUMNS = ["attention_mask", "input_ids", "labels"]
@@ -192,14 +192,15 @@ def test_tokenize_dataset_keeps_exactly_the_model_columns(grade, case):
     expected, actual = grade.compare(probe_tokenize, case)
     columns = actual["result"]["columns"]
     optional = [OPTIONAL] if OPTIONAL in actual["oracle"] else []
-    if sorted(set(columns) - set(optional)) != COLUMNS or len(set(columns)) != len(columns):
-        also = " (and token_type_ids, kept or removed: this tokenizer makes them)" if optional else ""
-        fail(f"{describe(case)}: the result's columns are {columns}, expected exactly input_ids, attention_mask "
-             f"and labels{also}, in any order", hint=_columns_hint(columns, optional))
-    expect_equal(sorted(set(columns) - set(optional)), sorted(set(expected["result"]["columns"]) - set(optional)),
-                 f"{describe(case)}: the result's columns")
-    expect_equal(actual["result"]["num_rows"], expected["result"]["num_rows"], f"{describe(case)}: the rows",
-                 hint="one row per example: map must not drop or add rows")
+    with on_case(describe(case)):
+        if sorted(set(columns) - set(optional)) != COLUMNS or len(set(columns)) != len(columns):
+            also = " (and token_type_ids, kept or removed: this tokenizer makes them)" if optional else ""
+            fail(f"the result's columns: got {columns}, expected exactly input_ids, attention_mask and "
+                 f"labels{also}, in any order", hint=_columns_hint(columns, optional))
+        expect_equal(sorted(set(columns) - set(optional)), sorted(set(expected["result"]["columns"]) - set(optional)),
+                     "the result's columns")
+        expect_equal(actual["result"]["num_rows"], expected["result"]["num_rows"], "the rows",
+                     hint="one row per example: map must not drop or add rows")
 
 
 def _token_hint(rows, observed, limit):
@@ -232,23 +233,24 @@ def _token_hint(rows, observed, limit):
 @given(case=text_case())
 def test_tokenize_dataset_matches_the_tokenizer(grade, case):
     expected, actual = grade.compare(probe_tokenize, case)
-    values, what, limit = actual["result"]["values"], describe(case), length(case)
-    if "input_ids" not in values:
-        fail(f"{what}: the result has no input_ids column (columns {actual['result']['columns']})",
-             hint="map a function that returns the tokenizer's output: its input_ids become a column")
-    for name in ("input_ids", "attention_mask", OPTIONAL):
-        if name not in values or name not in actual["oracle"]:
-            continue  # the columns check names what is missing, or kept where the tokenizer makes none
-        rows = values[name]
-        hint = _token_hint(values["input_ids"], actual, limit)
-        expect_equal(rows, actual["oracle"][name],
-                     f"{what}: {name} (against tokenizer(texts, truncation=True, padding='max_length', "
-                     f"max_length={limit}))", hint=hint)
-        if name in expected["result"]["values"]:
-            expect_equal(rows, expected["result"]["values"][name], f"{what}: {name}", hint=hint)
-    if "labels" in values:
-        expect_equal(values["labels"], list(case["labels"]), f"{what}: the labels column",
-                     hint="labels holds the label column's values, row for row (rename_column keeps them)")
+    values, limit = actual["result"]["values"], length(case)
+    with on_case(describe(case)):
+        if "input_ids" not in values:
+            fail(f"the result has no input_ids column (columns {actual['result']['columns']})",
+                 hint="map a function that returns the tokenizer's output: its input_ids become a column")
+        for name in ("input_ids", "attention_mask", OPTIONAL):
+            if name not in values or name not in actual["oracle"]:
+                continue  # the columns check names what is missing, or kept where the tokenizer makes none
+            rows = values[name]
+            hint = _token_hint(values["input_ids"], actual, limit)
+            expect_equal(rows, actual["oracle"][name],
+                         f"{name} (against tokenizer(texts, truncation=True, padding='max_length', "
+                         f"max_length={limit}))", hint=hint)
+            if name in expected["result"]["values"]:
+                expect_equal(rows, expected["result"]["values"][name], name, hint=hint)
+        if "labels" in values:
+            expect_equal(values["labels"], list(case["labels"]), "the labels column",
+                         hint="labels holds the label column's values, row for row (rename_column keeps them)")
 
 
 def _format_hint(result, name, view):
@@ -273,7 +275,7 @@ def _format_hint(result, name, view):
 @given(case=text_case())
 def test_tokenize_dataset_is_in_torch_format(grade, case):
     expected, actual = grade.compare(probe_tokenize, case)
-    result, what = actual["result"], describe(case)
+    result = actual["result"]
     for name in [*COLUMNS, OPTIONAL]:
         if name not in result["columns"] or (name == OPTIONAL and OPTIONAL not in actual["oracle"]):
             continue  # the columns check names what is missing, or kept where the tokenizer makes none
@@ -282,9 +284,10 @@ def test_tokenize_dataset_is_in_torch_format(grade, case):
         if view != want:
             got = (f"a tensor of {view['dtype']} of shape {tuple(view['shape'])}" if view and view["kind"] == "tensor"
                    else f"a {view['kind']}" if view else "nothing")
-            fail(f"{what}: result[:][{name!r}] is {got}, expected a tensor of {want['dtype']} of shape "
-                 f"{tuple(want['shape'])} (result.format is {result['format']})",
-                 hint=_format_hint(result, name, view or {"kind": "nothing"}))
+            with on_case(describe(case)):
+                fail(f"result[:][{name!r}] is {got}, expected a tensor of {want['dtype']} of shape "
+                     f"{tuple(want['shape'])} (result.format is {result['format']})",
+                     hint=_format_hint(result, name, view or {"kind": "nothing"}))
 
 
 @pytest.mark.device_free
@@ -292,13 +295,14 @@ def test_tokenize_dataset_is_in_torch_format(grade, case):
 @given(case=text_case())
 def test_tokenize_dataset_leaves_the_input_unchanged(grade, case):
     actual = grade.run(probe_tokenize, case)
-    before, after, what = actual["input_before"], actual["input_after"], describe(case)
+    before, after = actual["input_before"], actual["input_after"]
     for key in ("columns", "format", "fingerprint", "values"):
         hint = ("set the format on the result, not on the dataset you were given: dataset.set_format changes it in "
                 "place (use the result of map, or with_format, which returns a new dataset)"
                 if key in ("format", "fingerprint") else
                 "work on what map returns: the dataset you were given stays as it was")
-        expect_equal(after[key], before[key], f"{what}: the input dataset's {key} after the call", hint=hint)
+        with on_case(describe(case)):
+            expect_equal(after[key], before[key], f"the input dataset's {key} after the call", hint=hint)
 
 
 @pytest.mark.measured_in_worker("how the tokenizer was called")
@@ -307,16 +311,17 @@ def test_tokenize_dataset_leaves_the_input_unchanged(grade, case):
 @given(case=text_case())
 def test_tokenize_dataset_maps_in_batches(grade, case):
     actual = grade.run(probe_tokenize, case)
-    calls, what = actual["calls"], describe(case)
-    if not calls:
-        fail(f"{what}: the tokenizer was never called",
-             hint="tokenize inside the mapped function: tokenizer(batch['text'], ...)")
+    calls = actual["calls"]
     single = [call for call in calls if call["first"] == "str"]
-    if single:
-        fail(f"{what}: the tokenizer was called {len(calls)} time(s), {len(single)} of them on one text",
-             hint="dataset.map(fn, batched=True) hands fn a batch (a dict of lists): one tokenizer call per batch "
-                  "of texts is much faster than one per text")
     others = [call["first"] for call in calls if not call["first"].startswith("list of")]
-    if others:
-        fail(f"{what}: the tokenizer was called on {others}, expected lists of texts",
-             hint="tokenize batch['text'], the batch's list of texts")
+    with on_case(describe(case)):
+        if not calls:
+            fail("the tokenizer was never called",
+                 hint="tokenize inside the mapped function: tokenizer(batch['text'], ...)")
+        if single:
+            fail(f"the tokenizer was called {len(calls)} time(s), {len(single)} of them on one text",
+                 hint="dataset.map(fn, batched=True) hands fn a batch (a dict of lists): one tokenizer call per batch "
+                      "of texts is much faster than one per text")
+        if others:
+            fail(f"the tokenizer was called on {others}, expected lists of texts",
+                 hint="tokenize batch['text'], the batch's list of texts")

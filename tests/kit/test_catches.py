@@ -12,6 +12,7 @@ right variant on every check. Mistakes only a GPU shows go in a call of their ow
 skipped (never passed) where there is no GPU.
 """
 
+import re
 import threading
 
 import pytest
@@ -140,6 +141,24 @@ def test_wrong_is_caught(gradings, exercise, wrong):
     if wrong.diagnosis is not None:
         message = checks[wrong.diagnosing_check]["message"]
         assert wrong.diagnosis in message, f"{wrong.diagnosing_check}'s message lacks {wrong.diagnosis!r}:\n{message}"
+    for name in wrong.checks:
+        assert cause_comes_first(checks[name]["message"]), f"{name}: the cause is not in the first " \
+            f"{CAUSE_WITHIN} characters (the case goes after it: grader.checks.on_case):\n{checks[name]['message']}"
+
+
+CAUSE_WITHIN = 120
+# The words a cause is said with, in the kit's own messages (what differs, what the code did or failed to do), or
+# the values compared themselves
+CAUSE_WORDS = re.compile(r"expected|differ|\bgot\b|raised|returned|missing|changed|\bnot\b|never|\bno\b|only|"
+                         r"instead|\bran\b|waited|time|too |exceed|lacks|without|refused|crashed|exited|out of|"
+                         r": [\[\d\-'(]")
+
+
+def cause_comes_first(message):
+    """Whether a failure says what went wrong within its first CAUSE_WITHIN characters (after a rank's name), not
+    after a long account of its input."""
+    first = re.sub(r"^rank \d+: ", "", message.splitlines()[0] if message else "")
+    return bool(CAUSE_WORDS.search(first[:CAUSE_WITHIN]))
 
 
 @pytest.mark.parametrize("exercise, right", _cases("right"))

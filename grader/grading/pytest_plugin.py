@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 from hypothesis import HealthCheck, Phase, settings
+from hypothesis.errors import HypothesisException
 
 from grader import catalog, old_apis
 from grader.devices import CHOICES, DEVICES, NoSuchDevice, kept_off_line
@@ -285,7 +286,8 @@ def pytest_runtest_makereport(item: pytest.Item,
         return
     error = call.excinfo.value
     grade = getattr(item, "funcargs", {}).get("grade")
-    if isinstance(grade, Grade) and isinstance(error, Exception) and not isinstance(error, (CheckFailed, Verdict)):
+    if isinstance(grade, Grade) and isinstance(error, Exception) and \
+            not isinstance(error, (CheckFailed, Verdict, HypothesisException)):  # Hypothesis's own: a flaky result
         error = explained(error, grade)
     status = getattr(error, "status", Status.FAILED)
     report.grader_status = status.name  # plain text on the report: pytest-xdist sends reports between processes

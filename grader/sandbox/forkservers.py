@@ -49,9 +49,10 @@ def preload_modules(kind: str) -> list[str]:
 
 
 def spawned_modules(kind: str) -> list[str]:
-    """What a spawned worker of `kind` imports: its fork server's modules, but not torch's settling module,
-    whose first operation on a meta tensor (1.0 s of CPU here) a fork server pays once for all its workers,
-    and a spawned worker would pay each time: it pays it only where its checks use a meta tensor."""
+    """What a worker of `kind` spawned when it is asked for imports: its fork server's modules, but not torch's
+    settling module, whose first operation on a meta tensor (1.0 s of CPU here) a fork server pays once for all
+    its workers: such a worker pays it only where its checks use a meta tensor. A standby, spawned ahead of
+    need, imports the settling module too."""
     return [name if name != SETTLE["torch"] else "grader.sandbox.worker" for name in preload_modules(kind)]
 ABSTRACT_ADDRESSES = host.LINUX and landlock.abi_version() >= 6
 
@@ -236,7 +237,7 @@ class SpawningServer(Server):
 
     def begin(self, count: int) -> None:
         self.wanted = max(self.wanted, count)
-        self.standbys = [standby for standby in self.standbys if standby.alive()]
+        self.standbys = [standby for standby in self.standbys + self.taken if standby.alive()]  # none left taken
         ready = [standby for standby in self.standbys if standby.ready()]
         if count == 1:
             self.taken = (ready or self.standbys)[:1]  # one still importing is further along than a fresh one
@@ -263,14 +264,14 @@ class SpawningServer(Server):
 
 
 class Standby:
-    """A spawned interpreter of `kind` that imports its modules, says so (one byte) on a socket only the grader
-    holds, and waits there to be handed its target and arguments, the descriptors of their connections beside
-    them (SCM_RIGHTS): the same worker as one spawned for the purpose, its imports done before it was asked for."""
+    """A spawned interpreter of `kind` that imports its fork server's modules, says so (one byte) on a socket only
+    the grader holds, and waits there to be handed its target and arguments, the descriptors of their connections
+    beside them (SCM_RIGHTS): the same worker as one spawned for the purpose, its imports done before it is needed."""
 
     def __init__(self, kind: str) -> None:
         self.control, theirs = socket.socketpair()
         self.process = multiprocessing.get_context("spawn").Process(
-            target=_stand_by, args=(spawned_modules(kind), theirs), daemon=True)
+            target=_stand_by, args=(preload_modules(kind), theirs), daemon=True)
         try:
             self.process.start()
         finally:
@@ -566,7 +567,7 @@ def warm_up(kinds: Iterable[str]) -> None:
     kinds = set(kinds)
     _wanted.clear()
     _wanted.update(kinds)
-    if spawns():  # no chains: each kind's standbys, two of the first graded (the reference's worker and the submission's)
+    if spawns():  # no chains: standbys of each kind, two of the first graded (the reference's and the submission's)
         for order, kind in enumerate(sorted(kinds, key=catalog.preload_order)):
             cast(SpawningServer, server(kind)).stand_by(STANDBYS_FIRST if order == 0 else 1)
         return

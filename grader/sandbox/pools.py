@@ -89,7 +89,8 @@ class Ranks:
         """Launch the ranks; they report ready (joined) before the first reply is read. The deadline is at least
         SLOWER times what starts of this kind took here before (a slow laptop's starts are slow every time)."""
         self.started_at = time.monotonic()
-        deadline = max(deadline, self.started_at + SLOWER * _slowest_start.get(self.spec.preload, 0.0) * self.world_size)
+        before = _slowest_start.get(self.spec.preload, 0.0)
+        deadline = max(deadline, self.started_at + SLOWER * before * self.world_size)
         tag = uuid.uuid4().hex[:8]
         store = os.path.join(self.spec.stores, f"store-{tag}")
         server(self.spec.preload).begin(self.world_size)
@@ -136,9 +137,10 @@ class Ranks:
             waited, spent = self._waited_for_a_cpu(self.delays_at_start), time.monotonic() - self.started_at
             starved = waited >= STARVED * spent or not measured()
             if attempt == 2 or not (late and starved):
+                if not (late and starved):
+                    raise WorkerFailure(Status.NOT_GRADED, "the worker did not start: " + bad[0].message)
                 how = f"they waited {waited:.0f} s for a CPU in {spent:.0f} s" if measured() else f"{spent:.0f} s"
-                message = SLOW_START.format(how=how) if late and starved else "the worker did not start: " + bad[0].message
-                raise WorkerFailure(Status.NOT_GRADED, message)
+                raise WorkerFailure(Status.NOT_GRADED, SLOW_START.format(how=how))
             self.start(time.monotonic() + (self.start_deadline - self.started_at))
             if self.request is not None:
                 self.send(self.request)
@@ -391,12 +393,14 @@ class Pools:
         if self.budget_mb is not None or key in self.ranks or key in self.ahead:
             return
         ranks = Ranks(spec, world_size, self.logdir)
+        spawning = server(spec.preload)
+        spawning.top_up()  # where workers are spawned, standbys (ready sooner than a worker spawned for the purpose)
         try:
             ranks.start(time.monotonic() + start_timeout)
         except WorkerFailure:
             return
         finally:
-            server(spec.preload).top_up()  # where workers are spawned, standbys for what no ranks start ahead here
+            spawning.top_up()  # and for the starts that no ranks are started ahead for here
         self.ahead[key] = ranks
 
     def _started_ahead(self, key: PoolKey, spec: worker.WorkerSpec, world_size: int) -> Ranks | None:

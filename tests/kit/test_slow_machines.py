@@ -16,7 +16,8 @@ import pytest
 
 from tests.kit.harness import KIT_ROOT
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux's run delay and CPU affinity")
+pytestmark = [pytest.mark.slow,  # spawned workers import torch afresh: seconds of CPU each
+              pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux's run delay and CPU affinity")]
 
 SETUP = """
 import json, os, sys, tempfile, time

@@ -54,6 +54,8 @@ def spawned_modules(kind: str) -> list[str]:
     its workers: such a worker pays it only where its checks use a meta tensor. A standby, spawned ahead of
     need, imports the settling module too."""
     return [name if name != SETTLE["torch"] else "grader.sandbox.worker" for name in preload_modules(kind)]
+
+
 ABSTRACT_ADDRESSES = host.LINUX and landlock.abi_version() >= 6
 
 

@@ -52,6 +52,7 @@ class Grade:
         self.used = 0.0  # seconds of the target's calls, less their waits for a CPU
         self.spent = 0.0  # their wall seconds: at most HANG_BOUND x allowed
         self.printed = ""  # what the target's code printed in its latest call: `-v` shows it beside a wrong value
+        self.slow_start = ""  # a start of its workers past its allowance, which the check's line names (pools.Ranks)
         # The latest observations handed to the check, by call (probe, args, world size) and whose ("expected",
         # "actual"): an error the check's own comparison raises is explained by how a pair differs (pytest_plugin)
         self.seen: dict[tuple[str, str, int], dict[str, Any]] = {}
@@ -199,6 +200,8 @@ class Grade:
             finally:
                 if not trusted:
                     self._charge(call)
+                if call.slow_start:
+                    self.slow_start = call.slow_start
         return cache[key]
 
     def _time_left(self) -> float:

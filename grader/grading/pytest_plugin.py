@@ -281,7 +281,9 @@ def pytest_runtest_makereport(item: pytest.Item,
             report.grader_message = "the check could not start: " + (report.longreprtext.strip().splitlines()
                                                                      or ["?"])[-1]
         elif report.when == "call" and report.passed:
-            report.grader_status, report.grader_message = Status.PASSED.name, ""
+            grade = getattr(item, "funcargs", {}).get("grade")
+            report.grader_status = Status.PASSED.name
+            report.grader_message = grade.slow_start if isinstance(grade, Grade) else ""  # the machine, if it was slow
     if call.excinfo is None or report.when != "call":
         return
     error = call.excinfo.value
@@ -300,6 +302,8 @@ def pytest_runtest_makereport(item: pytest.Item,
     found = old_apis.worth_naming(grade.old_apis if isinstance(grade, Grade) else (), raised)
     hint = "\n".join(filter(None, [getattr(error, "hint", None) or "", *map(old_apis.hint, found)]))
     report.grader_message = failure_message(error, details, printed, example, hint)
+    if isinstance(grade, Grade) and grade.slow_start:
+        report.grader_message += "\n" + grade.slow_start
     report.grader_failure = Failure(  # as plain data: pytest-xdist sends reports between processes
         example=shown(example), expected=shown(getattr(error, "expected", "")),
         received=shown(getattr(error, "received", "")), hint=shown(hint),

@@ -119,6 +119,7 @@ class Call:
         self.deadline = deadline
         self.sent = time.monotonic()
         self.waited = 0.0  # seconds its ranks waited to start, or for a CPU (and a retry took): not the check's
+        self.slow_start = ""  # what the start of its workers took, where the machine made it slow (Ranks.slow_start)
 
 
 class Sandbox:
@@ -209,6 +210,7 @@ class Sandbox:
             self.pools.discard(call.key)
             raise
         call.waited = call.ranks.waited + call.ranks.start_wait
+        call.slow_start = call.ranks.slow_start if call.ranks.start_wait > 0 else ""  # this call waited for it
         if any(not reply.ok for reply in replies) and call.request.world_size > 1:
             self.pools.discard(call.key)  # a failed collective leaves the group unusable
         if retry and not call.request.trusted and call.ranks.starved and _looks_stuck(replies):
@@ -219,6 +221,7 @@ class Sandbox:
             again = self.start(dataclasses.replace(call.request, deadline=time.monotonic() + limit))
             replies = self.finish(again, retry=False)
             call.waited = (again.sent - call.sent) + again.waited  # the starved attempt is not the check's time
+            call.slow_start = again.slow_start or call.slow_start
         if call.request.trusted:
             for reply in replies:  # the reference failing is the grader's failure, never the student's
                 if not reply.ok:

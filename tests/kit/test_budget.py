@@ -111,11 +111,12 @@ class FakeSandbox:
     """Runs nothing: a call takes `work[(exercise, probe)]` seconds of the fake clock (inf: it hangs), cut at
     its deadline; the reference's calls take no time."""
 
-    def __init__(self, clock, work):
-        self.clock, self.work = clock, work
+    def __init__(self, clock, work, slow_start=""):
+        self.clock, self.work, self.slow_start = clock, work, slow_start
 
     def start(self, request):
-        return SimpleNamespace(request=request, sent=self.clock.now, deadline=request.deadline, waited=0.0)
+        return SimpleNamespace(request=request, sent=self.clock.now, deadline=request.deadline, waited=0.0,
+                               slow_start=self.slow_start)
 
     def finish(self, call):
         request = call.request
@@ -250,3 +251,21 @@ def test_a_loop_in_ex05_costs_ex05_alone_within_a_tight_budget(tmp_path):
     averages = [check for name, check in ex05.items() if "averag" in name]
     assert {check["status"] for check in averages} == {"timed out"}, averages
     assert any(check["message"].startswith("not run: an earlier check of this exercise") for check in averages)
+
+
+def test_a_check_whose_workers_started_slowly_says_the_machine_was_slow(monkeypatch):
+    """A start the machine made slow (pools.Ranks.slow_start) is named on the check's line, passed or not: the
+    learner sees why the check took long, and that it was not their code."""
+    clock = FakeClock()
+    monkeypatch.setattr(grade_module, "time", clock)
+    note = "the machine was slow: its workers took 95 s to start, 80 s of it waiting for a CPU"
+    session = SimpleNamespace(budget=Budget(None), timeout=60.0, options=SimpleNamespace(budget=None),
+                              sandbox=FakeSandbox(clock, {("ex05_gradient_averaging", "probe_f"): 1.0}, note),
+                              reference_cache={}, target_cache={}, retried=set(), recordings=None)
+    target = Target("alice", "/submissions/alice")
+    session.budget.plan(target.path, ["ex05_gradient_averaging"])
+    session.budget.enter(target.path, "ex05_gradient_averaging")
+    grade = Grade(session, target, "ex05_gradient_averaging", "cpu", check="test_0")
+    assert grade.slow_start == ""
+    grade.compare(probe_f, 0)
+    assert grade.slow_start == note

@@ -27,24 +27,12 @@ def all_reduce_gradients(model):
             param.grad.div_(world_size)
 '''
 
-RANKS_DISAGREE_ON_THE_COLLECTIVE = '''
-import torch.distributed as dist
-
-
-def average_gradients(replica_grads):
-    raise NotImplementedError
-
-
-def all_reduce_gradients(model):
-    world_size = dist.get_world_size()
-    for param in model.parameters():
-        if param.grad is not None:
-            if dist.get_rank() == 0:
-                dist.all_reduce(param.grad)
-            else:  # another collective than rank 0's: each waits for the other
-                dist.broadcast(param.grad, src=1)
-            param.grad.div_(world_size)
-'''
+RANKS_DISAGREE_ON_THE_COLLECTIVE = ONLY_RANK_0_REDUCES.replace("  # the other ranks never join: rank 0 waits for them",
+                                                               "").replace(
+    "                dist.all_reduce(param.grad)\n",
+    "                dist.all_reduce(param.grad)\n"
+    "            else:  # another collective than rank 0's: each waits for the other\n"
+    "                dist.broadcast(param.grad, src=1)\n")
 
 PRINTS_AND_DEALS_CONTIGUOUSLY = '''
 import math

@@ -19,6 +19,7 @@ import argparse
 import ast
 import json
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -34,14 +35,16 @@ MAX_BYTES = 64 * 2**20  # a notebook file, its outputs (plots) included
 MAX_SOURCE = 2**20  # its definitions: the module graded, which the grading process holds and a worker imports
 MAX_STUB_BYTES = 64 * 2**10  # a .py file larger than this is not the stub as shipped (a few KB): never parsed here
 READ_MEMORY = 512 * 2**20  # the address space of the process that reads one notebook
-READ_SECONDS = 20
+READ_CPU_SECONDS = 20  # the CPU one notebook may take to read: the kernel's bound, which a busy machine cannot trip
+READ_SECONDS = 10 * READ_CPU_SECONDS  # wall seconds, a backstop: the reader's CPU on a machine a tenth as fast
 OUT_OF_MEMORY = 3  # the reading process's exit status when its memory ran out outside `definitions`
-# The reading process: nothing but the kit's own parsing, its memory capped before it starts.
+# The reading process: nothing but the kit's own parsing, its memory and CPU capped before it starts.
 _READER = f"""import json, resource, sys
 try:
     resource.setrlimit(resource.RLIMIT_AS, (int(sys.argv[1]), int(sys.argv[1])))
-except (ValueError, OSError):  # where the platform refuses it (macOS), the time limit stands alone
+except (ValueError, OSError):  # where the platform refuses it (macOS), the time limits stand alone
     pass
+resource.setrlimit(resource.RLIMIT_CPU, (int(sys.argv[4]), int(sys.argv[4]) + 2))  # SIGXCPU, then SIGKILL
 sys.path.insert(0, sys.argv[2])
 try:
     from grader.notebook.export import definitions
@@ -126,13 +129,17 @@ def export(path: str, exercise_ids: Sequence[str] | None = None) -> list[Exporte
 
 
 def _read_apart(path: str) -> tuple[str, set[str], set[str]]:
-    """`definitions(path)`, computed by a process of its own within READ_MEMORY and READ_SECONDS."""
+    """`definitions(path)`, computed by a process of its own within READ_MEMORY, READ_CPU_SECONDS of CPU and
+    READ_SECONDS of wall time."""
     too_large = f"too large to read within {READ_MEMORY // 2**20} MiB (clear its outputs; shorten its code)"
     try:
         done = subprocess.run([sys.executable, "-I", "-c", _READER, str(READ_MEMORY), os.path.dirname(GRADER_DIR),
-                               path], stdin=subprocess.DEVNULL, capture_output=True, timeout=READ_SECONDS)
+                               path, str(READ_CPU_SECONDS)], stdin=subprocess.DEVNULL, capture_output=True,
+                              timeout=READ_SECONDS)
     except subprocess.TimeoutExpired:
         raise NotebookError(f"took longer than {READ_SECONDS} s to read") from None
+    if done.returncode == -signal.SIGXCPU:
+        raise NotebookError(f"took more than {READ_CPU_SECONDS} s of CPU to read (shorten its code)")
     try:
         found = json.loads(done.stdout) if done.returncode == 0 else None
     except ValueError:

@@ -225,6 +225,14 @@ def test_definitions_too_long_a_reader_too_slow_and_too_many_notebooks_are_each_
     with pytest.raises(export.NotebookError, match=r"^took longer than 0.001 s to read$"):
         export.export(str(tmp_path / "a.ipynb"))
     monkeypatch.undo()
+    # the reader's CPU is bounded by the kernel (a busy machine slows it, never fails it): one that spins is ended
+    spinning = export._READER.replace("try:\n    from grader", "while True:\n    pass\ntry:\n    from grader")
+    assert spinning != export._READER
+    monkeypatch.setattr(export, "_READER", spinning)
+    monkeypatch.setattr(export, "READ_CPU_SECONDS", 1)
+    with pytest.raises(export.NotebookError, match=r"^took more than 1 s of CPU to read \(shorten its code\)$"):
+        export.export(str(tmp_path / "a.ipynb"))
+    monkeypatch.undo()
     for name in ("b", "c", "d"):
         _notebook(tmp_path / f"{name}.ipynb", "def shard_batch(batch, rank, world_size):\n    return batch\n")
     monkeypatch.setattr(submissions, "MAX_NOTEBOOKS", 2)

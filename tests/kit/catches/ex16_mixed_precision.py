@@ -37,6 +37,11 @@ WRONG = [
     # the forward pass without autocast: float32 output
     Wrong("forward_outside_autocast", mutate(EX, (FORWARD, "    return model(inputs)\n")), MATCHES,
           diagnosis="ran outside autocast"),
+    # an older tutorial's torch.cuda.amp.autocast: CUDA's alone, so on the CPU nothing runs in lower precision; the
+    # failure names today's API, found from the call (grader.old_apis)
+    Wrong("cuda_amp_autocast", mutate(EX, (FORWARD, "    with torch.cuda.amp.autocast(dtype=dtype):\n"
+                                                    "        return model(inputs)\n")), MATCHES,
+          diagnosis='use torch.amp.autocast("cuda", ...)'),
     # the course's Accelerator(mixed_precision="fp16") for the autocast: on a CPU it does not autocast at all
     Wrong("accelerator_fp16_autocast", mutate(EX, (FORWARD, "    from accelerate import Accelerator\n\n"
                                                    '    accelerator = Accelerator(mixed_precision="fp16")\n'

@@ -219,7 +219,7 @@ def make_command(args: argparse.Namespace, staged: Staged) -> Command:
     targets = parse_targets(args, staged)
     targets = plan.select(targets) if plan else targets
     only_checks = read_only_checks(args.only_checks) if args.only_checks else None
-    students = canvas_students(args, targets)
+    students = canvas_students(args, plan.names if plan else [target.label for target in targets])  # the class
     for option in ("json", "gradescope", "csv", "canvas"):
         path = getattr(args, option)
         problem = path and report.check_writable(path)
@@ -288,7 +288,7 @@ def write_reports(args: argparse.Namespace, outcome: engine.GradeOutcome, plan: 
     if args.canvas:
         from grader.reports import canvas
 
-        report.write(args.canvas, canvas.gradebook_csv(results, students))
+        report.write(args.canvas, canvas.gradebook_csv(plan.whole(results) if plan else results, students))
     if args.csv:
         report.write(args.csv, plan.csv(results) if plan else report.summary_csv(results))
     if args.class_report:
@@ -307,8 +307,9 @@ def exit_status(results: Sequence[TargetResult], fail_under: float | None) -> in
     return 0
 
 
-def canvas_students(args: argparse.Namespace, targets: Sequence[Target]) -> dict[str, Student]:
-    """--canvas and --roster: each submission folder's student, or a usage error (before any grading)."""
+def canvas_students(args: argparse.Namespace, folders: Sequence[str]) -> dict[str, Student]:
+    """--canvas and --roster: each submission folder's student (`folders`: the whole class's, a regrade's too), or a
+    usage error (before any grading)."""
     if args.roster and not args.canvas:
         raise UsageError("--roster goes with --canvas")
     if not args.canvas:
@@ -319,7 +320,7 @@ def canvas_students(args: argparse.Namespace, targets: Sequence[Target]) -> dict
 
     try:
         roster = canvas.read_roster(args.roster) if args.roster else None
-        return canvas.students_of([target.label for target in targets], roster, args.roster or "")
+        return canvas.students_of(list(folders), roster, args.roster or "")
     except canvas.RosterError as error:
         raise UsageError(str(error))
 

@@ -220,7 +220,9 @@ def test_a_regrade_refuses_a_file_graded_otherwise(klass):
     assert "another selection of exercises" in one_line_error(grader("ex19", *common, "--regrade",
                                                                      str(klass / "batch.csv")))
     assert "shard" in one_line_error(grader(*common, "--regrade", shard_reports(klass)[0]))
-    assert not os.path.exists(klass / "other.csv")
+    assert "no chapters to write --canvas from" in one_line_error(grader(
+        *common, "--regrade", str(klass / "batch.csv"), "--canvas", str(klass / "canvas.csv")))
+    assert not os.path.exists(klass / "other.csv") and not os.path.exists(klass / "canvas.csv")
 
 
 def test_a_regrade_of_a_json_report_writes_both_reports_whole(klass):
@@ -229,10 +231,13 @@ def test_a_regrade_of_a_json_report_writes_both_reports_whole(klass):
     previous = klass / "previous.json"
     previous.write_text(json.dumps(data))
     done = grader("--submissions", str(klass / "class"), "--device", "cpu", "-q", "--regrade", str(previous),
-                  "--csv", str(klass / "again.csv"), "--json", str(klass / "again.json"))
+                  "--csv", str(klass / "again.csv"), "--json", str(klass / "again.json"),
+                  "--canvas", str(klass / "again-canvas.csv"))
     assert done.returncode == 0, done.stderr[-3000:]
     assert "grading 1 of 6 submissions" in done.stdout
     assert rows(klass / "again.csv") == rows(klass / "batch.csv")
+    gradebook = list(csv.reader(open(klass / "again-canvas.csv")))[2:]  # after the header and Points Possible
+    assert sorted(row[0] for row in gradebook) == sorted(rows(klass / "batch.csv")), gradebook  # the whole class
     again = json.loads((klass / "again.json").read_text())
     assert [timeless(r) for r in again["submissions"]] == [timeless(r) for r in data["submissions"][:4]] + \
         [timeless(r) for r in json.loads((klass / "batch.json").read_text())["submissions"][4:]]

@@ -1,4 +1,6 @@
-"""`python -m grader merge SHARD.json ... --csv PATH --json PATH`: a class graded in shards, as one batch.
+"""`python -m grader merge SHARD.json ... --csv PATH --json PATH`: a class graded in shards, as one batch; and
+`python -m grader merge BATCH.json --canvas PATH ...`: a whole batch's reports written again from its JSON report,
+without grading again (a batch's report is its class's one and only shard).
 
 Each shard's JSON report (`--shard K/N --json`) records the class it is a part of (`batch`: the
 shard, the sorted names of every submission, the seed, profile, devices, exercises and kit). The
@@ -42,7 +44,8 @@ class Parser(argparse.ArgumentParser):
 def build_parser() -> Parser:
     parser = Parser(prog="python -m grader merge",
                     description="Merge the JSON reports of a class graded in shards (--shard K/N --json) into one.")
-    parser.add_argument("reports", nargs="+", metavar="SHARD.json", help="every shard's JSON report, once each")
+    parser.add_argument("reports", nargs="+", metavar="SHARD.json",
+                        help="every shard's JSON report, once each; or one batch's, to write its reports again")
     parser.add_argument("--csv", metavar="PATH", help="write the class's CSV summary")
     parser.add_argument("--json", metavar="PATH", help="write the class's JSON report")
     parser.add_argument("--class-report", metavar="PATH", help="write the class report: an HTML page at PATH "
@@ -83,7 +86,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.canvas:
         report.write(args.canvas, canvas.gradebook_csv(results, students))
     not_graded = sum(bool(result.not_graded or result.budget_cut) for result in results)
-    print(f"merged {rec['merged']} shards: {len(results)} submissions"
+    print((f"merged {rec['merged']} shards" if rec["merged"] > 1 else f"read {args.reports[0]}")
+          + f": {len(results)} submissions"
           + (f"; {not_graded} not graded or cut short by the budget (regrade them with --regrade)" if not_graded
              else ""))
     return 0
@@ -110,8 +114,12 @@ def read(path: str) -> ShardReport:
         raise MergeError(f"{path}: not JSON ({error})")
     rec = data.get("batch") if isinstance(data, dict) else None
     shard = rec.get("shard") if isinstance(rec, dict) else None
+    if isinstance(rec, dict) and shard is None and isinstance(rec.get("submissions"), list):
+        rec = dict(rec, shard=[1, 1])  # a whole batch's report: the one shard of its class
+        shard = rec["shard"]
     if not (isinstance(shard, list) and len(shard) == 2 and all(isinstance(n, int) for n in shard)):
-        raise MergeError(f"{path}: not a shard's report (write each shard's with --shard K/N --json PATH)")
+        raise MergeError(f"{path}: not a batch's or a shard's report (write it with --submissions DIR --json PATH, "
+                         "with --shard K/N for a shard)")
     rows = data["submissions"] if "submissions" in data else [data]
     return {"path": path, "rec": cast("dict[str, Any]", rec), "rows": rows,  # rec: a dict, its shard read from it
             "versions": {"versions": data.get("versions", {}), "version_mismatch": data.get("version_mismatch", [])}}

@@ -180,8 +180,26 @@ def test_merge_refuses_a_gap_a_duplicate_and_another_seed(klass):
     seeded = klass / "seeded.json"
     seeded.write_text(json.dumps(data))
     assert "another seed" in one_line_error(merge(one, str(seeded), three, "--csv", out))
-    assert "not a shard's report" in one_line_error(merge(one, two, str(klass / "batch.json"), "--csv", out))
+    assert "shards of different splits" in one_line_error(merge(one, two, str(klass / "batch.json"), "--csv", out))
+    single = klass / "single.json"  # one --target's report: no batch record
+    single.write_text(json.dumps({k: v for k, v in json.loads(open(one).read()).items() if k != "batch"}))
+    assert "not a batch's or a shard's report" in one_line_error(merge(str(single), "--csv", out))
     assert not os.path.exists(out)
+
+
+def test_a_batchs_reports_are_written_again_from_its_json_report_without_grading(klass):
+    """The class report, the CSV and Canvas's gradebook from the grades already written (merge of the one report):
+    the same rows as the batch wrote, nothing graded again."""
+    again = klass / "again-from-json"
+    again.mkdir()
+    done = merge(str(klass / "batch.json"), "--csv", str(again / "batch.csv"), "--canvas", str(again / "canvas.csv"),
+                 "--class-report", str(again / "report.html"))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"read {klass / 'batch.json'}: 6 submissions"), done.stdout
+    assert rows(again / "batch.csv", times=True) == rows(klass / "batch.csv", times=True)
+    gradebook = list(csv.reader(open(again / "canvas.csv")))[2:]
+    assert sorted(row[0] for row in gradebook) == sorted(rows(klass / "batch.csv"))
+    assert (again / "report.html").stat().st_size > 0
 
 
 # --- regrade ----------------------------------------------------------------------------------------
@@ -221,8 +239,8 @@ def test_a_regrade_refuses_a_file_graded_otherwise(klass):
                                                                      str(klass / "batch.csv")))
     assert "shard" in one_line_error(grader(*common, "--regrade", shard_reports(klass)[0]))
     assert "no chapters to write --canvas from" in one_line_error(grader(
-        *common, "--regrade", str(klass / "batch.csv"), "--canvas", str(klass / "canvas.csv")))
-    assert not os.path.exists(klass / "other.csv") and not os.path.exists(klass / "canvas.csv")
+        *common, "--regrade", str(klass / "batch.csv"), "--canvas", str(klass / "refused-canvas.csv")))
+    assert not os.path.exists(klass / "other.csv") and not os.path.exists(klass / "refused-canvas.csv")
 
 
 def test_a_regrade_of_a_json_report_writes_both_reports_whole(klass):

@@ -90,6 +90,8 @@ def build_parser() -> Parser:
                              "Canvas columns (Student, ID, SIS User ID, SIS Login ID, Section); "
                              "without it a folder's name is its student's SIS Login ID")
     parser.add_argument("--csv", metavar="PATH", help="write one summary row per target as CSV")
+    parser.add_argument("--checks-csv", metavar="PATH",
+                        help="write one row per check of each target as CSV (a rubric's rows: status, points, finding)")
     parser.add_argument("--class-report", metavar="PATH",
                         help="write the class report: an HTML page at PATH and its markdown twin beside it "
                              "(scores, diagnoses, checks most failed, review flags, rows not graded)")
@@ -220,11 +222,11 @@ def make_command(args: argparse.Namespace, staged: Staged) -> Command:
     targets = plan.select(targets) if plan else targets
     only_checks = read_only_checks(args.only_checks) if args.only_checks else None
     students = canvas_students(args, plan.names if plan else [target.label for target in targets])  # the class
-    for option in ("json", "gradescope", "csv", "canvas"):
+    for option in ("json", "gradescope", "csv", "checks_csv", "canvas"):
         path = getattr(args, option)
         problem = path and report.check_writable(path)
         if problem:
-            raise UsageError(f"--{option}: {problem}")
+            raise UsageError(f"--{option.replace('_', '-')}: {problem}")
     trouble = args.class_report and class_report.problem(args.class_report, [args.json, args.gradescope, args.csv])
     if trouble:
         raise UsageError(f"--class-report: {trouble}")
@@ -291,6 +293,8 @@ def write_reports(args: argparse.Namespace, outcome: engine.GradeOutcome, plan: 
         report.write(args.canvas, canvas.gradebook_csv(plan.whole(results) if plan else results, students))
     if args.csv:
         report.write(args.csv, plan.csv(results) if plan else report.summary_csv(results))
+    if args.checks_csv:
+        report.write(args.checks_csv, report.checks_csv(plan.whole(results) if plan else results))
     if args.class_report:
         class_report.write(args.class_report, plan.whole(results) if plan else results)
 

@@ -292,6 +292,13 @@ class ExerciseResult:
         """Whether the time budget stopped some of its checks before they ran (Status.OVER_BUDGET)."""
         return any(check.status is Status.OVER_BUDGET for check in self.checks)
 
+    def check_points(self) -> list[tuple[CheckResult, float, float]]:
+        """Each check with the points it earned and the points it was worth: the exercise's, split evenly over its
+        checks (as the grader scores); nothing earned where the exercise was not graded."""
+        share = self.max_score / len(self.checks) if self.checks else 0.0
+        return [(check, round(share if check.status is Status.PASSED and self.graded else 0.0, 2), round(share, 2))
+                for check in self.checks]
+
     def as_dict(self) -> dict[str, Any]:
         return {"id": self.id, "title": self.title, "chapter": self.chapter, "score": self.score,
                 "max_score": self.max_score, "status": self.status.label, "status_id": self.status.name.lower(),

@@ -48,6 +48,7 @@ def build_parser() -> Parser:
                         help="every shard's JSON report, once each; or one batch's, to write its reports again")
     parser.add_argument("--csv", metavar="PATH", help="write the class's CSV summary")
     parser.add_argument("--json", metavar="PATH", help="write the class's JSON report")
+    parser.add_argument("--checks-csv", metavar="PATH", help="write one row per check of each submission as CSV")
     parser.add_argument("--class-report", metavar="PATH", help="write the class report: an HTML page at PATH "
                                                                "and its markdown twin beside it")
     parser.add_argument("--canvas", metavar="PATH", help="write the class's gradebook as Canvas imports it")
@@ -59,16 +60,16 @@ def build_parser() -> Parser:
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
-        if not args.csv and not args.json and not args.class_report and not args.canvas:
-            raise MergeError("give --csv PATH, --json PATH, --class-report PATH or --canvas PATH: where to write "
-                             "the merged reports")
+        if not (args.csv or args.json or args.class_report or args.canvas or args.checks_csv):
+            raise MergeError("give --csv PATH, --json PATH, --checks-csv PATH, --class-report PATH or --canvas PATH: "
+                             "where to write the merged reports")
         if args.roster and not args.canvas:
             raise MergeError("--roster goes with --canvas")
-        for option in ("json", "csv", "canvas"):
+        for option in ("json", "csv", "checks_csv", "canvas"):
             path = getattr(args, option)
             problem = path and report.check_writable(path)
             if problem:
-                raise MergeError(f"--{option}: {problem}")
+                raise MergeError(f"--{option.replace('_', '-')}: {problem}")
         problem = args.class_report and class_report.problem(args.class_report, [args.json, args.csv])
         if problem:
             raise MergeError(f"--class-report: {problem}")
@@ -81,6 +82,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         report.write_json(args.json, shards.report_json(results, versions_part, rec))
     if args.csv:
         report.write(args.csv, shards.report_csv(results, rec))
+    if args.checks_csv:
+        report.write(args.checks_csv, report.checks_csv(results))
     if args.class_report:
         class_report.write(args.class_report, results)
     if args.canvas:

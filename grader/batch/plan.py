@@ -46,6 +46,9 @@ class Plan:
             if args.json and self.previous.kind == "csv":
                 raise shards.ShardError(f"--regrade {args.regrade}: a CSV's rows make a CSV; write --csv, or "
                                         "regrade the batch's JSON report to write --json")
+            if getattr(args, "checks_csv", None) and self.previous.kind == "csv":
+                raise shards.ShardError(f"--regrade {args.regrade}: a CSV's rows hold no checks to write --checks-csv "
+                                        "from; regrade the batch's JSON report")
             if getattr(args, "canvas", None) and self.previous.kind == "csv":
                 raise shards.ShardError(f"--regrade {args.regrade}: a CSV's rows hold no chapters to write --canvas "
                                         "from; regrade the batch's JSON report")

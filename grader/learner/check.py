@@ -288,13 +288,11 @@ def rows(result: TargetResult) -> list[CheckRow]:
     """A CheckRow per check, its points the exercise's split evenly (as the grader scores)."""
     found = []
     for exercise in result.exercises:
-        share = exercise.max_score / len(exercise.checks) if exercise.checks else 0.0
-        for check in exercise.checks:
+        for check, earned, share in exercise.check_points():
             message, hint, example = _failure_parts(check)
             expected, received = (check.failure.expected, check.failure.received) if check.failure else ("", "")
-            earned = share if check.status is Status.PASSED and exercise.graded else 0.0
-            found.append(CheckRow(exercise.id, check.check, check.device, check.status, round(earned, 2),
-                                  round(share, 2), message, example, expected, received, hint))
+            found.append(CheckRow(exercise.id, check.check, check.device, check.status, earned, share, message,
+                                  example, expected, received, hint))
     return found
 
 

@@ -220,6 +220,26 @@ def summary_csv(results: Sequence[TargetResult]) -> str:
     return buffer.getvalue()
 
 
+CHECKS_CSV_COLUMNS = ("target", "exercise", "check", "device", "status", "points", "max_points", "finding")
+
+
+def checks_csv(results: Sequence[TargetResult]) -> str:
+    """One row per check of each target (a rubric's rows): its status, the points it earned of those it was worth,
+    and what it found, in one line."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer)
+    writer.writerow(CHECKS_CSV_COLUMNS)
+    for result in results:
+        for exercise in result.exercises:
+            for check, earned, share in exercise.check_points():
+                finding = check.failure.finding if check.failure and check.failure.finding else \
+                    (check.message.splitlines() or [""])[0]
+                cells = [result.target, exercise.id, check.check, check.device, check.status.label, earned, share,
+                         "" if check.status is Status.PASSED else text.one_line(finding)]
+                writer.writerow([text.csv_cell(cell) for cell in cells])
+    return buffer.getvalue()
+
+
 def check_writable(path: str) -> str:
     """'' when a report can be written at path, else why not (checked before grading)."""
     folder = os.path.dirname(os.path.abspath(path))

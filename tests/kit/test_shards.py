@@ -193,13 +193,22 @@ def test_a_batchs_reports_are_written_again_from_its_json_report_without_grading
     again = klass / "again-from-json"
     again.mkdir()
     done = merge(str(klass / "batch.json"), "--csv", str(again / "batch.csv"), "--canvas", str(again / "canvas.csv"),
-                 "--class-report", str(again / "report.html"))
+                 "--class-report", str(again / "report.html"), "--checks-csv", str(again / "checks.csv"))
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith(f"read {klass / 'batch.json'}: 6 submissions"), done.stdout
     assert rows(again / "batch.csv", times=True) == rows(klass / "batch.csv", times=True)
     gradebook = list(csv.reader(open(again / "canvas.csv")))[2:]
     assert sorted(row[0] for row in gradebook) == sorted(rows(klass / "batch.csv"))
     assert (again / "report.html").stat().st_size > 0
+    # the rubric's rows: one a check of each student, whose points add up to the student's score
+    checks = list(csv.DictReader(open(again / "checks.csv")))
+    batch = rows(klass / "batch.csv")
+    assert sorted({row["target"] for row in checks}) == sorted(batch)
+    for name, row in batch.items():
+        own = [check for check in checks if check["target"] == name]
+        assert abs(sum(float(check["points"]) for check in own) - float(row["score"])) < 0.05, (name, own)
+        assert all((check["status"] == "passed") == (check["finding"] == "") for check in own), own
+    assert any(check["status"] == "failed" for check in checks)
 
 
 # --- regrade ----------------------------------------------------------------------------------------

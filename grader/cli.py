@@ -85,6 +85,9 @@ def build_parser() -> Parser:
                              "python -m grader classroom")
     parser.add_argument("--canvas", metavar="PATH",
                         help="with --submissions: write a gradebook CSV that Canvas imports (a column per chapter)")
+    parser.add_argument("--canvas-assignment", metavar="N=HEADER", action="append", default=[],
+                        help='with --canvas: chapter N\'s column headed HEADER, an existing Canvas assignment as its '
+                             'export heads it ("Homework 1 (4321)"), so that the import fills it; repeatable')
     parser.add_argument("--roster", metavar="FILE",
                         help="with --canvas: a CSV mapping each submission folder (column 'folder') to its student's "
                              "Canvas columns (Student, ID, SIS User ID, SIS Login ID, Section); "
@@ -290,7 +293,8 @@ def write_reports(args: argparse.Namespace, outcome: engine.GradeOutcome, plan: 
     if args.canvas:
         from grader.reports import canvas
 
-        report.write(args.canvas, canvas.gradebook_csv(plan.whole(results) if plan else results, students))
+        report.write(args.canvas, canvas.gradebook_csv(plan.whole(results) if plan else results, students,
+                                                       canvas.assignments(args.canvas_assignment)))
     if args.csv:
         report.write(args.csv, plan.csv(results) if plan else report.summary_csv(results))
     if args.checks_csv:
@@ -316,6 +320,8 @@ def canvas_students(args: argparse.Namespace, folders: Sequence[str]) -> dict[st
     usage error (before any grading)."""
     if args.roster and not args.canvas:
         raise UsageError("--roster goes with --canvas")
+    if args.canvas_assignment and not args.canvas:
+        raise UsageError("--canvas-assignment goes with --canvas")
     if not args.canvas:
         return {}
     if not args.submissions:
@@ -323,6 +329,7 @@ def canvas_students(args: argparse.Namespace, folders: Sequence[str]) -> dict[st
     from grader.reports import canvas
 
     try:
+        canvas.assignments(args.canvas_assignment)  # refused before any grading, as a roster is
         roster = canvas.read_roster(args.roster) if args.roster else None
         return canvas.students_of(list(folders), roster, args.roster or "")
     except canvas.RosterError as error:

@@ -52,6 +52,9 @@ def build_parser() -> Parser:
     parser.add_argument("--class-report", metavar="PATH", help="write the class report: an HTML page at PATH "
                                                                "and its markdown twin beside it")
     parser.add_argument("--canvas", metavar="PATH", help="write the class's gradebook as Canvas imports it")
+    parser.add_argument("--canvas-assignment", metavar="N=HEADER", action="append", default=[],
+                        help='with --canvas: chapter N\'s column headed HEADER, an existing Canvas assignment as its '
+                             'export heads it ("Homework 1 (4321)"); repeatable')
     parser.add_argument("--roster", metavar="FILE", help="with --canvas: whose each submission folder is (a CSV "
                                                          "with a 'folder' column and Canvas's student columns)")
     return parser
@@ -65,6 +68,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "where to write the merged reports")
         if args.roster and not args.canvas:
             raise MergeError("--roster goes with --canvas")
+        if args.canvas_assignment and not args.canvas:
+            raise MergeError("--canvas-assignment goes with --canvas")
         for option in ("json", "csv", "checks_csv", "canvas"):
             path = getattr(args, option)
             problem = path and report.check_writable(path)
@@ -87,7 +92,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.class_report:
         class_report.write(args.class_report, results)
     if args.canvas:
-        report.write(args.canvas, canvas.gradebook_csv(results, students))
+        report.write(args.canvas, canvas.gradebook_csv(results, students, canvas.assignments(args.canvas_assignment)))
     not_graded = sum(bool(result.not_graded or result.budget_cut) for result in results)
     print((f"merged {rec['merged']} shards" if rec["merged"] > 1 else f"read {args.reports[0]}")
           + f": {len(results)} submissions"
@@ -101,6 +106,7 @@ def _students(args: argparse.Namespace, folders: Sequence[str]) -> dict[str, can
     if not args.canvas:
         return {}
     try:
+        canvas.assignments(args.canvas_assignment)
         return canvas.students_of(folders, canvas.read_roster(args.roster) if args.roster else None, args.roster or "")
     except canvas.RosterError as error:
         raise MergeError(str(error))

@@ -3,7 +3,8 @@
 Canvas matches a row to a student by its leading columns (Student, ID, SIS User ID, SIS Login ID,
 Section), and reads every further column as an assignment: here one per chapter graded (each
 chapter is a homework assignment), with a "Points Possible" row beneath the header, as Canvas's own
-export writes it. A column Canvas does not know becomes a new assignment on import.
+export writes it. A column Canvas does not know becomes a new assignment on import; one headed as Canvas's
+export heads an existing assignment, "Name (ID)", lands in it (`--canvas-assignment N="Homework 1 (4321)"`).
 
 Who a submission folder belongs to comes from a roster (`--roster FILE`: a CSV with a `folder`
 column and any of the student columns), or else from the folder's name, taken as the student's
@@ -15,10 +16,11 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from grader import text
+from grader import catalog, text
 from grader.records import TargetResult
 
 STUDENT_COLUMNS = ("Student", "ID", "SIS User ID", "SIS Login ID", "Section")
@@ -27,6 +29,26 @@ POINTS_POSSIBLE = "    Points Possible"  # Canvas's export writes the row so, in
 
 class RosterError(ValueError):
     """A roster that cannot be read, or that lacks a submission folder: a usage error."""
+
+
+EXISTING = re.compile(r"^\S.*\(\d+\)$")  # Canvas's header of an assignment it has: its name, then its ID in parentheses
+
+
+def assignments(given: Sequence[str]) -> dict[int, str]:
+    """`--canvas-assignment N=HEADER`, each: chapter N's column headed HEADER, an existing assignment's as Canvas's
+    export heads it ("Homework 1 (4321)"); RosterError (a usage error) for one that is not so."""
+    found: dict[int, str] = {}
+    for item in given:
+        number, _, header = item.partition("=")
+        if not number.strip().isdigit() or not EXISTING.match(header.strip()) or "\n" in header:
+            raise RosterError(f"--canvas-assignment {item!r}: give N=\"Name (ID)\", chapter N's column headed as "
+                              "Canvas's export heads the existing assignment, e.g. 1=\"Homework 1 (4321)\"")
+        if int(number) not in {chapter.number for chapter in catalog.CHAPTERS}:
+            raise RosterError(f"--canvas-assignment {item!r}: the course has no chapter {int(number)}")
+        if int(number) in found:
+            raise RosterError(f"--canvas-assignment: chapter {int(number)} given twice")
+        found[int(number)] = header.strip()
+    return found
 
 
 @dataclass(frozen=True)
@@ -81,14 +103,18 @@ def students_of(folders: Sequence[str], roster: dict[str, Student] | None, roste
     return {folder: roster[folder] for folder in folders}
 
 
-def gradebook_csv(results: Sequence[TargetResult], students: dict[str, Student]) -> str:
-    """One row per submission: its student's columns, then its score in each chapter graded. A chapter
-    with an exercise the grader failed on (not graded) is left blank: Canvas leaves a blank cell alone."""
+def gradebook_csv(results: Sequence[TargetResult], students: dict[str, Student],
+                  headers: dict[int, str] | None = None) -> str:
+    """One row per submission: its student's columns, then its score in each chapter graded (headed by `headers`
+    where given: existing assignments). A chapter with an exercise the grader failed on (not graded) is left
+    blank: Canvas leaves a blank cell alone."""
     buffer = io.StringIO()
     writer = csv.writer(buffer)
     chapters = results[0].chapters if results else []
     possible = {c.number: sum(e.max_score for e in results[0].exercises if e.chapter == c.number) for c in chapters}
-    writer.writerow(list(STUDENT_COLUMNS) + [f"Chapter {c.number}: {c.topic}" for c in chapters])
+    headers = headers or {}
+    writer.writerow(list(STUDENT_COLUMNS) + [text.csv_cell(headers.get(c.number, f"Chapter {c.number}: {c.topic}"))
+                                             for c in chapters])
     writer.writerow([POINTS_POSSIBLE, "", "", "", ""] + [f"{possible[c.number]:g}" for c in chapters])
     for result in results:
         student = students.get(result.target, Student.from_folder(result.target))

@@ -165,6 +165,24 @@ def test_merged_shards_make_the_class_gradebook_canvas_imports(klass):
                                                                  "--csv", str(klass / "x.csv")))
 
 
+def test_a_canvas_column_can_name_an_existing_assignment(klass):
+    """Canvas's export heads an assignment it has "Name (ID)", and its import fills that assignment from a column so
+    headed (a new header makes a new assignment): --canvas-assignment N=HEADER heads chapter N's column so."""
+    gradebook = klass / "existing.csv"
+    done = merge(*shard_reports(klass), "--canvas", str(gradebook),
+                 "--canvas-assignment", "1=Homework 1, sharding (4321)")
+    assert done.returncode == 0, done.stderr
+    header = next(csv.reader(open(gradebook)))
+    assert header[5:] == ["Homework 1, sharding (4321)"], header
+    for wrong, said in (("1=Homework 1", 'give N="Name (ID)"'), ("x=Homework (1)", 'give N="Name (ID)"'),
+                        ("9=Homework 9 (99)", "the course has no chapter 9")):
+        assert said in one_line_error(merge(*shard_reports(klass), "--canvas", str(klass / "refused.csv"),
+                                            "--canvas-assignment", wrong)), wrong
+    assert "--canvas-assignment goes with --canvas" in one_line_error(
+        merge(*shard_reports(klass), "--csv", str(klass / "refused.csv"), "--canvas-assignment", "1=H (1)"))
+    assert not os.path.exists(klass / "refused.csv")
+
+
 def test_merge_refuses_a_gap_a_duplicate_and_another_seed(klass):
     one, two, three = shard_reports(klass)
     out = str(klass / "refused.csv")

@@ -66,6 +66,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from grader import catalog, text
+from grader.grading import versions
 from grader.layout import KIT_ROOT
 from grader.records import Status, TargetResult
 
@@ -77,7 +78,20 @@ SCHEMA = "classroom50/result/v1"
 DOCUMENTED = "https://github.com/foundation50/classroom50/wiki/Advanced-Autograding"
 STEPS = ("Checkout code", "Check the kit is as the assignment gave it", "Set up Python", "Install the kit",
          "Grade", "Write result.json and the job summary", "Publish result.json")
-INSTALL = "pip install torch --index-url https://download.pytorch.org/whl/cpu && pip install -e ."
+TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
+
+
+def install_script(pins: str) -> str:
+    """The install step: torch's CPU build, then the kit, each held to `pins` (`versions.constraints_text()`: what
+    the instructor's environment had when the workflow was written, as the Gradescope zip pins them), so that a
+    student's push grades with the versions the assignment was made with, never whatever is newest that day."""
+    listed = "\n".join(line for line in pins.splitlines() if line.strip() and not line.startswith("#"))
+    return f"""pins=$(mktemp)  # the versions the instructor's environment had when this was written
+cat > "$pins" <<'PINS'
+{listed}
+PINS
+pip install --no-deps -c "$pins" torch --index-url {TORCH_INDEX} && pip install -c "$pins" -e .
+"""
 
 
 # --- the retired GitHub Classroom reporter (python -m grader --classroom PATH) -------------------------
@@ -320,9 +334,11 @@ RESULT_COMMAND = ("python -m grader classroom result grade.json --gradescope gra
                   "--summary \"$GITHUB_STEP_SUMMARY\"")
 
 
-def workflow(selection: Sequence[str], sums: Sequence[tuple[str, str]] = ()) -> str:
-    """The plain GitHub Actions workflow: check the kit, install it, grade once, write result.json and the job
-    summary, upload result.json as the run's artifact."""
+def workflow(selection: Sequence[str], sums: Sequence[tuple[str, str]] = (), pins: str | None = None) -> str:
+    """The plain GitHub Actions workflow: check the kit, install it at the versions it was made with (`pins`; this
+    environment's where none are given), grade once, write result.json and the job summary, upload result.json as
+    the run's artifact."""
+    pins = versions.constraints_text() if pins is None else pins
     lines = [
         "# Written by `python -m grader classroom`: plain GitHub Actions grades each push with it, a self-check in",
         "# the student's repository. result.json (Classroom 50's classroom50/result/v1 format) is uploaded as the",
@@ -351,7 +367,9 @@ def workflow(selection: Sequence[str], sums: Sequence[tuple[str, str]] = ()) -> 
         "      with:",
         "        python-version: '3.12'",
         f"    - name: {STEPS[3]}",
-        f"      run: {INSTALL}",
+        "      shell: bash",
+        "      run: |",
+        *("        " + line if line else "" for line in install_script(pins).splitlines()),
         f"    - name: {STEPS[4]}",
         "      env:",
         "        HF_HUB_OFFLINE: '1'",
@@ -368,9 +386,11 @@ def workflow(selection: Sequence[str], sums: Sequence[tuple[str, str]] = ()) -> 
     return "\n".join(lines) + "\n"
 
 
-def autograder(selection: Sequence[str], sums: Sequence[tuple[str, str]] = ()) -> str:
+def autograder(selection: Sequence[str], sums: Sequence[tuple[str, str]] = (), pins: str | None = None) -> str:
     """Classroom 50's autograder.py: run by its runner in the student's checkout; writes ./result.json,
-    ./release-body.md and the job summary (exit 0 once graded: a non-zero exit is an infrastructure error)."""
+    ./release-body.md and the job summary (exit 0 once graded: a non-zero exit is an infrastructure error). It
+    installs the kit at the versions it was made with, as the workflow does."""
+    pins = versions.constraints_text() if pins is None else pins
     summary_files = "--summary release-body.md" + ' --summary "$GITHUB_STEP_SUMMARY"'
     result = RESULT_COMMAND.replace('--summary "$GITHUB_STEP_SUMMARY"', summary_files)
     return f'''"""Written by `python -m grader classroom --classroom50`: Classroom 50's autograder for this kit.
@@ -394,7 +414,8 @@ def run(command: str) -> int:
 
 
 os.environ.setdefault("GITHUB_STEP_SUMMARY", os.devnull)
-if run(KIT_CHECK) != 0 or run({_quoted(INSTALL)}) != 0:
+INSTALL = {install_script(pins)!r}
+if run(KIT_CHECK) != 0 or run(INSTALL) != 0:
     sys.exit(1)
 run({_quoted(grade_command(selection))})
 sys.exit(run({_quoted(result)}))

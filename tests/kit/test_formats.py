@@ -452,7 +452,7 @@ def test_the_workflow_names_the_steps_it_promises(workflow_text):
     steps = data["jobs"][classroom.JOB]["steps"]
     assert [s["name"] for s in steps] == list(classroom.STEPS)
     assert _step(steps, "Set up Python")["uses"].startswith("actions/setup-python@")
-    assert "pip install -e ." in _step(steps, "Install the kit")["run"]
+    assert 'pip install -c "$pins" -e .' in _step(steps, "Install the kit")["run"]
     grade = _step(steps, "Grade")["run"]
     assert grade.startswith("python -m grader ex04 ") and "--json grade.json" in grade and "--gradescope" in grade
     written = _step(steps, "Write result.json and the job summary")["run"]
@@ -546,9 +546,40 @@ def test_the_classroom50_autograder_runs_what_the_workflow_runs(tmp_path):
     assert done.returncode == 0, done.stderr
     source = out.read_text()
     compile(source, str(out), "exec")
-    assert "sha256sum --quiet --strict -c" in source and "pip install -e ." in source
+    assert "sha256sum --quiet --strict -c" in source and 'pip install -c "$pins" -e .' in source
     assert classroom.grade_command(["ex04"]) in source
     assert "--out result.json --summary release-body.md" in source and "classroom50/result/v1" in source
+
+
+def test_the_workflow_and_the_autograder_install_the_versions_the_kit_was_made_with(tmp_path):
+    """Each push installs torch's CPU build and the kit held to the versions of the environment the workflow was
+    written in (as the Gradescope zip's constraints.txt holds them), never whatever is newest that day. The install
+    step, run as GitHub runs it with a pip that notes what it was asked, passes every pin to both installs."""
+    from grader.grading import versions
+
+    pins = versions.pinned()
+    assert "torch" in pins and "transformers" in pins
+    bin_folder, asked = tmp_path / "bin", tmp_path / "asked"
+    bin_folder.mkdir()
+    (bin_folder / "pip").write_text('#!/bin/bash\nprintf "%s\\n" "$*" >> "$ASKED"\n'  # what it was asked, and the pins
+                                    'while [ "$#" -gt 0 ]; do [ "$1" = -c ] && cat "$2" >> "$ASKED.pins"; shift; '
+                                    'done\n')
+    (bin_folder / "pip").chmod(0o755)
+    environment = dict(os.environ, PATH=f"{bin_folder}:{os.environ['PATH']}", ASKED=str(asked))
+    script = classroom.install_script(versions.constraints_text())
+    done = subprocess.run(["bash", "-eo", "pipefail", "-c", script], env=environment, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    first, second = asked.read_text().splitlines()
+    assert first.startswith("install --no-deps -c ") and first.endswith(f" torch --index-url {classroom.TORCH_INDEX}")
+    assert second.startswith("install -c ") and second.endswith(" -e .")
+    held = (tmp_path / "asked.pins").read_text().splitlines()
+    expected = [f"{name}=={version}" for name, version in pins.items()]
+    assert held == expected + expected  # the same pins, to both installs
+    data = _workflow(classroom.workflow(["ex04"]))
+    if data is not None:  # the step GitHub runs is that script, whole
+        assert _step(data["jobs"][classroom.JOB]["steps"], "Install the kit")["run"] == script
+    assert repr(script) in classroom.autograder(["ex04"])
 
 
 # --- Canvas ----------------------------------------------------------------------------------------------

@@ -46,15 +46,10 @@ class Plan:
             if args.json and self.previous.kind == "csv":
                 raise shards.ShardError(f"--regrade {args.regrade}: a CSV's rows make a CSV; write --csv, or "
                                         "regrade the batch's JSON report to write --json")
-            if getattr(args, "checks_csv", None) and self.previous.kind == "csv":
-                raise shards.ShardError(f"--regrade {args.regrade}: a CSV's rows hold no checks to write --checks-csv "
-                                        "from; regrade the batch's JSON report")
-            if getattr(args, "canvas", None) and self.previous.kind == "csv":
-                raise shards.ShardError(f"--regrade {args.regrade}: a CSV's rows hold no chapters to write --canvas "
-                                        "from; regrade the batch's JSON report")
-            if getattr(args, "class_report", None) and self.previous.kind == "csv":
-                raise shards.ShardError(f"--regrade {args.regrade}: a CSV's rows hold no checks to write "
-                                        "--class-report from; regrade the batch's JSON report")
+            for option, lacking in (("checks_csv", "checks"), ("canvas", "chapters"), ("class_report", "checks")):
+                if getattr(args, option, None) and self.previous.kind == "csv":  # they need what a JSON report holds
+                    raise shards.ShardError(f"--regrade {args.regrade}: a CSV's rows hold no {lacking} to write "
+                                            f"--{option.replace('_', '-')} from; regrade the batch's JSON report")
             regrade.adopt(args, self.previous)
         self.names: list[str] = []
         self.graded: list[str] = []

@@ -295,7 +295,7 @@ def pytest_runtest_makereport(item: pytest.Item,
     report.grader_status = status.name  # plain text on the report: pytest-xdist sends reports between processes
     session = item.config.stash.get(SESSION, None)
     details = (session is not None and session.options.details) or getattr(item.config.option, "verbose", 0) >= 2
-    printed = getattr(getattr(item, "funcargs", {}).get("grade"), "printed", "")
+    printed = grade.printed if isinstance(grade, Grade) else ""
     calls = item.stash.get(CALLS, None)
     example = calls.example() if calls is not None else ""
     raised = getattr(error, "own_words", False)
@@ -308,7 +308,7 @@ def pytest_runtest_makereport(item: pytest.Item,
         example=shown(example), expected=shown(getattr(error, "expected", "")),
         received=shown(getattr(error, "received", "")), hint=shown(hint),
         drawn=calls is not None and calls.failed_on_drawn(), finding=finding(error),
-        own_words=getattr(error, "own_words", False)).as_dict()  # the finding is what the submission's code raised
+        own_words=raised).as_dict()  # the finding is what the submission's code raised
     if isinstance(error, (CheckFailed, Verdict)) and getattr(item.config.option, "verbose", 0) < 2:
         # pytest shows no status column: name the status (once) unless it is a plain failure
         label = status.label
@@ -324,7 +324,7 @@ def explained(error: Exception, grade: Grade) -> CheckFailed | Verdict:
     difference = layout_difference(pair[1], pair[0]) if pair is not None else ""
     if difference:
         return CheckFailed(f"your result is laid out otherwise than the reference's: {difference} (the check then "
-                           f"raised {raised})", expected="", received="")
+                           f"raised {raised})")
     if pair is None and any("actual" in seen for seen in grade.seen.values()):
         return CheckFailed(f"the check could not read your result: {raised}")
     return Verdict(Status.NOT_GRADED, f"the check itself failed, on a result laid out as the reference's (the "

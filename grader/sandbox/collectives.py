@@ -103,10 +103,15 @@ class Watch:
         self._mark(Mark(self.request, "done"))
 
     def _watched(self, name: str, function: Callable[..., Any]) -> Callable[..., Any]:
+        try:
+            signature: inspect.Signature | None = inspect.signature(function)  # once, not at every call
+        except (TypeError, ValueError):
+            signature = None
+
         def call(*args: Any, **kwargs: Any) -> Any:
             self.counts[name] = self.counts.get(name, 0) + 1
             self.made += 1
-            if not _on_every_rank(function, args, kwargs):
+            if not _on_every_rank(signature, args, kwargs):
                 return function(*args, **kwargs)
             peer = _peer(name, args, kwargs)
             self.wait = wait = Wait(name, self.made, peer, time.monotonic())
@@ -183,13 +188,15 @@ class Watch:
             return None
 
 
-def _on_every_rank(function: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
-    """Whether the call is on the default group (every rank's), not on a group of its own."""
+def _on_every_rank(signature: inspect.Signature | None, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Whether the call is on the default group (every rank's), not on a group of its own (unknown: no)."""
     import torch.distributed as dist
 
+    if signature is None:
+        return False
     try:
-        group = inspect.signature(function).bind_partial(*args, **kwargs).arguments.get("group")
-    except (TypeError, ValueError):
+        group = signature.bind_partial(*args, **kwargs).arguments.get("group")
+    except TypeError:
         return False
     return group is None or group is dist.group.WORLD
 

@@ -4,6 +4,7 @@ points, hints, preload) and the kinds of worker (what each kind's fork server im
 The bottom layer of the grader with `grader.records`: it imports nothing of the grader's."""
 
 import difflib
+import functools
 import os
 import re
 
@@ -11,8 +12,9 @@ try:
     import tomllib  # novm: tomli below
 except ModuleNotFoundError:  # Python 3.10 (Gradescope's Ubuntu 22.04 image)
     import tomli as tomllib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -62,8 +64,13 @@ class Preload:
     imports: tuple[str, ...]
 
 
-def load() -> tuple[list[Exercise], list[Chapter], dict[str, Preload]]:
-    with open(os.path.join(os.path.dirname(__file__), "catalog.toml"), "rb") as handle:
+PACKAGE_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "catalog.toml")
+
+
+def load(path: str = PACKAGE_FILE) -> tuple[list[Exercise], list[Chapter], dict[str, Preload]]:
+    """The exercises, chapters and preloads of the catalog file `path` (read now, not cached: `dev update`
+    reads it again after rewriting it)."""
+    with open(path, "rb") as handle:
         data = tomllib.load(handle)
     preloads = {p["kind"]: Preload(p["kind"], p.get("base"), tuple(p["imports"])) for p in data["preload"]}
     for preload in preloads.values():
@@ -110,84 +117,140 @@ def visibility_overrides(tables: object, ids: list[str]) -> dict[str, tuple[tupl
     return found
 
 
-EXERCISES, CHAPTERS, PRELOADS = load()
 CHAPTER_NAME = re.compile(r"(?:chapter|ch)[ _-]?0*(\d+)")
-
-
-def find_chapter(name: str | int) -> Chapter | None:
-    """A chapter by name ('chapter1', 'ch1', 'chapter 1') or number (an int); None if unknown."""
-    if isinstance(name, int):
-        number = name
-    else:
-        match = CHAPTER_NAME.fullmatch(str(name).strip().lower())
-        if not match:
-            return None
-        number = int(match.group(1))
-    return next((chapter for chapter in CHAPTERS if chapter.number == number), None)
-
-
-def preload_order(kind: str) -> int:
-    """A kind's place in the catalog, where each kind comes after its base: exercises are graded kind by kind in
-    this order, the lighter first, so that no kind's fork server is asked for again once its exercises are done."""
-    return list(PRELOADS).index(kind)
-
-
-def preload_chain(kind: str) -> list[Preload]:
-    """The kinds a kind's server is forked through, lightest first, ending with `kind` itself."""
-    chain = [PRELOADS[kind]]
-    while chain[0].base is not None:
-        chain.insert(0, PRELOADS[chain[0].base])
-    return chain
-
-
-def find(name: str | int) -> Exercise | None:
-    """An exercise by id ('ex04_sharding'), prefix ('ex04') or number ('4'); None if unknown."""
-    name = str(name).strip()
-    for exercise in EXERCISES:
-        if name in (exercise.id, exercise.id[:4]) or (name.isdigit() and int(name) == exercise.number):
-            return exercise
-    return None
 
 
 class UnknownName(ValueError):
     """A name that selects no exercise (its message says which one was likely meant)."""
 
 
+@dataclass(frozen=True, eq=False)
+class Catalog:
+    """One catalog file read: a kit's exercises, chapters and kinds of worker, and the look-ups by name.
+    Several may live in one process (a kit and a release beside it): nothing here is global."""
+
+    exercises: tuple[Exercise, ...]
+    chapters: tuple[Chapter, ...]
+    preloads: Mapping[str, Preload]
+    path: str  # the file it was read from
+
+    @classmethod
+    def read(cls, path: str = PACKAGE_FILE) -> "Catalog":
+        exercises, chapters, preloads = load(path)
+        return cls(tuple(exercises), tuple(chapters), preloads, os.path.abspath(path))
+
+    def find_chapter(self, name: str | int) -> Chapter | None:
+        """A chapter by name ('chapter1', 'ch1', 'chapter 1') or number (an int); None if unknown."""
+        if isinstance(name, int):
+            number = name
+        else:
+            match = CHAPTER_NAME.fullmatch(str(name).strip().lower())
+            if not match:
+                return None
+            number = int(match.group(1))
+        return next((chapter for chapter in self.chapters if chapter.number == number), None)
+
+    def preload_order(self, kind: str) -> int:
+        """A kind's place in the catalog, where each kind comes after its base: exercises are graded kind by kind
+        in this order, the lighter first, so that no kind's fork server is asked for again once its exercises are
+        done."""
+        return list(self.preloads).index(kind)
+
+    def preload_chain(self, kind: str) -> list[Preload]:
+        """The kinds a kind's server is forked through, lightest first, ending with `kind` itself."""
+        chain = [self.preloads[kind]]
+        while chain[0].base is not None:
+            chain.insert(0, self.preloads[chain[0].base])
+        return chain
+
+    def find(self, name: str | int) -> Exercise | None:
+        """An exercise by id ('ex04_sharding'), prefix ('ex04') or number ('4'); None if unknown."""
+        name = str(name).strip()
+        for exercise in self.exercises:
+            if name in (exercise.id, exercise.id[:4]) or (name.isdigit() and int(name) == exercise.number):
+                return exercise
+        return None
+
+    def select(self, names: Sequence[str | int], chapters: Sequence[int] | None = ()) -> list[Exercise]:
+        """The exercises named (ids, numbers, chapter names, --chapter numbers), in the catalog's order;
+        every exercise when none is named."""
+        chosen: set[Exercise] = set()
+        for name in list(names) + list(chapters or ()):
+            chapter = self.find_chapter(name)
+            exercise = None if chapter or isinstance(name, int) else self.find(name)
+            if chapter is None and exercise is None:
+                raise UnknownName(self.unknown(f"chapter{name}" if isinstance(name, int) else name))
+            if chapter is not None and not chapter.exercises:
+                raise UnknownName(f"chapter {chapter.number} ({chapter.topic}) has no exercises yet")
+            chosen.update(chapter.exercises if chapter else [exercise] if exercise else [])
+        return [e for e in self.exercises if e in chosen] or list(self.exercises)
+
+    def get(self, exercise_id: str) -> Exercise:
+        """The exercise of an id the grader already resolved (KeyError for one the catalog lacks)."""
+        exercise = self.find(exercise_id)
+        if exercise is None:
+            raise KeyError(exercise_id)
+        return exercise
+
+    def unknown(self, name: str) -> str:
+        """Why `name` names no exercise, with the likeliest one it meant ('ex4' -> ex04)."""
+        text = str(name).strip()
+        number = re.fullmatch(r"(?:ex)?0*(\d+)(?:_\w*)?", text.lower())
+        guess = None
+        if number:
+            guess = next((e for e in self.exercises if e.number == int(number.group(1))), None)
+        if guess is None:
+            close = difflib.get_close_matches(text.lower(), [e.id for e in self.exercises], n=1, cutoff=0.6)
+            guess = self.find(close[0]) if close else None
+        if CHAPTER_NAME.fullmatch(text.lower()):
+            return f"unknown chapter {text!r} (known: {', '.join(c.name for c in self.chapters)})"
+        if guess is not None:
+            return f"unknown exercise {text!r}: did you mean {guess.id[:4]} ({guess.id})?"
+        return f"unknown exercise {text!r} (known: {', '.join(e.id for e in self.exercises)})"
+
+
+@functools.cache
+def default() -> Catalog:
+    """The package's own catalog (grader/catalog.toml), read once, at first use: never at import."""
+    return Catalog.read(PACKAGE_FILE)
+
+
+def __getattr__(name: str) -> Any:
+    """EXERCISES, CHAPTERS and PRELOADS, the package catalog's, read when first asked for (not at import):
+    what grades one kit may ask its `Kit.catalog` instead."""
+    if name == "EXERCISES":
+        return list(default().exercises)
+    if name == "CHAPTERS":
+        return list(default().chapters)
+    if name == "PRELOADS":
+        return dict(default().preloads)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+# The package catalog's look-ups, for callers that grade the kit this package sits in.
+def find_chapter(name: str | int) -> Chapter | None:
+    return default().find_chapter(name)
+
+
+def preload_order(kind: str) -> int:
+    return default().preload_order(kind)
+
+
+def preload_chain(kind: str) -> list[Preload]:
+    return default().preload_chain(kind)
+
+
+def find(name: str | int) -> Exercise | None:
+    return default().find(name)
+
+
 def select(names: Sequence[str | int], chapters: Sequence[int] | None = ()) -> list[Exercise]:
-    """The exercises named (ids, numbers, chapter names, --chapter numbers), in the catalog's order;
-    every exercise when none is named."""
-    chosen: set[Exercise] = set()
-    for name in list(names) + list(chapters or ()):
-        chapter = find_chapter(name)
-        exercise = None if chapter or isinstance(name, int) else find(name)
-        if chapter is None and exercise is None:
-            raise UnknownName(unknown(f"chapter{name}" if isinstance(name, int) else name))
-        if chapter is not None and not chapter.exercises:
-            raise UnknownName(f"chapter {chapter.number} ({chapter.topic}) has no exercises yet")
-        chosen.update(chapter.exercises if chapter else [exercise] if exercise else [])
-    return [e for e in EXERCISES if e in chosen] or list(EXERCISES)
+    return default().select(names, chapters)
 
 
 def get(exercise_id: str) -> Exercise:
-    """The exercise of an id the grader already resolved (KeyError for one the catalog lacks)."""
-    exercise = find(exercise_id)
-    if exercise is None:
-        raise KeyError(exercise_id)
-    return exercise
+    return default().get(exercise_id)
 
 
 def unknown(name: str) -> str:
-    """Why `name` names no exercise, with the likeliest one it meant ('ex4' -> ex04)."""
-    text = str(name).strip()
-    number = re.fullmatch(r"(?:ex)?0*(\d+)(?:_\w*)?", text.lower())
-    guess = None
-    if number:
-        guess = next((e for e in EXERCISES if e.number == int(number.group(1))), None)
-    if guess is None:
-        close = difflib.get_close_matches(text.lower(), [e.id for e in EXERCISES], n=1, cutoff=0.6)
-        guess = find(close[0]) if close else None
-    if CHAPTER_NAME.fullmatch(text.lower()):
-        return f"unknown chapter {text!r} (known: {', '.join(c.name for c in CHAPTERS)})"
-    if guess is not None:
-        return f"unknown exercise {text!r}: did you mean {guess.id[:4]} ({guess.id})?"
-    return f"unknown exercise {text!r} (known: {', '.join(e.id for e in EXERCISES)})"
+    return default().unknown(name)

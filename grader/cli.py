@@ -149,7 +149,7 @@ def dispatch(name: str, argv: Sequence[str]) -> int:
 
 def parse_targets(args: argparse.Namespace, staged: Staged) -> list[Target]:
     """Stage every target named; a batch's malformed folders are graded as rows with their reason."""
-    ids = [e.id for e in catalog.EXERCISES]
+    ids = [e.id for e in staged.kit.catalog.exercises]
     names = list(args.target or [])
     batch = []
     if args.submissions:
@@ -175,8 +175,9 @@ def parse_targets(args: argparse.Namespace, staged: Staged) -> list[Target]:
 
 def run(args: argparse.Namespace) -> int:
     from grader.batch.batch import Staged
+    from grader.kit import Kit
 
-    staged = Staged()
+    staged = Staged(Kit.default())
     try:
         return grade(args, staged)
     finally:
@@ -218,7 +219,7 @@ def make_command(args: argparse.Namespace, staged: Staged) -> Command:
 
     plan = Plan.make(args)  # --shard, --regrade (which may take the seed, profile and exercises of its file)
     try:
-        exercises = catalog.select(args.exercises, args.chapter)
+        exercises = staged.kit.catalog.select(args.exercises, args.chapter)
     except catalog.UnknownName as error:
         raise UsageError(str(error))
     targets = parse_targets(args, staged)
@@ -253,7 +254,7 @@ def make_command(args: argparse.Namespace, staged: Staged) -> Command:
                       details=args.verbose, require_sandbox=args.require_sandbox, budget=args.budget,
                       only_checks=only_checks, secret_seed=args.seed_file is not None)
     request = engine.Request(tuple(exercises), options, device=args.device, seed_file=args.seed_file,
-                             jobs=args.jobs, only_checks_file=args.only_checks)
+                             jobs=args.jobs, only_checks_file=args.only_checks, kit=staged.kit)
     return Command(request, plan, students)
 
 

@@ -1,16 +1,21 @@
-"""Where the kit lives (`KIT_ROOT`, `GRADER_DIR`) and where an exercise's four files live: its
-stub, its reference, its checks and its wrong implementations. The one place that knows the
-kit's layout; the grader, `dev` and the kit's own tests ask it rather than spelling paths of
-their own. It imports nothing of the grader: every layer may import it.
+"""Where the grader package lives (`GRADER_DIR`), where the default kit's root is (`default_root`), and
+where an exercise's four files live within a kit: its stub, its reference, its checks and its wrong
+implementations. The one place that knows the kit's layout; `grader.kit.Kit` (a kit's root and catalog)
+puts these paths under a root, and the grader, `dev` and the kit's own tests ask it rather than spelling
+paths of their own. It imports nothing of the grader: every layer may import it. Nothing here reads the
+file system at import: `default_root()` works the root out when first asked for (`grader.KIT_ROOT` is its
+alias, for notebooks).
 """
 
+import functools
 import os
 from dataclasses import dataclass
 
 GRADER_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
-def _kit_root() -> str:
+@functools.cache
+def default_root() -> str:
     """The kit's folder (its check files, exercises and references): beside this package in a
     checkout or an editable install; the current folder for a package installed elsewhere
     (`pip install .`, then grading from the kit's folder)."""
@@ -19,9 +24,6 @@ def _kit_root() -> str:
         if all(os.path.exists(os.path.join(candidate, name)) for name in ("pyproject.toml", "tests")):
             return candidate
     return beside
-
-
-KIT_ROOT = _kit_root()
 
 STUBS = "exercises"
 REFERENCES = "solutions"
@@ -38,7 +40,7 @@ class ExerciseFiles:
     checks: str  # tests/test_exNN_name.py: the property checks, plain pytest
     catches: str  # tests/kit/catches/exNN_name.py: wrong implementations and right variants, as data
 
-    def absolute(self, root: str = KIT_ROOT) -> "ExerciseFiles":
+    def absolute(self, root: str) -> "ExerciseFiles":
         return ExerciseFiles(*(os.path.join(root, path) for path in (self.stub, self.reference, self.checks,
                                                                       self.catches)))
 
@@ -53,10 +55,3 @@ def files(exercise_id: str) -> ExerciseFiles:
                          checks=os.path.join(CHECKS, f"test_{exercise_id}.py"),
                          catches=os.path.join(CATCHES, f"{exercise_id}.py"))
 
-
-def checks_file(exercise_id: str, root: str = KIT_ROOT) -> str:
-    return os.path.join(root, files(exercise_id).checks)
-
-
-def reference_file(exercise_id: str, root: str = KIT_ROOT) -> str:
-    return os.path.join(root, files(exercise_id).reference)

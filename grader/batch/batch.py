@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 from grader.batch import submissions
 from grader.grading.session import resolve_target
+from grader.kit import Kit
 from grader.records import TargetResult
 from grader.sandbox import Target, leftovers
 
@@ -21,9 +22,11 @@ STAGING = "grader-staged-"  # the prefix of a run's staging folder in the tempor
 
 
 class Staged:
-    """The targets of one run, staged in a temporary folder removed at `close`."""
+    """The targets of one run, staged in a temporary folder removed at `close`; `kit`'s own folders
+    (exercises, solutions) graded where they are."""
 
-    def __init__(self) -> None:
+    def __init__(self, kit: Kit) -> None:
+        self.kit = kit
         self.held = leftovers.HeldFolder(STAGING)  # once those of runs killed before they could are removed
         self.folder = self.held.path
         self.targets: list[Target] = []
@@ -32,7 +35,7 @@ class Staged:
     def add(self, name: str, exercise_ids: Sequence[str], label: str | None = None) -> submissions.Submission:
         """Stage `name` (exercises, solutions or a folder); returns its Submission."""
         if name in KIT_FOLDERS:  # the kit's own folders are graded where they are
-            target = resolve_target(name)
+            target = resolve_target(name, self.kit)
             assert target is not None, name  # the kit's own folders are always there
             submission = submissions.normalize(target.path, exercise_ids)
             self.targets.append(target)

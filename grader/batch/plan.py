@@ -15,7 +15,7 @@ from grader import catalog, text
 from grader.batch import regrade, shards
 from grader.batch.regrade import Previous
 from grader.grading import versions
-from grader.layout import KIT_ROOT
+from grader.kit import Kit
 from grader.records import TargetResult
 
 if TYPE_CHECKING:
@@ -126,4 +126,4 @@ class Plan:
 def _release() -> bool:
     from grader.grading.recordings import Recordings
 
-    return Recordings.meta(KIT_ROOT) is not None
+    return Recordings.meta(Kit.default().root) is not None

@@ -28,8 +28,8 @@ import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypedDict
 
-from grader import catalog, layout
-from grader.layout import KIT_ROOT
+from grader import catalog
+from grader.kit import Kit
 from grader.records import TargetResult
 
 if TYPE_CHECKING:
@@ -109,7 +109,7 @@ def split(names: Sequence[str], number: int, count: int) -> list[str]:
     return list(names[number - 1::count])
 
 
-def kit_identity(exercise_ids: Collection[str], root: str = KIT_ROOT) -> str:
+def kit_identity(exercise_ids: Collection[str], kit: Kit) -> str:
     """The kit's version and a digest of what a grade of these exercises depends on: their catalog
     entries, check files and references (or a release's recorded observations), and the versions of
     Python (its minor release) and of the libraries every report names. The grader's own code is
@@ -122,11 +122,12 @@ def kit_identity(exercise_ids: Collection[str], root: str = KIT_ROOT) -> str:
         digest.update(f"{label}\0{len(data)}\0".encode())
         digest.update(data)
 
-    for exercise in catalog.EXERCISES:
+    root = kit.root
+    for exercise in kit.catalog.exercises:
         if exercise.id not in exercise_ids:
             continue
         add("catalog", repr((exercise.id, exercise.chapter, exercise.points)).encode())
-        for path in (layout.checks_file(exercise.id, root), layout.reference_file(exercise.id, root)):
+        for path in (kit.checks_file(exercise.id), kit.reference_file(exercise.id)):
             if os.path.isfile(path):
                 with open(path, "rb") as handle:
                     add(os.path.relpath(path, root), handle.read())
@@ -140,7 +141,7 @@ def kit_identity(exercise_ids: Collection[str], root: str = KIT_ROOT) -> str:
     return f"{kit_version(root)}+{digest.hexdigest()[:16]}"
 
 
-def kit_version(root: str = KIT_ROOT) -> str:
+def kit_version(root: str) -> str:
     try:
         import tomllib  # novm: tomli below on Python 3.10
     except ModuleNotFoundError:
@@ -162,7 +163,7 @@ def record(names: Iterable[str], shard: tuple[int, int] | None, options: Options
     """The JSON report's `batch`: what shards merged, or a file regraded, must share."""
     return {"shard": list(shard) if shard else None, "submissions": list(names),
             "seed": options.seed, "profile": options.profile, "devices": list(options.devices),
-            "exercises": list(exercise_ids), "kit": kit_identity(exercise_ids)}
+            "exercises": list(exercise_ids), "kit": kit_identity(exercise_ids, Kit.default())}
 
 
 def csv_values(rec: BatchRecord) -> list[int | str | None]:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from grader import catalog, layout
 from grader.dev.kit import CATALOG, UPDATE, kit_path
-from grader.layout import KIT_ROOT
+from grader.kit import Kit
 
 DOCS = "docs"  # besides README.md, the folder whose *.md files may hold a block
 
@@ -42,8 +42,9 @@ class BlockError(Exception):
     pass
 
 
-def places(root: str = KIT_ROOT) -> list[str]:
+def places(root: str | None = None) -> list[str]:
     """The Markdown files a block may be in, relative to the kit's root: README.md, then docs/*.md by name."""
+    root = Kit.default().root if root is None else root
     found = ["README.md"] if os.path.isfile(os.path.join(root, "README.md")) else []
     folder = os.path.join(root, DOCS)
     if os.path.isdir(folder):
@@ -57,9 +58,10 @@ def _read(root: str, path: str) -> str:
         return handle.read()
 
 
-def locate(blocks: Sequence[Block], root: str = KIT_ROOT) -> tuple[dict[Block, str], list[str]]:
+def locate(blocks: Sequence[Block], root: str | None = None) -> tuple[dict[Block, str], list[str]]:
     """{block: the file that holds its markers} and the problems: a block whose markers are in no file, or in
     several, or a file that cannot be read."""
+    root = Kit.default().root if root is None else root
     texts, problems = {}, []
     for path in places(root):
         try:
@@ -105,9 +107,10 @@ class Derived:
         return self.wanted != self.text
 
 
-def derive(makers: Mapping[Block, Maker], root: str = KIT_ROOT) -> tuple[list[Derived], list[str]]:
+def derive(makers: Mapping[Block, Maker], root: str | None = None) -> tuple[list[Derived], list[str]]:
     """Each file that holds one of the blocks, with those blocks made by their makers (in README.md, docs/*.md
     order), and the problems: markers missing, doubled or out of order (such a file is left out)."""
+    root = Kit.default().root if root is None else root
     blocks = [block for block in BLOCKS if block in makers] + [block for block in makers if block not in BLOCKS]
     located, problems = locate(blocks, root)
     derived = []

@@ -11,7 +11,7 @@ import sys
 from dataclasses import dataclass, field
 
 from grader import layout
-from grader.layout import KIT_ROOT
+from grader.kit import Kit
 
 __all__ = ["Catches", "Right", "Wrong", "load", "mutate", "named_checks", "reference_source"]
 
@@ -21,7 +21,7 @@ RECORDS_MODULE = RECORDS[:-len(".py")].replace(os.sep, ".")
 
 
 def reference_source(exercise: str) -> str:
-    with open(os.path.join(KIT_ROOT, layout.REFERENCES, exercise + ".py")) as handle:
+    with open(Kit.default().reference_file(exercise)) as handle:
         return handle.read()
 
 
@@ -87,9 +87,10 @@ def load(exercise_id: str) -> Catches:
     """The WRONG and RIGHT lists of an exercise's catches file, as a Catches record. The file is read as data:
     it imports its record types from the kit's tests (tests/kit/catching.py), so the kit's root is put on the
     path for it."""
-    if KIT_ROOT not in sys.path:
-        sys.path.insert(0, KIT_ROOT)
-    path = os.path.join(KIT_ROOT, layout.files(exercise_id).catches)
+    kit = Kit.default()
+    if kit.root not in sys.path:
+        sys.path.insert(0, kit.root)
+    path = kit.files(exercise_id).catches
     spec = importlib.util.spec_from_file_location(f"{layout.CATCHES.replace(os.sep, '.')}.{exercise_id}", path)
     if spec is None or spec.loader is None:
         raise ImportError(f"{path}: not a Python file")

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from grader import catalog, layout
 from grader.dev import blocks
 from grader.dev.catches import RECORDS, named_checks
-from grader.dev.kit import CATALOG, ID, SKELETON, STUB_SHARE, kit_path
+from grader.dev.kit import CATALOG, ID, SKELETON, STUB_SHARE, kit_path, kit_relative
 from grader.dev.points import chapter_sums
 from grader.dev.sources import (
     body_lines,
@@ -29,7 +29,7 @@ from grader.dev.sources import (
     late_docstrings,
     unmarked_group_checks,
 )
-from grader.layout import KIT_ROOT
+from grader.kit import Kit
 
 
 def run_check(args: argparse.Namespace) -> int:
@@ -164,7 +164,7 @@ def wrong_implementations() -> tuple[list[str], str]:
             checks = check_names(checks_file)
             named = named_checks(exercise.id)
         except SyntaxError as error:
-            found.append(f"{os.path.relpath(error.filename or checks_file, KIT_ROOT)}:{error.lineno}: syntax error: "
+            found.append(f"{kit_relative(error.filename or checks_file)}:{error.lineno}: syntax error: "
                          f"fix it")
             continue
         except Exception as error:  # noqa: BLE001 - a catches file that fails to load is a problem to name
@@ -250,7 +250,7 @@ def signatures() -> tuple[list[str], str]:
         try:
             mine, theirs = functions(stub), functions(reference)
         except SyntaxError as error:
-            found.append(f"{os.path.relpath(error.filename or stub, KIT_ROOT)}:{error.lineno}: syntax error: fix it")
+            found.append(f"{kit_relative(error.filename or stub)}:{error.lineno}: syntax error: fix it")
             continue
         for name in sorted(set(mine) | set(theirs)):
             if name not in mine:
@@ -312,9 +312,12 @@ def grade(args: argparse.Namespace) -> int:
     seed = args.seed if args.seed is not None else random.randrange(2**31)
     print(f"grading solutions/ and exercises/ (profile {args.profile}, devices {', '.join(args.devices)}, "
           f"seed {seed})", flush=True)
-    targets = tuple(target for name in ("solutions", "exercises") if (target := resolve_target(name)) is not None)
+    kit = Kit.default()
+    targets = tuple(target for name in ("solutions", "exercises")
+                    if (target := resolve_target(name, kit)) is not None)
     options = Options(targets=targets, profile=args.profile, seed=seed)
-    references, stubs = engine.grade(engine.Request(tuple(args.exercises), options, device=args.device)).results
+    request = engine.Request(tuple(args.exercises), options, device=args.device, kit=kit)
+    references, stubs = engine.grade(request).results
     problems = 0
     for result, wanted, name, fix in (
             (references, Status.PASSED, "references pass every check", "fix the reference (or the check)"),

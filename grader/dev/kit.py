@@ -5,7 +5,7 @@ import os
 import re
 
 from grader import catalog
-from grader.layout import KIT_ROOT
+from grader.kit import Kit
 
 ID = re.compile(r"ex(\d\d)_[a-z0-9]+(?:_[a-z0-9]+)*")
 CHAPTER_POINTS = 100  # each chapter is one homework assignment of 100 points (catalog.toml, README)
@@ -17,8 +17,13 @@ CATALOG = "grader/catalog.toml"
 
 
 def kit_path(*parts: str) -> str:
-    """A path of the kit's (relative to its root) as a path to open."""
-    return os.path.join(KIT_ROOT, *parts)
+    """A path of the kit's (relative to its root) as a path to open: `dev` works on the default kit."""
+    return Kit.default().path(*parts)
+
+
+def kit_relative(path: str) -> str:
+    """A path to open as the kit's (relative to its root), for a message."""
+    return os.path.relpath(path, Kit.default().root)
 
 
 def catalog_file() -> str:

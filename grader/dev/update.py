@@ -11,7 +11,7 @@ from grader import catalog
 from grader.dev import blocks
 from grader.dev.kit import CATALOG, POINTS_STEP, catalog_file, write
 from grader.dev.points import chapter_sums, rebalanced, set_points, unbalanced
-from grader.layout import KIT_ROOT
+from grader.kit import Kit
 
 
 def rebalance(chapters: list[catalog.Chapter]) -> None:
@@ -27,10 +27,11 @@ def rebalance(chapters: list[catalog.Chapter]) -> None:
 
 
 def rewrite_blocks(exercises: list[catalog.Exercise], chapters: list[catalog.Chapter],
-                   root: str = KIT_ROOT) -> list[str]:
+                   root: str | None = None) -> list[str]:
     """Rewrite every generated block in the file that holds it, saying for each such file what was rewritten
     (or that it is up to date); the problems (markers missing, a parser that cannot be built) are returned, and
     a file with one is left as it is."""
+    root = Kit.default().root if root is None else root
     try:
         derived, problems = blocks.derive(blocks.all_makers(exercises, chapters), root)
     except Exception as error:  # noqa: BLE001 - a command whose parser cannot be built is a problem to name

@@ -31,11 +31,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from grader import catalog
 from grader.catalog import Exercise
 from grader.devices import GPUS
 from grader.grading.options import Options, resolve
-from grader.layout import KIT_ROOT
+from grader.kit import Kit
 from grader.records import CheckResult, ExerciseResult, Status, TargetResult
 from grader.sandbox import Sandbox
 
@@ -59,6 +58,7 @@ class Request:
     seed_file: str | None = None  # a file only its owner may read, holding the seed (a secret)
     jobs: int = 1  # grade the targets in this many grader processes (a batch of several targets)
     only_checks_file: str | None = None  # where options.only_checks came from (a part of a batch reads it again)
+    kit: Kit = field(default_factory=Kit.default)  # whose checks, references and catalog
 
     @property
     def parallel(self) -> bool:
@@ -118,7 +118,7 @@ class Engine:
             options = dataclasses.replace(options, seed=seed_read, secret_seed=True)
         if warm:
             gc.disable()  # while torch, pytest and the checks are imported (0.3 s); the plugin turns it back on
-        options = resolve(dataclasses.replace(options, devices=chosen), KIT_ROOT)
+        options = resolve(dataclasses.replace(options, devices=chosen), request.kit.root)
         if vet is not None:
             vet(options)
         if not options.targets:
@@ -127,9 +127,9 @@ class Engine:
             secret = request.seed_file is not None and options.seed == seed_read  # a release's own seed is none
             arguments = part_arguments(request, options, secret)
             results = run_in_parallel(options.targets, min(request.jobs, len(options.targets)), arguments,
-                                      request.exercises or catalog.EXERCISES)
+                                      request.exercises or request.kit.catalog.exercises, request.kit)
         else:
-            results = self._run(options, request.exercises, progress)
+            results = self._run(options, request.exercises, request.kit, progress)
         return GradeOutcome(results, options, request.exercises)
 
     def _devices(self, choice: str) -> tuple[str, ...]:
@@ -142,13 +142,15 @@ class Engine:
                 raise RequestError(str(error))
         return self.devices[choice]
 
-    def _run(self, options: Options, exercises: Sequence[Exercise],
+    def _run(self, options: Options, exercises: Sequence[Exercise], kit: Kit,
              progress: Callable[[CheckResult], None] | None) -> list[TargetResult]:
         from grader.grading import runner
         from grader.grading.session import Session
 
+        if self.session is not None and self.session.kit != kit:  # a kept session serves one kit
+            self.close()
         if self.session is None:
-            self.session = Session(options)
+            self.session = Session(options, kit)
         try:
             return runner.run(options, exercises, progress, session=self.session)
         finally:
@@ -170,15 +172,15 @@ def grade(request: Request, vet: Callable[[Options], None] | None = None,
         return engine.grade(request, vet, progress)
 
 
-def exercises_named(names: Sequence[str]) -> tuple[Exercise, ...]:
-    """Catalog exercises by id or number, in the catalog's order; RequestError for a name it lacks."""
+def exercises_named(names: Sequence[str], kit: Kit) -> tuple[Exercise, ...]:
+    """`kit`'s exercises by id or number, in its catalog's order; RequestError for a name it lacks."""
     found = []
     for name in names:
-        exercise = catalog.find(name)
+        exercise = kit.catalog.find(name)
         if exercise is None:
-            raise RequestError(catalog.unknown(name))
+            raise RequestError(kit.catalog.unknown(name))
         found.append(exercise)
-    return tuple(e for e in catalog.EXERCISES if e in found)
+    return tuple(e for e in kit.catalog.exercises if e in found)
 
 
 def read_seed_file(path: str, read_it: bool = True) -> int | None:
@@ -218,7 +220,7 @@ def part_arguments(request: Request, options: Options, secret: bool) -> list[str
 
 
 def run_in_parallel(targets: Sequence[Target], jobs: int, arguments: Sequence[str],
-                    exercises: Sequence[Exercise]) -> list[TargetResult]:
+                    exercises: Sequence[Exercise], kit: Kit) -> list[TargetResult]:
     """Grade `targets` in `jobs` grader processes, each given `arguments` besides its targets;
     one TargetResult per target, in the order given. A part whose process fails leaves its
     targets as results saying so (`exercises` not graded, which --regrade grades again), never the
@@ -235,7 +237,7 @@ def run_in_parallel(targets: Sequence[Target], jobs: int, arguments: Sequence[st
             shutil.copytree(target.path, os.path.join(members, f"{index:05d}"), symlinks=True)
         command = [sys.executable, "-m", "grader", *arguments, "--submissions", members, "--json", report, "-q"]
         output = open(os.path.join(folder, f"part-{number}.log"), "w")
-        running.append((part, report, output, subprocess.Popen(command, cwd=KIT_ROOT, stdout=output,
+        running.append((part, report, output, subprocess.Popen(command, cwd=kit.root, stdout=output,
                                                                    stderr=subprocess.STDOUT)))
     results = {}
     failed = False

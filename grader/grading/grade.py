@@ -12,7 +12,6 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn, TypeAlias
 
-from grader import catalog
 from grader.grading.budget import Hang, functions_called
 from grader.grading.recordings import RUN
 from grader.records import Cause, CheckFailed, Reply, Status, Verdict, most_telling
@@ -69,7 +68,7 @@ class Grade:
         Both run at once, each in its own workers, so the two cores share the work; in a small box
         a heavy group of ranks runs after the reference's, which is stopped first (see Pools).
         """
-        if world_size > 1 and self.session.sandbox.groups_apart(catalog.get(self.exercise).preload):
+        if world_size > 1 and self.session.sandbox.groups_apart(self.session.kit.catalog.get(self.exercise).preload):
             self._settle(self._start(probe, args, world_size, trusted=True))
             self._finish(self._start(probe, args, world_size, trusted=False))
             return self._seen_expected(probe, args, world_size), self._seen_actual(probe, args, world_size)
@@ -137,7 +136,8 @@ class Grade:
         probe_file = os.path.abspath(probe.__code__.co_filename)
         if not trusted:
             self._refuse_if_cut(probe_file, probe.__name__)
-        request = Request(target=self.target, exercise=self.exercise, preload=catalog.get(self.exercise).preload,
+        preload = self.session.kit.catalog.get(self.exercise).preload
+        request = Request(target=self.target, exercise=self.exercise, preload=preload,
                           probe_file=probe_file, probe_name=probe.__name__,
                           args=args, device=self.device, world_size=world_size, trusted=trusted,
                           deadline=time.monotonic() + self._time_left(),

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-import glob
 import os
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from grader import catalog, layout
+from grader import layout
+from grader.catalog import Catalog
 from grader.grading.budget import Budget
 from grader.grading.recordings import Recordings, reference_folder
-from grader.layout import GRADER_DIR, KIT_ROOT
+from grader.kit import Kit
+from grader.layout import GRADER_DIR
 from grader.records import Reply
 from grader.sandbox import Target
 
@@ -19,29 +20,27 @@ if TYPE_CHECKING:
     from grader.sandbox.pools import PoolKey
 
 
-def resolve_target(name: str) -> Target | None:
-    """'exercises', 'solutions' or a folder; None when there is no such folder."""
-    path = os.path.join(KIT_ROOT, name) if name in (layout.STUBS, layout.REFERENCES) else name
+def resolve_target(name: str, kit: Kit) -> Target | None:
+    """'exercises', 'solutions' (the kit's) or a folder; None when there is no such folder."""
+    path = kit.path(name) if name in (layout.STUBS, layout.REFERENCES) else name
     path = os.path.abspath(path)
     return Target(name, path) if os.path.isdir(path) else None
 
 
-def check_files() -> list[str]:
-    return sorted(glob.glob(os.path.join(KIT_ROOT, layout.CHECKS, "test_ex*.py")))
-
-
 class Session:
-    def __init__(self, options: Options, probe_files: Iterable[str] = ()) -> None:
-        """`probe_files`: where probes live besides the check files (workers may read only those)."""
+    def __init__(self, options: Options, kit: Kit, probe_files: Iterable[str] = ()) -> None:
+        """`kit`: whose check files, references and recordings; `probe_files`: where probes live besides the
+        check files (workers may read only those)."""
         from grader.sandbox import Sandbox
 
+        self.kit = kit
         self.options = options
         self.targets = list(options.targets)
         self.budget = Budget(options.budget)  # each target's time: spent, its exercises' shares, its hangs
         self.devices = list(options.devices)
         self.timeout = options.timeout
-        self.recordings = options.recordings or Recordings.load(KIT_ROOT)
-        self.sandbox = Sandbox(reference_folder(KIT_ROOT), readable=(GRADER_DIR, *check_files(), *probe_files))
+        self.recordings = options.recordings or Recordings.load(kit.root)
+        self.sandbox = Sandbox(reference_folder(kit.root), readable=(GRADER_DIR, *kit.check_files(), *probe_files))
         self.reference_cache: dict[tuple, list[Reply]] = {}
         self.target_cache: dict[tuple, list[Reply]] = {}
         self.retried: set[tuple] = set()  # reference calls run again alone after a failure (grading.grade.Grade)
@@ -57,7 +56,7 @@ class Session:
         check of a target's exercise opens its share of the target's budget."""
         self.budget.enter(target.path, exercise)
         if exercise != self.current_exercise:
-            self.sandbox.end_exercise(next_preload=catalog.get(exercise).preload)
+            self.sandbox.end_exercise(next_preload=self.kit.catalog.get(exercise).preload)
             self.target_cache.clear()
             self.current_exercise = exercise
         elif target != self.current_target:
@@ -103,8 +102,8 @@ class Session:
         self.sandbox.close()
 
 
-def exercise_of(path: str | os.PathLike[str]) -> str | None:
-    """tests/test_ex04_sharding.py -> ex04_sharding, when the catalog knows it."""
+def exercise_of(path: str | os.PathLike[str], catalog: Catalog) -> str | None:
+    """tests/test_ex04_sharding.py -> ex04_sharding, when `catalog` knows it."""
     name = os.path.basename(str(path))
     if name.startswith("test_") and name.endswith(".py") and catalog.find(name[5:-3]):
         return name[5:-3]

@@ -13,7 +13,7 @@ import platform
 import re
 import sys
 
-from grader.layout import KIT_ROOT
+from grader.kit import Kit
 
 CONSTRAINTS = "constraints.txt"
 LOCK = "requirements.lock"  # the set the kit's own CI installs and proves (.ci/lock writes it)
@@ -58,8 +58,14 @@ def _requirements(name: str) -> list[str]:
     return names
 
 
-def direct_dependencies(root: str = KIT_ROOT) -> list[str]:
+def _root(root: str | None) -> str:
+    """The kit root asked about: the default kit's when none is named."""
+    return Kit.default().root if root is None else root
+
+
+def direct_dependencies(root: str | None = None) -> list[str]:
     """The kit's own dependencies, read from its pyproject.toml."""
+    root = _root(root)
     try:
         import tomllib  # novm: tomli below on Python 3.10
     except ModuleNotFoundError:
@@ -69,8 +75,9 @@ def direct_dependencies(root: str = KIT_ROOT) -> list[str]:
     return [normalize(match.group(1)) for match in map(_NAME.match, requirements) if match]
 
 
-def pinned(root: str = KIT_ROOT) -> dict[str, str]:
+def pinned(root: str | None = None) -> dict[str, str]:
     """Every installed package the kit runs on, its requirements' requirements included: name -> version."""
+    root = _root(root)
     pins: dict[str, str] = {}
     todo = direct_dependencies(root) + [normalize(name) for name in REPORTED]
     while todo:
@@ -84,8 +91,9 @@ def pinned(root: str = KIT_ROOT) -> dict[str, str]:
     return dict(sorted(pins.items()))
 
 
-def constraints_text(root: str = KIT_ROOT) -> str:
+def constraints_text(root: str | None = None) -> str:
     """kit/constraints.txt: `name==version` lines for `pip install -c`, and the Python they came from."""
+    root = _root(root)
     python = ".".join(map(str, sys.version_info[:3]))
     lines = ["# The versions the instructor's environment had when this zip was built: setup.sh installs these.",
              f"# python=={python} ({platform.system()}); torch from the CPU index",
@@ -93,8 +101,9 @@ def constraints_text(root: str = KIT_ROOT) -> str:
     return "\n".join(lines) + "\n"
 
 
-def read_lock(root: str = KIT_ROOT) -> dict[str, str]:
+def read_lock(root: str | None = None) -> dict[str, str]:
     """The kit's lock's pins, name -> version without its local tag; {} where the kit has no lock."""
+    root = _root(root)
     try:
         with open(os.path.join(root, LOCK)) as handle:
             lines = handle.read().splitlines()
@@ -108,9 +117,10 @@ def read_lock(root: str = KIT_ROOT) -> dict[str, str]:
     return pins
 
 
-def lock_differences(root: str = KIT_ROOT) -> list[str]:
+def lock_differences(root: str | None = None) -> list[str]:
     """Where this environment's versions of what the kit runs on differ from the kit's lock: a zip built
     here pins these, not the proven ones, and its instructor should know."""
+    root = _root(root)
     locked = read_lock(root)
     if not locked:
         return []
@@ -162,8 +172,9 @@ def mismatches(pins: dict[str, str]) -> list[str]:
 
 
 @functools.cache
-def version_mismatch(root: str = KIT_ROOT) -> tuple[str, ...]:
+def version_mismatch(root: str | None = None) -> tuple[str, ...]:
     """How this environment differs from the zip's constraints.txt; () outside a zip, or when none differ."""
+    root = _root(root)
     return tuple(mismatches(read_constraints(os.path.join(root, CONSTRAINTS))))
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from grader import catalog
+from grader.catalog import Exercise
 from grader.grading import hypothesis_adapter
 from grader.records import Visibility
 
@@ -38,7 +38,7 @@ def by_rule(check: Callable[..., Any]) -> Visibility:
     return Visibility.HIDDEN if draws(check) and not explicit_examples(check) else Visibility.PUBLIC
 
 
-def of(exercise_id: str, name: str, check: Callable[..., Any]) -> Visibility:
-    """The visibility of `exercise_id`'s check `name` (the function `check`): the catalog's, else the rule's."""
-    said = catalog.get(exercise_id).visibility_of(name)
+def of(exercise: Exercise, name: str, check: Callable[..., Any]) -> Visibility:
+    """The visibility of `exercise`'s check `name` (the function `check`): the catalog's, else the rule's."""
+    said = exercise.visibility_of(name)
     return Visibility(said) if said is not None else by_rule(check)

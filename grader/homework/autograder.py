@@ -19,9 +19,9 @@ import stat
 import zipfile
 from collections.abc import Iterator, Sequence
 
-from grader import catalog, layout
+from grader import catalog
 from grader.grading import versions
-from grader.layout import KIT_ROOT
+from grader.kit import Kit
 from grader.reports.report import FORMATS, VISIBILITIES
 from grader.usage import command_parser, positive
 
@@ -140,25 +140,26 @@ def main(argv: Sequence[str]) -> int:
 
 
 def build(out: str, run_script: str, seed: int) -> None:
+    kit = Kit.default()
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as bundle:
         _add_text(bundle, "setup.sh", SETUP, executable=True)
         _add_text(bundle, "run_autograder", run_script, executable=True)
         _add_text(bundle, f"kit/{SEED_FILE}", f"{seed}\n", mode=0o600)
-        _add_text(bundle, f"kit/{versions.CONSTRAINTS}", versions.constraints_text())
+        _add_text(bundle, f"kit/{versions.CONSTRAINTS}", versions.constraints_text(kit.root))
         for name in KIT_FILES:
-            bundle.write(os.path.join(KIT_ROOT, name), f"kit/{name}")
-        for path in _kit_paths():
-            bundle.write(os.path.join(KIT_ROOT, path), f"kit/{path}")
+            bundle.write(kit.path(name), f"kit/{name}")
+        for path in _kit_paths(kit):
+            bundle.write(kit.path(path), f"kit/{path}")
 
 
-def _kit_paths() -> Iterator[str]:
+def _kit_paths(kit: Kit) -> Iterator[str]:
     for folder in KIT_FOLDERS:
-        for root, folders, files in os.walk(os.path.join(KIT_ROOT, folder)):
+        for root, folders, files in os.walk(kit.path(folder)):
             folders[:] = sorted(f for f in folders if f != "__pycache__" and not f.startswith("."))
             for name in sorted(files):
                 if not name.endswith((".pyc", ".log")):
-                    yield os.path.relpath(os.path.join(root, name), KIT_ROOT)
-    tests = os.path.join(KIT_ROOT, layout.CHECKS)
+                    yield os.path.relpath(os.path.join(root, name), kit.root)
+    tests = kit.checks
     for name in sorted(os.listdir(tests)):
         if name.startswith("test_ex") and name.endswith(".py"):
             yield os.path.join("tests", name)

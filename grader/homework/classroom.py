@@ -67,7 +67,7 @@ from typing import Any
 
 from grader import catalog, text
 from grader.grading import versions
-from grader.layout import KIT_ROOT
+from grader.kit import Kit
 from grader.records import Status, TargetResult
 
 OUT = os.path.join(".github", "workflows", "grade.yml")
@@ -153,7 +153,7 @@ KIT_FILES = ("conftest.py", "pyproject.toml")
 LOADED_ON_THEIR_OWN = r"(^|/)(conftest\.py|pytest\.ini|tox\.ini|setup\.cfg|sitecustomize\.py|usercustomize\.py)$|\.pth$"
 
 
-def kit_sums(root: str = KIT_ROOT) -> list[tuple[str, str]]:
+def kit_sums(root: str) -> list[tuple[str, str]]:
     """(SHA-256, path) of every file of the kit as it is now, paths relative to `root`, sorted."""
     paths = [name for name in KIT_FILES if os.path.isfile(os.path.join(root, name))]
     for folder in KIT_FOLDERS:
@@ -461,8 +461,9 @@ def main(argv: Sequence[str]) -> int:
     problem = report.check_writable(out)
     if problem:
         parser.error(f"--out: {problem}")
-    public_only = Recordings.meta(KIT_ROOT) is not None
-    written = (autograder if args.classroom50 else workflow)(list(args.exercises), kit_sums())
+    kit = Kit.default()
+    public_only = Recordings.meta(kit.root) is not None
+    written = (autograder if args.classroom50 else workflow)(list(args.exercises), kit_sums(kit.root))
     try:
         report.write(out, written)
     except OSError as error:

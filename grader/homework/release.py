@@ -17,9 +17,9 @@ import re
 import shutil
 from collections.abc import Sequence
 
-from grader import catalog, layout
+from grader import layout
 from grader.grading.recordings import FOLDER, Recordings
-from grader.layout import KIT_ROOT
+from grader.kit import Kit
 from grader.notebook.build import NOTEBOOK_EXTRA, setup_source, write_notebooks
 from grader.usage import command_parser
 
@@ -32,8 +32,8 @@ KIT_LINK = re.compile(r"\[([^\]]+)\]\((?!https?:|#)[^)]*\)")
 STUDENT_AGENTS = os.path.join("grader", "homework", "student_agents.md")
 
 
-def student_readme() -> str:
-    with open(os.path.join(KIT_ROOT, LEARNER_PAGE)) as handle:
+def student_readme(kit: Kit) -> str:
+    with open(kit.path(LEARNER_PAGE)) as handle:
         text = handle.read()
     return KIT_LINK.sub(r"\1", text.split(RELEASE_END)[0]).rstrip() + "\n"
 
@@ -65,10 +65,11 @@ def main(argv: Sequence[str]) -> int:
         setup_source(args.kit_url)
     except ValueError as error:
         parser.error(str(error))
-    copy_kit(out, args.kit_url)
+    kit = Kit.default()
+    copy_kit(out, args.kit_url, kit)
     try:
-        recordings = record(seed, f"{args.profile}-release")
-        recordings.save(out, [e.id for e in catalog.EXERCISES])
+        recordings = record(seed, f"{args.profile}-release", kit)
+        recordings.save(out, [e.id for e in kit.catalog.exercises])
     except BaseException:
         shutil.rmtree(out, ignore_errors=True)
         raise
@@ -82,21 +83,24 @@ def main(argv: Sequence[str]) -> int:
 GITIGNORE = "__pycache__/\n*.pyc\n*.egg-info/\n.hypothesis/\n.pytest_cache/\n.grader-state.json*\n"
 
 
-def copy_kit(out: str, kit_url: str | None = None) -> None:
+def copy_kit(out: str, kit_url: str | None = None, kit: Kit | None = None) -> None:
+    """What a release of `kit` (the default kit when none is named) ships, before its recordings."""
+    kit = kit or Kit.default()
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".*")
-    shutil.copytree(os.path.join(KIT_ROOT, "grader"), os.path.join(out, "grader"), ignore=ignore)
+    shutil.copytree(kit.path("grader"), os.path.join(out, "grader"), ignore=ignore)
     shutil.rmtree(os.path.join(out, FOLDER), ignore_errors=True)
-    shutil.copytree(os.path.join(KIT_ROOT, layout.STUBS), os.path.join(out, layout.STUBS), ignore=ignore)
+    shutil.copytree(kit.stubs, os.path.join(out, layout.STUBS), ignore=ignore)
     os.makedirs(os.path.join(out, layout.CHECKS))
-    for name in sorted(os.listdir(os.path.join(KIT_ROOT, layout.CHECKS))):
+    for name in sorted(os.listdir(kit.checks)):
         if name.startswith("test_ex") and name.endswith(".py"):
-            shutil.copyfile(os.path.join(KIT_ROOT, layout.CHECKS, name), os.path.join(out, layout.CHECKS, name))
-    write_notebooks(os.path.join(out, "notebooks"), [c for c in catalog.CHAPTERS if c.exercises], kit_url=kit_url)
+            shutil.copyfile(os.path.join(kit.checks, name), os.path.join(out, layout.CHECKS, name))
+    chapters = [c for c in kit.catalog.chapters if c.exercises]
+    write_notebooks(os.path.join(out, "notebooks"), chapters, kit_url=kit_url)
     for name in ("pyproject.toml", "conftest.py"):
-        shutil.copyfile(os.path.join(KIT_ROOT, name), os.path.join(out, name))
+        shutil.copyfile(kit.path(name), os.path.join(out, name))
     with open(os.path.join(out, "README.md"), "w") as handle:
-        handle.write(student_readme())
-    shutil.copyfile(os.path.join(KIT_ROOT, STUDENT_AGENTS), os.path.join(out, "AGENTS.md"))
+        handle.write(student_readme(kit))
+    shutil.copyfile(kit.path(STUDENT_AGENTS), os.path.join(out, "AGENTS.md"))
     with open(os.path.join(out, ".gitignore"), "w") as handle:  # what running the kit leaves is never committed
         handle.write(GITIGNORE)
 
@@ -110,7 +114,7 @@ def public_only_line(left_out: Sequence[str]) -> str:
             "instructor's grading runs the hidden checks too")
 
 
-def record(seed: int, profile: str) -> Recordings:
+def record(seed: int, profile: str, kit: Kit) -> Recordings:
     """Grade the references once with the release's seed and profile, keeping what they observed."""
     from grader.grading import engine
     from grader.grading.options import Options
@@ -118,9 +122,9 @@ def record(seed: int, profile: str) -> Recordings:
     from grader.sandbox import Target
 
     recordings = Recordings(False, seed=seed, profile=profile)
-    options = Options(targets=(Target("solutions", os.path.join(KIT_ROOT, layout.REFERENCES)),), timeout=300.0,
+    options = Options(targets=(Target("solutions", kit.references),), timeout=300.0,
                       seed=seed, profile=profile, recordings=recordings, public_only=True)
-    result = engine.grade(engine.Request(tuple(catalog.EXERCISES), options, device="cpu")).results[0]
+    result = engine.grade(engine.Request(kit.catalog.exercises, options, device="cpu", kit=kit)).results[0]
     recordings.left_out = list(result.left_out)
     failing = [f"{c.exercise} {c.check}" for e in result.exercises for c in e.checks if c.status is not Status.PASSED]
     if failing:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from grader import catalog
-from grader.layout import KIT_ROOT
+from grader.kit import Kit
 from grader.notebook import cells as notebook_cells
 from grader.notebook.places import Cell
 from grader.records import HINT, SMALLEST, CheckResult, ExerciseResult, Status, TargetResult
@@ -243,7 +243,7 @@ def needed(exercise: catalog.Exercise) -> list[str]:
     """The functions an exercise asks for: its stub's (or reference's) public top-level functions."""
     for folder in ("exercises", "solutions"):
         try:
-            with open(os.path.join(KIT_ROOT, folder, exercise.id + ".py")) as handle:
+            with open(Kit.default().path(folder, exercise.id + ".py")) as handle:
                 tree = ast.parse(handle.read())
         except (OSError, SyntaxError):
             continue

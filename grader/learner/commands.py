@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 
 from grader import catalog
 from grader.devices import CHOICES
-from grader.layout import KIT_ROOT
+from grader.kit import Kit
 from grader.learner import state
 from grader.service.service import GradeRequest, Service, ServiceError
 from grader.usage import command_parser, positive, usage_error
@@ -86,7 +86,8 @@ def hint(argv: Sequence[str]) -> int:
 def watch(argv: Sequence[str]) -> int:
     parser = build_parser("watch")
     args, grader_args = parser.parse_known_args(argv)  # the rest is passed on to the grader
-    folder = os.path.join(KIT_ROOT, args.target) if args.target in ("exercises", "solutions") else args.target
+    kit = Kit.default()
+    folder = kit.path(args.target) if args.target in ("exercises", "solutions") else args.target
     if not os.path.isdir(folder):
         raise SystemExit(usage_error(f"--target {args.target}: no such folder"))
     chosen = [find(args.exercise)] if args.exercise else list(catalog.EXERCISES)
@@ -100,7 +101,7 @@ def watch(argv: Sequence[str]) -> int:
 
     def grade(names: Sequence[str]) -> None:
         if service is None or warm is None:  # options only a grader of its own takes (--json, ...)
-            subprocess.run([sys.executable, "-m", "grader", *names, "--target", folder, *grader_args], cwd=KIT_ROOT)
+            subprocess.run([sys.executable, "-m", "grader", *names, "--target", folder, *grader_args], cwd=kit.root)
         else:
             _grade_warm(service, GradeRequest(exercises=tuple(names), target=folder, label=args.target,
                                               device=warm.device, profile=warm.profile or "", timeout=warm.timeout,

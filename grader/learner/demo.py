@@ -21,6 +21,7 @@ import tempfile
 from collections.abc import Sequence
 
 from grader.grading.session import resolve_target
+from grader.kit import Kit
 from grader.sandbox import Target
 from grader.usage import command_parser
 
@@ -49,7 +50,7 @@ def main(argv: Sequence[str]) -> int:
     args = parser.parse_args(argv)
     if not 1 <= args.nproc <= 8:
         parser.error("--nproc must be between 1 and 8")
-    target = resolve_target(args.target)
+    target = resolve_target(args.target, Kit.default())
     if target is None:
         parser.error(f"--target {args.target}: no such folder")
     if args.exercise not in NEEDS:

@@ -14,17 +14,17 @@ from collections.abc import Sequence
 from grader.catalog import Exercise
 from grader.grading import figures
 from grader.grading.options import Options, resolve
-from grader.grading.runner import check_file
 from grader.grading.session import Session
-from grader.layout import KIT_ROOT
+from grader.kit import Kit
 from grader.records import Figure
 from grader.reports import figures as shown
 from grader.sandbox import Target
 
 
-def check_module(exercise: Exercise) -> types.ModuleType | None:
-    """The exercise's check file, loaded under a private name (its probes are found by their file)."""
-    path = check_file(exercise)
+def check_module(exercise: Exercise, kit: Kit | None = None) -> types.ModuleType | None:
+    """The exercise's check file (`kit`'s, the default kit's when none is named), loaded under a private name
+    (its probes are found by their file)."""
+    path = (kit or Kit.default()).checks_file(exercise.id)
     if not os.path.isfile(path):
         return None
     spec = importlib.util.spec_from_file_location(f"_grader_demo_{exercise.id}", path)
@@ -39,16 +39,19 @@ def declared(exercise: Exercise) -> list[figures.Declared]:
     return figures.declared(check_module(exercise))
 
 
-def measure(exercises: Sequence[Exercise], target: Target, device: str = "cpu") -> dict[str, list[Figure]]:
+def measure(exercises: Sequence[Exercise], target: Target, device: str = "cpu",
+            kit: Kit | None = None) -> dict[str, list[Figure]]:
     """Each exercise's figures for `target` and the reference, in one grading session of their own (a process
-    runs one: closing it ends the fork servers)."""
-    options = resolve(Options(targets=(target,), devices=(device,)), KIT_ROOT)
-    session = Session(options)
+    runs one: closing it ends the fork servers); `kit`'s checks, the default kit's when none is named."""
+    kit = kit or Kit.default()
+    options = resolve(Options(targets=(target,), devices=(device,)), kit.root)
+    session = Session(options, kit)
     found = {}
     try:
         for exercise in exercises:
             session.enter(target, exercise.id)
-            found[exercise.id] = figures.measure(session, target, exercise.id, declared(exercise), device)
+            declarations = figures.declared(check_module(exercise, kit))
+            found[exercise.id] = figures.measure(session, target, exercise.id, declarations, device)
     finally:
         session.close()
     return found

@@ -9,15 +9,18 @@ import os
 import time
 from typing import Any
 
-from grader.layout import KIT_ROOT
+from grader.kit import Kit
 from grader.records import TargetResult
 
-PATH = os.environ.get("GRADER_STATE") or os.path.join(KIT_ROOT, ".grader-state.json")
+
+def path() -> str:
+    """GRADER_STATE, else .grader-state.json at the default kit's root (asked when read: not at import)."""
+    return os.environ.get("GRADER_STATE") or Kit.default().path(".grader-state.json")
 
 
 def load() -> dict[str, Any]:
     try:
-        with open(PATH) as handle:
+        with open(path()) as handle:
             data = json.load(handle)
         return data if isinstance(data, dict) else {}
     except (OSError, ValueError):
@@ -25,13 +28,14 @@ def load() -> dict[str, Any]:
 
 
 def save(data: dict[str, Any]) -> None:
-    if os.path.exists(PATH) and not os.path.isfile(PATH):
+    file = path()
+    if os.path.exists(file) and not os.path.isfile(file):
         return  # GRADER_STATE=/dev/null keeps nothing (and a rename would put a file in its place)
     try:
-        temporary = PATH + ".tmp"
+        temporary = file + ".tmp"
         with open(temporary, "w") as handle:
             json.dump(data, handle, indent=1)
-        os.replace(temporary, PATH)
+        os.replace(temporary, file)
     except OSError:
         pass  # a read-only checkout still grades
 

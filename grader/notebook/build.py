@@ -18,8 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from grader import catalog, layout
-from grader.layout import KIT_ROOT
+from grader import catalog
+from grader.kit import Kit
 from grader.usage import command_parser
 
 NOTEBOOK_EXTRA = "pip install 'nbformat>=5' nbclient ipykernel (the kit's `notebook` extra)"
@@ -157,7 +157,7 @@ def chapter_cells(chapter: catalog.Chapter, code_from: str | None = None, kit_ur
     """The cells of `chapter`'s notebook: the title, the setup cell (`setup_source`), then the lessons from
     the stubs, the code from `code_from` (a folder of exNN_*.py files; the stubs by default, the references
     in the kit's own tests)."""
-    stubs = os.path.join(KIT_ROOT, layout.STUBS)
+    stubs = Kit.default().stubs
     code_folder = code_from or stubs
     intro = (f"# Chapter {chapter.number}: {chapter.topic}\n\n{chapter.about.capitalize()}. "
              f"{len(chapter.exercises)} exercises, {chapter.points:g} points.\n\n"

@@ -26,8 +26,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 
-from grader import catalog, layout
-from grader.layout import GRADER_DIR, KIT_ROOT
+from grader import catalog
+from grader.kit import Kit
+from grader.layout import GRADER_DIR
 from grader.notebook.cells import defined_names, module_source
 from grader.notebook.places import Cell
 
@@ -71,7 +72,7 @@ class Exported:
 @cache
 def stub_names(exercise_id: str) -> frozenset[str]:
     """The public functions (and classes) an exercise's stub asks for."""
-    path = os.path.join(KIT_ROOT, layout.STUBS, exercise_id + ".py")
+    path = Kit.default().files(exercise_id).stub
     try:
         with open(path) as handle:
             return frozenset(name for name in defined_names(handle.read()) if not name.startswith("_"))

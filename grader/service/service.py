@@ -22,7 +22,8 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from typing import IO
 
-from grader.layout import GRADER_DIR, KIT_ROOT
+from grader.kit import Kit
+from grader.layout import GRADER_DIR
 from grader.records import TargetResult
 
 
@@ -95,7 +96,7 @@ class Service:
         self.log = tempfile.TemporaryFile("w+", prefix="grader-service-", suffix=".log")  # no name to leave behind
         path = os.pathsep.join(p for p in (os.path.dirname(GRADER_DIR), os.environ.get("PYTHONPATH")) if p)
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "grader", "serve"], cwd=KIT_ROOT, text=True, bufsize=1,
+            [sys.executable, "-m", "grader", "serve"], cwd=Kit.default().root, text=True, bufsize=1,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
             env=dict(os.environ, PYTHONPATH=path),  # this very grader, wherever the kernel runs
             start_new_session=True)  # a Ctrl-C meant for the kernel or watch is theirs to pass on

@@ -22,7 +22,8 @@ from grader.grading import grade as grade_module
 from grader.grading.budget import Allowance, Budget, Hang, functions_called
 from grader.grading.grade import Grade
 from grader.homework import autograder
-from grader.layout import checks_file, files
+from grader.kit import Kit
+from grader.layout import files
 from grader.records import CheckResult, ExerciseResult, Reply, Status, TargetResult, Verdict
 from grader.sandbox import Target
 from tests.kit.harness import KIT_ROOT, SEED, failed_checks, grader
@@ -68,7 +69,7 @@ def test_a_hang_stops_the_calls_of_the_same_functions_of_its_exercise_only():
 
 
 def test_a_probes_functions_are_read_from_its_check_file():
-    ex05 = checks_file("ex05_gradient_averaging")
+    ex05 = Kit.default().checks_file("ex05_gradient_averaging")
     assert functions_called(ex05, "probe_average") == {"average_gradients"}  # through the helpers it calls
     assert functions_called(ex05, "probe_all_reduce") == {"all_reduce_gradients"}
     assert functions_called(ex05, "no_such_probe") == frozenset()
@@ -79,7 +80,7 @@ def test_every_probe_run_on_a_submission_names_the_functions_it_calls():
     `ctx.module.NAME` in it or its helpers) would stop every later call of its exercise after a hang."""
     unknown = []
     for exercise in catalog.EXERCISES:
-        path = checks_file(exercise.id)
+        path = Kit.default().checks_file(exercise.id)
         with open(path) as handle:
             tree = ast.parse(handle.read())
         probes = {node.name for node in tree.body if isinstance(node, ast.FunctionDef)}

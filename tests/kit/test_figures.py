@@ -125,8 +125,9 @@ def test_chapters_3_and_4_declare_their_figures():
 MEASURE = """import json, sys
 from grader import catalog
 from grader.grading.session import resolve_target
+from grader.kit import Kit
 from grader.learner import demo_figures
-found = demo_figures.measure([catalog.get(name) for name in sys.argv[1:]], resolve_target("solutions"))
+found = demo_figures.measure([catalog.get(name) for name in sys.argv[1:]], resolve_target("solutions", Kit.default()))
 print(json.dumps({name: [[f.yours, f.reference, f.naive] for f in figures] for name, figures in found.items()}))
 """
 

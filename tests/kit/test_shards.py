@@ -295,6 +295,7 @@ def test_a_part_whose_grader_process_fails_leaves_its_students_not_graded_not_th
     of its students a row of exercises not graded, saying why and where its log is, which --regrade grades again."""
     from grader import catalog
     from grader.grading.engine import run_in_parallel
+    from grader.kit import Kit
     from grader.records import Status
     from grader.sandbox import Target
 
@@ -304,7 +305,7 @@ def test_a_part_whose_grader_process_fails_leaves_its_students_not_graded_not_th
         (tmp_path / name / "ex04_sharding.py").write_text("")
         folders.append(Target(name, str(tmp_path / name)))
     exercises = [catalog.get("ex04_sharding")]
-    results = run_in_parallel(folders, 2, ["--no-such-option"], exercises)
+    results = run_in_parallel(folders, 2, ["--no-such-option"], exercises, Kit.default())
     assert [result.target for result in results] == ["ann", "bob", "cy"]
     for result in results:
         assert result.not_graded == ["ex04_sharding"], result

@@ -136,7 +136,7 @@ def _grade_on_a_fake_clock(monkeypatch, timeout, budget, work, checks):
     monkeypatch.setattr(grade_module, "time", clock)
     session = SimpleNamespace(budget=Budget(budget), timeout=timeout, options=SimpleNamespace(budget=budget),
                               sandbox=FakeSandbox(clock, work), reference_cache={}, target_cache={}, retried=set(),
-                              recordings=None)
+                              recordings=None, kit=Kit.default())
     target = Target("alice", "/submissions/alice")
     session.budget.plan(target.path, [exercise for exercise, _ in checks])
     results = []
@@ -262,7 +262,8 @@ def test_a_check_whose_workers_started_slowly_says_the_machine_was_slow(monkeypa
     note = "the machine was slow: its workers took 95 s to start, 80 s of it waiting for a CPU"
     session = SimpleNamespace(budget=Budget(None), timeout=60.0, options=SimpleNamespace(budget=None),
                               sandbox=FakeSandbox(clock, {("ex05_gradient_averaging", "probe_f"): 1.0}, note),
-                              reference_cache={}, target_cache={}, retried=set(), recordings=None)
+                              reference_cache={}, target_cache={}, retried=set(), recordings=None,
+                              kit=Kit.default())
     target = Target("alice", "/submissions/alice")
     session.budget.plan(target.path, ["ex05_gradient_averaging"])
     session.budget.enter(target.path, "ex05_gradient_averaging")

@@ -17,6 +17,9 @@ if __name__ == "__main__":  # workers re-import the main module: it must do noth
         print(f"python -m grader: error: {error}", file=sys.stderr)
         sys.exit(2)
 
+    from grader.sandbox import own_this_process
+
+    own_this_process()  # the grader's alone: its subreaper, its OOM score (a library's caller keeps its own)
     code = main()
     # Everything is written. Skip the interpreter's teardown of torch's modules (over half a
     # second) but not the exit handlers.

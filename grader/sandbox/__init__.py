@@ -45,7 +45,7 @@ from grader.sandbox import scratch as scratch_folder
 from grader.sandbox.containers import Container, Containers, available_kind
 from grader.sandbox.containers import describe as describe_container
 from grader.sandbox.copying import copy_tree
-from grader.sandbox.forkservers import ABSTRACT_ADDRESSES, AUTHENTICATED, adopt_orphans, kill_descendants
+from grader.sandbox.forkservers import ABSTRACT_ADDRESSES, AUTHENTICATED
 from grader.sandbox.pools import PoolKey, Pools, Ranks, WorkerFailure
 from grader.sandbox.worker import WorkerSpec
 
@@ -59,7 +59,17 @@ START_ALLOWANCE = 60.0  # seconds a worker (or a group) may take to start
 AHEAD_WORKERS = 6  # at most so many workers started ahead for a folder's next grading (Sandbox.start_ahead)
 REQUIRED = ("landlock", "container")  # what --require-sandbox insists on
 
-__all__ = ["Request", "Sandbox", "Target", "WorkerFailure", "Status"]
+__all__ = ["Request", "Sandbox", "Target", "WorkerFailure", "Status", "own_this_process"]
+
+
+def own_this_process() -> None:
+    """For an entry point that owns its whole process (`python -m grader`, the grading service), never a library
+    call: the subreaper of its tree (what a worker spawned without fork servers leaves running is then adopted
+    here), the last the kernel kills for memory (as root), and a process the first fork server may be forked
+    from. A sandbox in any other process contains what it starts all the same (its fork servers are subreapers)
+    and leaves the process as it found it."""
+    forkservers.own_process()
+    memory.prefer_killing_others()
 
 
 @dataclass(frozen=True)
@@ -127,14 +137,12 @@ class Sandbox:
                  budget_mb: float | None = None) -> None:
         """`reference`: the folder of reference solutions; `readable`: what every worker must read
         besides the interpreter (the grader package, the check files)."""
-        adopt_orphans()
-        memory.prefer_killing_others()
         self.abi = _landlock()[0]
         self.namespaces = namespaces.available()
         self.seccomp = _seccomp_absence() is None
         self.readable = tuple(readable) + _interpreter_paths()
         self.switch_user = _may_switch_user(self.namespaces, self.readable)
-        self.containers = Containers(self.switch_user)
+        self.containers = Containers(self.switch_user, self._adopters)
         self.users = identity.Users() if self.switch_user else None  # a uid of its own for each submission
         self.memory_limit = memory_limit
         self.held = leftovers.HeldFolder(RUN_FOLDER)  # once those of graders killed before they could are removed
@@ -156,6 +164,11 @@ class Sandbox:
         self.ahead: dict[str, _Prepared] = {}  # by the target's folder: the place of its next grading (start_ahead)
         self.prepared_count = 0
         self.pools = Pools(self.logs, memory.worker_budget() if budget_mb is None else budget_mb)
+
+    def _adopters(self) -> tuple[list[int], set[int]]:
+        """Where a submission's orphans are re-parented (its fork servers, subreapers), and the workers running
+        there now, which are no orphans (containers.confined_orphans)."""
+        return forkservers.server_pids(), self.pools.pids()
 
     @staticmethod
     def warm_up(preloads: Iterable[str]) -> None:
@@ -389,9 +402,9 @@ class Sandbox:
 
     def close(self) -> None:
         self.pools.close()
-        self.pools.reap()  # once the ranks are gone, whatever they started is this process's to kill
+        self.pools.reap()  # once the ranks are gone, whatever they started is their fork server's to kill
         self.containers.close()
-        kill_descendants()
+        forkservers.end_servers()  # and what is below them; never another process of this one
         for prepared in [*self.prepared.values(), *self.ahead.values()]:
             if prepared.bounded:
                 scratch_folder.unmount(prepared.scratch)
@@ -439,7 +452,9 @@ def layers(abi: int | None = None, switch_user: bool | None = None, container: s
               None if own_namespaces else namespaces.absence()),
         Layer("seccomp", seccomp, "no TIOCSTI, ptrace, process_vm_*, SysV IPC, file handles, keyrings, mounts or "
               "new namespaces" if seccomp else _seccomp_missing(seccomp_why), None if seccomp else seccomp_why),
-        Layer("container", container != "none", describe_container(container),
+        Layer("container", container != "none", describe_container(container) + (
+              "; workers spawned without fork servers: only a grader that owns its process (python -m grader, "
+              "the grading service) adopts it" if container == "none" and spawned and host.LINUX else ""),
               None if container != "none" else _root_layer_absence("container")),
         Layer("limits", host.LINUX, f"output {OUTPUT_LIMIT // 2**20} MB, no core dumps, " + (
               f"address space {MEMORY_LIMIT // 2**30} GiB a CPU worker" if host.LINUX else

@@ -13,18 +13,19 @@ Whichever the machine allows, in this order:
   the box had free for it when the call began; the grader's otherwise (`Container.ran_out_of_memory`).
 - `uid`: as root without cgroups (a container such as Gradescope's), the submission's own uid:
   RLIMIT_NPROC caps its processes, and every process of that uid is killed.
-- none (a grader that is not root): the grader is the subreaper of its tree (`adopt_orphans`), so
+- none (a grader that is not root): each fork server is the subreaper of its tree (`adopt_orphans`), so
   whatever a submission starts is either below a worker of its own, killed with its workers, or, once
-  orphaned, a child of the grader marked by the worker's confinement (`confined_orphans`), killed
-  when the exercise ends.
+  orphaned, a child of the server its worker was forked from (or of the grader, where it owns its process
+  and workers are spawned) marked by the worker's confinement (`confined_orphans`), killed when the
+  exercise ends.
 """
 
 import os
 import signal
 import time
 import uuid
-from collections.abc import Sequence
-from typing import NamedTuple
+from collections.abc import Callable, Collection, Sequence
+from typing import Any, NamedTuple
 
 from grader.sandbox import host, memory
 
@@ -72,10 +73,21 @@ class Container:
         (see memory.py for the machine-wide fallback)."""
         return None
 
+    # The processes that adopt a submission's orphans, and the workers spared (Containers gives them)
+    adopters: Callable[[], tuple[Collection[int], Collection[int]]] | None = None
+
+    def __init__(self, adopters: Callable[[], tuple[Collection[int], Collection[int]]] | None = None) -> None:
+        self.adopters = adopters
+
+    def __getstate__(self) -> dict[str, Any]:
+        """As its workers get it (each enters it): without the grader's view of its processes."""
+        return {name: value for name, value in self.__dict__.items() if name != "adopters"}
+
     def pids(self) -> list[int]:
         """Without a cgroup or a uid of its own, what can still be told apart as a submission's: the
-        confined processes this grader adopted (see `confined_orphans`)."""
-        return confined_orphans()
+        confined processes the fork servers (or this grader) adopted (see `confined_orphans`)."""
+        parents, spared = self.adopters() if self.adopters is not None else ((), ())
+        return confined_orphans(parents, spared)
 
     def kill(self, wait: float | None = None) -> bool:
         """SIGKILL everything inside, again and again for up to `wait` s (`settle` by default) until nothing is
@@ -222,7 +234,10 @@ def available_kind(can_switch_user: bool) -> str:
 class Containers:
     """The session's containers: which kind the machine allows, and one per submission."""
 
-    def __init__(self, can_switch_user: bool) -> None:
+    def __init__(self, can_switch_user: bool,
+                 adopters: Callable[[], tuple[Collection[int], Collection[int]]] | None = None) -> None:
+        """`adopters`: the processes a kind none container looks for orphans below, and the workers it spares."""
+        self.adopters = adopters
         self.root: str | None = None
         self.memory_root: str | None = None
         self.kind = available_kind(can_switch_user)
@@ -255,7 +270,7 @@ class Containers:
         elif self.kind == "uid":
             container = UidContainer(uid)
         else:
-            container = Container()
+            container = Container(self.adopters)
         self.made.append(container)
         return container
 
@@ -269,8 +284,8 @@ def describe(kind: str) -> str:
     memory_too = ", a memory cgroup of its own" if kind == "cgroup" and _own_memory_cgroup() else ""
     return {"cgroup": f"a pids cgroup per submission (at most {PROCESS_LIMIT} tasks){memory_too}, killed as one",
                 "uid": f"a uid per submission (RLIMIT_NPROC {PROCESS_LIMIT}), all its processes killed",
-                "none": "no cgroup, no uid of its own: the grader adopts what a submission starts (as subreaper on "
-                    "Linux) and kills it when the exercise ends"}[kind]
+                "none": "no cgroup, no uid of its own: the fork servers adopt what a submission starts (each a "
+                    "subreaper on Linux) and the grader kills it when the exercise ends"}[kind]
 
 
 def _held(path: str) -> int:
@@ -327,18 +342,19 @@ def _remove_folders(*paths: str | None) -> None:
             pass
 
 
-def confined_orphans() -> list[int]:
-    """This process's children that carry a worker's confinement: more seccomp filters than this process has,
-    or no_new_privs where it has none (Landlock sets it). The grader is the subreaper of every process below it
-    (`adopt_orphans`), so whatever a submission started is, once the worker or the process that started it
-    is gone (a double fork into a new session), adopted here, and no process of the grader's own carries
-    those marks. Without root (no cgroup, no uid of its own) this is how a submission's processes are found
-    and ended when its exercise does, and not only when the grader does."""
+def confined_orphans(parents: Collection[int] = (), spared: Collection[int] = ()) -> list[int]:
+    """The children of this process or of `parents` (the fork servers) that carry a worker's confinement, but
+    `spared` (the workers still running): more seccomp filters than this process has, or no_new_privs where it
+    has none (Landlock sets it). Each fork server is the subreaper of every process below it (`adopt_orphans`),
+    so whatever a submission started is, once the worker or the process that started it is gone (a double fork
+    into a new session), adopted by it, and no process of the grader's own carries those marks. Without root
+    (no cgroup, no uid of its own) this is how a submission's processes are found and ended when its exercise
+    does, and not only when the grader does."""
     own = _confinement("self")
     if own is None:
         return []
     found = []
-    parent = str(os.getpid())
+    adopters = {str(os.getpid()), *map(str, parents)}
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
@@ -347,7 +363,7 @@ def confined_orphans() -> list[int]:
                 state, ppid = handle.read().rsplit(")", 1)[1].split()[:2]
         except (OSError, ValueError):
             continue
-        if ppid != parent or state in ("Z", "X"):
+        if ppid not in adopters or state in ("Z", "X") or int(name) in spared:
             continue
         marks = _confinement(name)
         if marks is not None and (marks[0] > own[0] or (marks[1] and not own[1])):

@@ -1,4 +1,4 @@
-"""The fork servers workers are forked from, and the cleanup of the grader's process tree.
+"""The fork servers workers are forked from, and the end of every process below them.
 
 Nothing here imports torch, so `python -m grader` can start the fork servers (whose preloads
 import torch, accelerate and transformers) before doing its own imports, and all proceed at
@@ -27,7 +27,9 @@ import socket
 import struct
 import sys
 import threading
+import time
 import types
+import warnings
 from collections.abc import Iterable, Sequence
 from multiprocessing import connection, forkserver, popen_forkserver
 from multiprocessing import context as mp_context
@@ -130,7 +132,8 @@ def _wipe(token: bytearray) -> None:
 
 _servers: dict[str, Server] = {}
 _chosen = threading.local()  # the server a launch in this thread goes to
-_closing = threading.Event()  # set while kill_descendants runs
+_closing = threading.Event()  # set while end_servers runs
+_owner = False  # whether an entry point that owns this whole process said so (own_process)
 _connect_to_default_server = forkserver.connect_to_new_process
 
 
@@ -197,6 +200,19 @@ class Server:
         if failure:
             raise ServerStuck(f"the {self.kind} fork server could not start a worker: {failure[0]}")
 
+    def pids(self) -> list[int]:
+        """Its process's id while it runs (`end_servers` kills it, and everything below it)."""
+        if isinstance(self.forkserver, ChainedForkServer):
+            running = self.forkserver.process is not None and self.forkserver.running()
+            return [cast(int, self.forkserver.process.pid)] if running else []  # type: ignore[union-attr]
+        pid = getattr(self.forkserver, "_forkserver_pid", None)  # Python 3.14's own server (as `kill` reads it)
+        return [pid] if pid else []
+
+    def let_go(self) -> None:
+        """Once it is killed: collect its process where it is this process's child, so none is left a zombie."""
+        if isinstance(self.forkserver, ChainedForkServer) and self.forkserver.process is not None:
+            self.forkserver.process.join(5)
+
     def kill(self) -> None:
         pid = getattr(self.forkserver, "_forkserver_pid", None)
         if isinstance(self.forkserver, ChainedForkServer) and self.forkserver.process is not None:
@@ -253,6 +269,16 @@ class SpawningServer(Server):
 
     def serving(self) -> bool:
         return False
+
+    def pids(self) -> list[int]:
+        """The standbys not handed over (a handed one is a worker: its pool's)."""
+        return [cast(int, standby.process.pid) for standby in self.standbys + self.taken if standby.alive()]
+
+    def let_go(self) -> None:
+        for standby in self.standbys + self.taken:
+            standby.process.join(5)
+            standby.control.close()
+        self.standbys, self.taken = [], []
 
     def Process(self, **kwargs: Any) -> multiprocessing.process.BaseProcess:  # type: ignore[override]
         target, args = kwargs.pop("target"), kwargs.pop("args", ())
@@ -392,11 +418,12 @@ class GraderFork:
 
     @staticmethod
     def possible() -> bool:
-        """Whether the grader may be forked now: on Linux below 3.14 (whose fork servers authenticate
-        their clients), with no other thread, and with its own standard streams (under pytest's capture
-        or another redirection, objects made at import, such as a library's logging handler, would
-        write to descriptors the fork closes)."""
-        return (sys.version_info < (3, 14) and host.LINUX and threading.active_count() == 1
+        """Whether the grader may be forked now: in a process an entry point owns (`own_process`: the fork
+        freezes the grader's objects, gc.freeze, and a library's caller keeps its process as it was), on
+        Linux below 3.14 (whose fork servers authenticate their clients), with no other thread, and with its
+        own standard streams (under pytest's capture or another redirection, objects made at import, such as
+        a library's logging handler, would write to descriptors the fork closes)."""
+        return (_owner and sys.version_info < (3, 14) and host.LINUX and threading.active_count() == 1
                 and sys.stdout is sys.__stdout__ and sys.stderr is sys.__stderr__)
 
     def Process(self, **kwargs: Any) -> multiprocessing.process.BaseProcess:
@@ -507,6 +534,10 @@ def _serve_forks(listener: socket.socket, alive_r: socket.socket, token_r: socke
     os.register_at_fork(after_in_child=lambda: _wipe(token))
     _admits = (grader_pid, token)
     memory.name_process(f"fs {kind}")
+    adopt_orphans()  # what a worker leaves running is this server's, never the grading process's or init's
+    memory.prefer_killing_others()
+    # multiprocessing's loop reaps those adopted orphans too, and warns of each pid it did not fork
+    warnings.filterwarnings("ignore", category=UserWarning, module="multiprocessing.forkserver")
     forkserver.main(listener.detach(), alive_r.detach(), preload)
 
 
@@ -628,64 +659,84 @@ def _start_quietly(chosen: Server) -> None:
         pass
 
 
-def adopt_orphans() -> None:
-    """Make this process the reaper of its orphaned descendants, so none can slip away.
+def own_process() -> None:
+    """For an entry point that owns its whole process (`python -m grader`, the grading service): the subreaper
+    of its tree (`adopt_orphans`), and the process the first fork server is forked from (`GraderFork`)."""
+    global _owner
+    _owner = True
+    adopt_orphans()
 
-    A submission's process that outlives its worker (even in a new session) is re-parented
-    here instead of to init, and `kill_descendants` ends it before any report is written.
+
+def owns_process() -> bool:
+    return _owner
+
+
+def adopt_orphans() -> None:
+    """Make this process the reaper of its orphaned descendants, so none can slip away to init.
+
+    Each fork server is one (`_serve_forks`): a submission's process that outlives its worker (even in a
+    new session) is re-parented to the server its worker was forked from, where the container of a grader
+    that is not root finds it (containers.confined_orphans) and `end_servers` ends it.
     """
     host.try_prctl(36, 1)  # PR_SET_CHILD_SUBREAPER (Linux's; elsewhere orphans go to launchd)
 
 
-def kill_descendants() -> None:
+def server_pids() -> list[int]:
+    """The processes of the fork servers running (or of the standbys waiting) now."""
+    return [pid for chosen in list(_servers.values()) for pid in chosen.pids()]
+
+
+def end_servers() -> None:
+    """Kill the fork servers (or standbys) this process started and every process below them: the workers they
+    forked and what those left running, which the servers adopted. What is below goes first, while every server
+    lives to adopt what a kill orphans; then the servers. Nothing else of this process is touched: a process it
+    started itself, before or beside the grading, lives on."""
     _closing.set()
     import psutil
 
-    try:
-        children = psutil.Process().children(recursive=True)
-    except psutil.Error:
-        return
-    for child in children:
+    roots = set(server_pids())
+    servers = _processes(roots)
+    deadline = time.monotonic() + 5.0
+    while True:
+        below = [child for server in servers for child in _descendants(server) if child.pid not in roots]
+        if not below or time.monotonic() >= deadline:
+            break
+        _kill(below)
+        psutil.wait_procs(below, timeout=1.0)
+    _kill(servers)
+    for chosen in list(_servers.values()):
+        chosen.let_go()
+    psutil.wait_procs(servers, timeout=5.0)  # and collects one re-parented here (its base retired)
+    _servers.clear()  # a later grading starts fresh ones
+
+
+def _processes(pids: Iterable[int]) -> list[Any]:
+    import psutil
+
+    found = []
+    for pid in pids:
         try:
-            child.kill()
+            found.append(psutil.Process(pid))
         except psutil.Error:
             pass
-    psutil.wait_procs(children, timeout=5)
-    while True:  # reap adopted orphans
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            break
-        if pid == 0:
-            break
-    _forget_killed()
+    return found
 
 
-def _forget_killed() -> None:
-    """Forget the fork servers and the resource tracker just killed and reaped: their objects
-    still hold those pids, and asking after them (os.waitpid) raised ChildProcessError in the
-    next grading of this process (a second `check()` in a notebook kernel, a grading service).
-    A later grading starts fresh ones."""
-    _servers.clear()
-    from multiprocessing import resource_tracker
+def _descendants(process: Any) -> list[Any]:
+    import psutil
 
-    tracker: Any = resource_tracker._resource_tracker  # its _fd and _pid are undeclared in typeshed
-    pid = getattr(tracker, "_pid", None)
-    if pid is not None and not _running(pid):
-        fd = getattr(tracker, "_fd", None)
-        if fd is not None:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-        tracker._fd = tracker._pid = None
-
-
-def _running(pid: int) -> bool:
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+        return cast(list[Any], process.children(recursive=True))
+    except psutil.Error:
+        return []
+
+
+def _kill(processes: Iterable[Any]) -> None:
+    """SIGKILL each (psutil refuses a pid reused since it was found)."""
+    import psutil
+
+    for process in processes:
+        try:
+            process.kill()
+        except psutil.Error:
+            pass

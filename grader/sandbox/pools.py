@@ -457,6 +457,11 @@ class Pools:
                 ranks.stop()
                 self.stopped.append(ranks)
 
+    def pids(self) -> set[int]:
+        """The processes of the workers of every pool still open (those stopped are dying)."""
+        return {process.pid for pools in (self.ranks, self.ahead) for ranks in pools.values()
+                for process in ranks.processes if process.pid is not None}
+
     def reap(self) -> None:
         for ranks in self.stopped:
             ranks.reap()

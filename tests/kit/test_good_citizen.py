@@ -1,0 +1,100 @@
+"""A grading in a process the grader does not own leaves that process as it found it: the kit's one test that
+grades in pytest's own process, on purpose (tests/kit/test_suite_guards.py allows this file alone).
+
+Only an entry point that owns its whole process (`python -m grader`, the grading service) makes it a subreaper,
+lowers its OOM score and freezes its objects (grader.sandbox.own_this_process). A library's caller (a notebook
+kernel, a test) keeps its children, its standard output, its collector, Hypothesis's profile and seed, its
+environment and its signal handlers; the sandbox ends only the processes it started."""
+
+import ctypes
+import gc
+import os
+import signal
+import subprocess
+import sys
+
+import psutil
+from hypothesis import core, settings
+
+from grader.grading import engine
+from grader.grading.options import Options
+from grader.grading.session import resolve_target
+from grader.kit import Kit
+from grader.sandbox import Target
+
+PR_SET_CHILD_SUBREAPER, PR_GET_CHILD_SUBREAPER = 36, 37
+GRADERS_OWN = ("fs ", "ref ", "sub ")  # how the sandbox names its fork servers and workers (memory.name_process)
+
+settings.register_profile("good-citizen", max_examples=3)  # the caller's own, loaded while the grading runs
+
+
+def subreaper(flag=None):
+    """Whether this process is a child subreaper; with `flag`, set it first."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if flag is not None:
+        assert libc.prctl(PR_SET_CHILD_SUBREAPER, flag, 0, 0, 0) == 0, os.strerror(ctypes.get_errno())
+    found = ctypes.c_int(-1)
+    assert libc.prctl(PR_GET_CHILD_SUBREAPER, ctypes.byref(found), 0, 0, 0) == 0, os.strerror(ctypes.get_errno())
+    return found.value
+
+
+def oom_score_adj():
+    with open("/proc/self/oom_score_adj") as handle:
+        return handle.read().strip()
+
+
+def handlers():
+    found = {}
+    for number in signal.valid_signals():
+        try:
+            found[number] = signal.getsignal(number)
+        except (OSError, ValueError):
+            pass
+    return found
+
+
+def state():
+    """What a grading must leave as it was (the children apart, compared below)."""
+    return {"subreaper": subreaper(), "oom_score_adj": oom_score_adj(), "stdout": id(sys.stdout),
+            "stderr": id(sys.stderr), "gc enabled": gc.isenabled(), "gc frozen": gc.get_freeze_count(),
+            "profile": settings.get_current_profile_name(), "profile's settings": id(settings.default),
+            "forced seed": core.global_force_seed, "environment": dict(os.environ), "signal handlers": handlers()}
+
+
+def processes_below():
+    """(pid, start time, name) of every process below this one."""
+    found = set()
+    for process in psutil.Process().children(recursive=True):
+        try:
+            found.add((process.pid, process.create_time(), process.name()))
+        except psutil.Error:
+            pass
+    return found
+
+
+def test_grading_in_a_process_it_does_not_own_leaves_the_process_as_it_was(stubs):
+    kit = Kit.default()
+    exercises = engine.exercises_named(["ex04_sharding"], kit)
+    options = Options(targets=(resolve_target("solutions", kit), Target("stubs", str(stubs))), profile="fast",
+                      seed=11)
+    caller_own = subprocess.Popen(["sleep", "60"])  # the caller's: no grading may end it
+    previous_profile, previous_flag = settings.get_current_profile_name(), subreaper()
+    settings.load_profile("good-citizen")
+    subreaper(0)  # as in a process no grader ever ran in (this one's plugin may have made it one, elsewhere)
+    try:
+        before, below_before = state(), processes_below()
+        for _ in range(2):  # a second grading finds the process as the first left it, and grades the same
+            with engine.Engine() as grading:
+                results = grading.grade(engine.Request(exercises, options, device="cpu", kit=kit)).results
+            assert [result.score for result in results] == [15, 0]
+        after, left = state(), processes_below() - below_before
+        alive = caller_own.poll() is None
+    finally:
+        settings.load_profile(previous_profile)
+        subreaper(previous_flag)
+        caller_own.kill()
+        caller_own.wait()
+    changed = {what: (value, after[what]) for what, value in before.items() if after[what] != value}
+    assert not changed, changed
+    assert alive, "the grading ended a process it did not start"
+    assert not [process for process in left if process[2].startswith(GRADERS_OWN)], left  # nothing of its own left

@@ -21,6 +21,33 @@ LAST = ("test_catches.py",)  # they read gradings made in the background meanwhi
 # takes about 2 minutes here, on 2 busy cores).
 TIMEOUT = float(os.environ.get("KIT_TEST_TIMEOUT", "900"))
 
+# What a release of a library can change, marked `versions` here: the canary (.ci/run) runs these in a venv of the
+# newest releases pyproject.toml admits, beside `python -m grader dev check`. Each module is one or the other (a new
+# module that is in neither fails collection, saying so); a test of a module below may carry the mark itself.
+VERSIONS = {
+    "test_catches.py": "what every check finds in the wrong and right implementations: what the libraries compute",
+    "test_collectives.py": "torch.distributed's groups and collectives, as the workers wrap them",
+    "test_devices.py": "torch's devices, as the grading asks for them without starting a GPU runtime",
+    "test_diagnoses.py": "the libraries' exceptions and values, named for the learner",
+    "test_environments.py": "the versions installed, and the pins written from them",
+    "test_figures.py": "what torch allocates and saves for backward, as the kit counts it",
+    "test_hypothesis_adapter.py": "Hypothesis's settings, profiles, draws and explicit examples",
+    "test_notebook_cells.py": "IPython's reading of a cell",
+    "test_notebook_places.py": "a notebook's cells graded through the libraries' traceback",
+    "test_notebooks.py": "Jupyter's kernels and nbformat",
+    "test_observations.py": "what torch, transformers, accelerate and datasets build and return",
+    "test_old_apis.py": "the libraries' current and removed APIs",
+    "test_warm.py": "check() in a real notebook kernel",
+    "test_wire.py": "torch's tensors and storages across the worker's wire",
+}
+OWN_CODE = {  # the kit's own code, the kernel and the shell: the same under any release the ranges admit
+    "test_budget.py", "test_class_report.py", "test_commands.py", "test_copying.py", "test_dev.py",
+    "test_devcontainer.py", "test_formats.py", "test_grader_cli.py", "test_grading_guards.py", "test_homework.py",
+    "test_hostile.py", "test_identity.py", "test_kit_object.py", "test_leftovers.py", "test_non_root.py",
+    "test_platforms.py", "test_sandbox.py", "test_scan.py", "test_shards.py", "test_slow_machines.py",
+    "test_suite_guards.py", "test_time_outs.py", "test_zygote.py", "test_good_citizen.py",
+}
+
 
 def pytest_configure(config):
     if not config.pluginmanager.hasplugin("timeout"):
@@ -32,7 +59,13 @@ def pytest_configure(config):
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items):
+    unsorted = sorted({item.path.name for item in items} - VERSIONS.keys() - OWN_CODE)
+    if unsorted:
+        raise pytest.UsageError(f"tests/kit/conftest.py: say whether a library's release can change {unsorted[0]} "
+                                "(VERSIONS, with why) or not (OWN_CODE)")
     for item in items:
+        if item.path.name in VERSIONS:
+            item.add_marker(pytest.mark.versions)
         if item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(item.module.__name__))
         if item.get_closest_marker("timeout") is None:

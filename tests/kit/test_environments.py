@@ -125,6 +125,7 @@ def installed_torch():
 
 
 @pytest.mark.slow
+@pytest.mark.installs
 def test_setup_builds_the_venv_that_run_autograder_grades_with(bundle, tmp_path):
     """setup.sh as Gradescope runs it (once, from root/source) builds root/venv with the pinned torch and the
     kit, and run_autograder, told no Python, grades with it. Offline: torch comes from a local index around

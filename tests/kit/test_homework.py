@@ -240,6 +240,7 @@ def test_a_submission_over_its_budget_times_out_its_remaining_checks(tmp_path):
 
 # --- installed as users install ---------------------------------------------------------------------
 
+@pytest.mark.installs
 def test_pip_install_not_editable_grades_from_the_kit_folder(tmp_path):
     target = tmp_path / "site"
     done = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
@@ -262,6 +263,7 @@ def _grade_in_a_box(limit_mb, *args):
                               timeout=600, env=ENV, preexec_fn=enter)
 
 
+@pytest.mark.versions  # the libraries' size: CUDA's build leaves a small box 150 MB less than the CPU build
 @pytest.mark.skipif(not memory_boxes(), reason="needs root and a v1 memory cgroup")
 def test_memory_a_submission_hogs_in_a_small_box_is_its_own_failure(tmp_path):
     """3 GB asked for in a 1.2 GB box: the kernel kills the submission's worker, whose memory cgroup
@@ -284,6 +286,7 @@ def test_memory_a_submission_hogs_in_a_small_box_is_its_own_failure(tmp_path):
     assert data["not_graded"] == [] and "failed" not in {c["status"] for c in checks}
 
 
+@pytest.mark.versions  # the libraries' size: CUDA's build leaves a small box 150 MB less than the CPU build
 @pytest.mark.skipif(not memory_boxes(), reason="needs root and a v1 memory cgroup")
 def test_a_small_box_grades_across_fork_servers(tmp_path):
     """In Gradescope's 768 MB box the torch server is a fork of the grader, each server lighter than the

@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import uuid
 
 import psutil
 from hypothesis import core, settings
@@ -21,6 +22,7 @@ from grader.grading.options import Options
 from grader.grading.session import resolve_target
 from grader.kit import Kit
 from grader.sandbox import Target
+from tests.kit.harness import KIT_ROOT, mutate
 
 PR_SET_CHILD_SUBREAPER, PR_GET_CHILD_SUBREAPER = 36, 37
 GRADERS_OWN = ("fs ", "ref ", "sub ")  # how the sandbox names its fork servers and workers (memory.name_process)
@@ -98,3 +100,61 @@ def test_grading_in_a_process_it_does_not_own_leaves_the_process_as_it_was(stubs
     assert not changed, changed
     assert alive, "the grading ended a process it did not start"
     assert not [process for process in left if process[2].startswith(GRADERS_OWN)], left  # nothing of its own left
+
+
+# A right ex04 that leaves a `sleep MARK` running in a session of its own at every call.
+ESCAPER = """
+
+def shard_indices(num_samples, rank, world_size, **kwargs):
+    import subprocess
+    subprocess.Popen(["sleep", "MARK"], start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return _reference_shard_indices(num_samples, rank, world_size, **kwargs)
+"""
+# A library's caller: a script that grades in its own process and never calls own_this_process.
+LIBRARY_CALLER = """
+import ctypes, sys
+from grader.grading import engine
+from grader.grading.options import Options
+from grader.kit import Kit
+from grader.sandbox import Target
+
+kit = Kit.default()
+options = Options(targets=(Target("escaper", sys.argv[1]),), profile="fast", seed=3)
+request = engine.Request(engine.exercises_named(["ex04_sharding"], kit), options, device="cpu", kit=kit)
+score = engine.grade(request).results[0].score
+flag = ctypes.c_int(-1)
+ctypes.CDLL(None).prctl(37, ctypes.byref(flag), 0, 0, 0)  # PR_GET_CHILD_SUBREAPER
+print(score, flag.value)
+"""
+
+
+def sleeping(mark):
+    found = []
+    for pid in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                found += [int(pid)] if handle.read() == b"sleep\0" + mark.encode() + b"\0" else []
+        except OSError:
+            pass
+    return found
+
+
+def test_what_a_submission_leaves_running_dies_in_a_process_that_is_no_subreaper(tmp_path):
+    """Without a container (left off here, absent where the grader is not root) and without namespaces of the
+    worker's own, what a submission leaves running in a session of its own is re-parented to the fork server its
+    worker came from, a subreaper, never to the caller's process nor init: the grading kills it, though its
+    caller's process never became a subreaper."""
+    mark = f"299.{uuid.uuid4().int % 10**12:012d}"
+    head = mutate("ex04_sharding", ("def shard_indices(\n", "def _reference_shard_indices(\n"))
+    (tmp_path / "ex04_sharding.py").write_text(head + ESCAPER.replace("MARK", mark))
+    env = dict(os.environ, GRADER_WITHOUT_LAYERS="container,namespaces", PYTHONPATH=KIT_ROOT)
+    try:
+        done = subprocess.run([sys.executable, "-c", LIBRARY_CALLER, str(tmp_path)], cwd=KIT_ROOT, env=env,
+                              capture_output=True, text=True, timeout=300)
+        left = sleeping(mark)
+    finally:
+        for pid in sleeping(mark):
+            os.kill(pid, signal.SIGKILL)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["15.0", "0"], done.stdout + done.stderr[-2000:]  # full marks; no subreaper
+    assert not left, f"the grading left the submission's processes running: {left}"

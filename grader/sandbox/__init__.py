@@ -453,8 +453,9 @@ def layers(abi: int | None = None, switch_user: bool | None = None, container: s
         Layer("seccomp", seccomp, "no TIOCSTI, ptrace, process_vm_*, SysV IPC, file handles, keyrings, mounts or "
               "new namespaces" if seccomp else _seccomp_missing(seccomp_why), None if seccomp else seccomp_why),
         Layer("container", container != "none", describe_container(container) + (
-              "; workers spawned without fork servers: only a grader that owns its process (python -m grader, "
-              "the grading service) adopts it" if container == "none" and spawned and host.LINUX else ""),
+              "; workers not from the grader's own fork servers (spawned, or Python 3.14's): only a grader that "
+              "owns its process (python -m grader, the grading service) adopts it" if container == "none"
+              and host.LINUX and (spawned or not AUTHENTICATED) else ""),
               None if container != "none" else _root_layer_absence("container")),
         Layer("limits", host.LINUX, f"output {OUTPUT_LIMIT // 2**20} MB, no core dumps, " + (
               f"address space {MEMORY_LIMIT // 2**30} GiB a CPU worker" if host.LINUX else

@@ -451,11 +451,14 @@ def _placed(frame: traceback.FrameSummary, module_file: str) -> traceback.FrameS
 
 def _reaches_reference(error: BaseException, spec: WorkerSpec) -> bool:
     """A refused read of the reference (or the kit's solutions folder) is named as such; a refused read of the
-    submission's own files (its copy, its scratch: a mode someone else set) never is."""
+    submission's own files (its copy, its scratch: a mode someone else set) never is. Refused, or hidden: where
+    the kit sits beneath a folder the submission's user may not enter, its mount namespace shows only what it may
+    read there (namespaces._make_reachable), so the same read finds no file."""
     if getattr(error, "reaches_reference", False):
         return True
     name = getattr(error, "filename", None)
-    if not isinstance(error, PermissionError) or not isinstance(name, (str, bytes)) or spec.confinement is None:
+    if not isinstance(error, (PermissionError, FileNotFoundError)) or not isinstance(name, (str, bytes)) \
+            or spec.confinement is None:
         return False
     real = os.path.realpath(os.fsdecode(name)) + os.sep
 

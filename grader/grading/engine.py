@@ -36,7 +36,7 @@ from grader.devices import GPUS
 from grader.grading.options import Options, resolve
 from grader.kit import Kit
 from grader.records import CheckResult, ExerciseResult, Status, TargetResult
-from grader.sandbox import Sandbox
+from grader.sandbox import Sandbox, forkservers
 
 if TYPE_CHECKING:
     from grader.grading.session import Session
@@ -116,7 +116,7 @@ class Engine:
         if request.seed_file is not None:
             seed_read = read_seed_file(request.seed_file)
             options = dataclasses.replace(options, seed=seed_read, secret_seed=True)
-        if warm:
+        if warm and forkservers.owns_process():  # a library's caller keeps its collector as it is
             gc.disable()  # while torch, pytest and the checks are imported (0.3 s); the plugin turns it back on
         options = resolve(dataclasses.replace(options, devices=chosen), request.kit.root)
         if vet is not None:

@@ -16,7 +16,8 @@ import pytest
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis.errors import HypothesisException
 
-from grader import catalog, old_apis
+from grader import old_apis
+from grader.catalog import Catalog
 from grader.devices import CHOICES, DEVICES, NoSuchDevice, kept_off_line
 from grader.devices import select as select_devices
 from grader.grading import hypothesis_adapter, visibility
@@ -24,9 +25,9 @@ from grader.grading.grade import Grade
 from grader.grading.layouts import layout_difference
 from grader.grading.options import Options, resolve
 from grader.grading.session import Session, exercise_of, resolve_target
-from grader.layout import KIT_ROOT
+from grader.kit import Kit
 from grader.records import HINT, SMALLEST, CheckFailed, Failure, Status, Verdict, Visibility
-from grader.sandbox import Sandbox
+from grader.sandbox import Sandbox, forkservers
 from grader.sandbox import missing as missing_layers
 from grader.text import one_line, shown
 
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
 SESSION = pytest.StashKey[Session]()  # the run's grading session, on pytest's config
 VISIBILITY = pytest.StashKey[Visibility]()  # each check's, decided once at collection (grading.visibility)
 CALLS = pytest.StashKey[hypothesis_adapter.Record | None]()  # the calls of the check's latest run
+HYPOTHESIS_BEFORE = pytest.StashKey[tuple[str, Any]]()  # the profile loaded and the seed forced before the run
 
 PHASES = [Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink]
 # derandomize=False outright: Hypothesis loads a "ci" profile of its own wherever CI is set (GitHub Actions, a
@@ -78,7 +80,11 @@ def pytest_configure(config: pytest.Config) -> None:
     if not hasattr(config.option, "target"):
         return
     given = [plugin for plugin in config.pluginmanager.get_plugins() if isinstance(plugin, OptionsCarrier)]
-    options = given[0].options if given else resolve(_options_from_command_line(config), KIT_ROOT)
+    kit = given[0].kit if given else Kit.default()
+    options = given[0].options if given else resolve(_options_from_command_line(config, kit), kit.root)
+    from hypothesis import core
+
+    config.stash[HYPOTHESIS_BEFORE] = (settings.get_current_profile_name(), core.global_force_seed)
     hypothesis_adapter.force_seed(options.seed)  # every run has a seed, printed, so any failure can be replayed
     settings.load_profile(options.profile)
     if options.require_sandbox and missing_layers():
@@ -87,12 +93,12 @@ def pytest_configure(config: pytest.Config) -> None:
     kept = given[0].session if given else None
     if kept is not None:  # a grading service's session, warm from its requests before
         kept.renew(options)
-    config.stash[SESSION] = kept or Session(options)
+    config.stash[SESSION] = kept or Session(options, kit)
 
 
-def _options_from_command_line(config: pytest.Config) -> Options:
+def _options_from_command_line(config: pytest.Config, kit: Kit) -> Options:
     """What plain pytest was given (its own options and Hypothesis's --hypothesis-seed / -profile)."""
-    targets = [resolve_target(name) for name in config.option.target or ["exercises"]]
+    targets = [resolve_target(name, kit) for name in config.option.target or ["exercises"]]
     for name, target in zip(config.option.target or ["exercises"], targets):
         if target is None:
             raise pytest.UsageError(f"--target {name}: no such folder")
@@ -112,12 +118,24 @@ def _options_from_command_line(config: pytest.Config) -> Options:
 
 
 class OptionsCarrier:
-    """How `python -m grader` hands its Options to this plugin; a grading service hands over its
-    live session too (service.serve), which then outlives the run."""
+    """How `python -m grader` hands its Options and the kit graded to this plugin; a grading service hands
+    over its live session too (service.serve), which then outlives the run."""
 
-    def __init__(self, options: Options, session: Session | None = None) -> None:
+    def __init__(self, options: Options, session: Session | None = None, kit: Kit | None = None) -> None:
         self.options = options
         self.session = session
+        self.kit = session.kit if session is not None else kit or Kit.default()
+
+
+def _catalog(config: pytest.Config) -> Catalog:
+    """The catalog of the kit this run grades (plain pytest's: the default kit's)."""
+    session = config.stash.get(SESSION, None)
+    return (session.kit if session is not None else Kit.default()).catalog
+
+
+def _exercise(item: pytest.Item) -> str | None:
+    """The exercise whose check file holds `item`, in the catalog of the kit being graded."""
+    return exercise_of(item.path, _catalog(item.config))
 
 
 def pytest_report_header(config: pytest.Config) -> str | None:
@@ -141,6 +159,10 @@ def pytest_unconfigure(config: pytest.Config) -> None:
                for plugin in config.pluginmanager.get_plugins())
     if session is not None and not kept:
         session.close()
+    before = config.stash.get(HYPOTHESIS_BEFORE, None)
+    if before is not None:  # the process's Hypothesis as it was (a grading in a notebook's or a test's process)
+        settings.load_profile(before[0])
+        hypothesis_adapter.force_seed(before[1])
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -148,7 +170,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         return
     session = metafunc.config.stash[SESSION]
     devices, off = devices_of(metafunc.definition, session.devices)
-    check = f"{exercise_of(metafunc.definition.path)} {metafunc.definition.name}"
+    check = f"{_exercise(metafunc.definition)} {metafunc.definition.name}"
     session.kept_off += [f"{check}: not on {device} ({why})" for device, why in off.items()]
     cases = [(target, device) for target in session.targets for device in devices]
     several = len(session.targets) > 1
@@ -184,15 +206,15 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     exercises whose workers need less first: their fork server is ready sooner."""
     grader_session = config.stash.get(SESSION, None)
     for item in items:
-        exercise = exercise_of(item.path)
+        exercise = _exercise(item)
         if exercise is not None and isinstance(item, pytest.Function):
-            item.stash[VISIBILITY] = visibility.of(exercise, item.originalname, item.function)
+            item.stash[VISIBILITY] = visibility.of(_catalog(config).get(exercise), item.originalname, item.function)
     if grader_session is not None and grader_session.options.public_only:
         hidden = [item for item in items if item.stash.get(VISIBILITY, Visibility.PUBLIC) is Visibility.HIDDEN]
         if hidden:
             config.hook.pytest_deselected(items=hidden)
             items[:] = [item for item in items if item not in hidden]
-            names = {f"{exercise_of(item.path)} {getattr(item, 'originalname', item.name)}" for item in hidden}
+            names = {f"{_exercise(item)} {getattr(item, 'originalname', item.name)}" for item in hidden}
             grader_session.left_out = sorted(names)
     if grader_session is not None and grader_session.options.only_checks:
         kept: list[pytest.Item] = []
@@ -211,22 +233,26 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     if grader_session is not None:  # each target's exercises in grading order: what its budget is shared among
         planned: dict[str, list[str]] = {}
         for item in items:
-            case, exercise = _case(item), exercise_of(item.path)
+            case, exercise = _case(item), _exercise(item)
             if case is not None and exercise is not None:
                 planned.setdefault(case[0].path, []).append(exercise)
         for target_path, exercises in planned.items():
             grader_session.budget.plan(target_path, exercises)
-    graded = {exercise_of(item.path) for item in items if "grade" in getattr(item, "fixturenames", ())}
-    # Everything imported so far lives for the whole run: the collector need not walk it again
-    # every time Hypothesis's garbage triggers a collection (0.5 s over a full grade).
-    gc.freeze()
-    gc.enable()  # python -m grader turns it off while importing
+    graded = {_exercise(item) for item in items if "grade" in getattr(item, "fixturenames", ())}
+    if forkservers.owns_process():
+        # Everything imported so far lives for the whole run: the collector need not walk it again
+        # every time Hypothesis's garbage triggers a collection (0.5 s over a full grade). Not in a process
+        # the grader does not own: nothing thaws only what it froze.
+        gc.freeze()
+        gc.enable()  # the engine turned it off while importing
     if graded - {None}:
+        catalog = _catalog(config)
         Sandbox.warm_up({catalog.get(exercise).preload for exercise in graded if exercise is not None})
 
 
 def _preload_rank(item: pytest.Item) -> int:
-    exercise = exercise_of(item.path)
+    exercise = _exercise(item)
+    catalog = _catalog(item.config)
     return catalog.preload_order(catalog.get(exercise).preload) if exercise else 0
 
 
@@ -245,7 +271,7 @@ def _target_index(item: pytest.Item) -> int:
 def grade(request: pytest.FixtureRequest) -> Iterator[Grade]:
     target, device = request.param
     session = request.config.stash[SESSION]
-    exercise = exercise_of(request.node.path)
+    exercise = _exercise(request.node)
     if exercise is None:
         raise pytest.UsageError(f"{request.node.path.name} is not the check file of a catalog exercise")
     session.enter(target, exercise)
@@ -270,7 +296,7 @@ def pytest_runtest_makereport(item: pytest.Item,
     callspec = getattr(item, "callspec", None)
     if callspec is not None and "grade" in callspec.params:
         target, device = callspec.params["grade"]
-        report.grader_case = (target.label, exercise_of(item.path), getattr(item, "originalname", item.name), device)
+        report.grader_case = (target.label, _exercise(item), getattr(item, "originalname", item.name), device)
         check = cast(pytest.Function, item)  # only a Function has a callspec
         report.grader_title = ((check.function.__doc__ or "").strip().splitlines() or [""])[0]
         marker = item.get_closest_marker("measured_in_worker")

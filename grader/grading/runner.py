@@ -15,13 +15,12 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from grader import layout
 from grader.catalog import Exercise
 from grader.grading import hypothesis_adapter
 from grader.grading.options import Options
 from grader.grading.pytest_plugin import SESSION, OptionsCarrier
 from grader.grading.session import Session, exercise_of
-from grader.layout import KIT_ROOT
+from grader.kit import Kit
 from grader.records import CheckResult, ExerciseResult, Failure, Layer, ReviewFlag, Status, TargetResult, Visibility
 from grader.sandbox import Target, scan
 
@@ -101,26 +100,27 @@ def _graded_case(item: pytest.Item | None) -> tuple[Target, str] | None:
     callspec = getattr(item, "callspec", None)
     if item is None or callspec is None or "grade" not in callspec.params:
         return None
-    exercise = exercise_of(item.path)
+    exercise = exercise_of(item.path, item.config.stash[SESSION].kit.catalog)
     return (callspec.params["grade"][0], exercise) if exercise else None
 
 
-def check_file(exercise: Exercise) -> str:
-    return layout.checks_file(exercise.id)
-
-
 def run(options: Options, exercises: Sequence[Exercise],
-        progress: Callable[[CheckResult], None] | None = None, session: Session | None = None) -> list[TargetResult]:
-    """Grade every target of `options` on every exercise; one TargetResult per target. A grading
-    service passes its warm `session` (kept open afterwards); else the run makes and closes its own."""
+        progress: Callable[[CheckResult], None] | None = None, session: Session | None = None,
+        kit: Kit | None = None) -> list[TargetResult]:
+    """Grade every target of `options` on every exercise of `kit` (the session's; the default kit when neither
+    is given); one TargetResult per target. A grading service passes its warm `session` (kept open
+    afterwards); else the run makes and closes its own."""
+    kit = session.kit if session is not None else kit or Kit.default()
     collector = Collector(progress)
-    args = [check_file(e) for e in exercises] + [
-        "--rootdir", KIT_ROOT, "-c", os.path.join(KIT_ROOT, "pyproject.toml"),
+    files = [kit.checks_file(e.id) for e in exercises]
+    _forget_other_kits(files)
+    args = files + [
+        "--rootdir", kit.root, "-c", kit.path("pyproject.toml"),
         "-p", hypothesis_adapter.PYTEST_PLUGIN, "-p", "no:cacheprovider", "-p", "no:terminal",
         "-p", "no:unraisableexception", "--assert=plain", "--import-mode=importlib",
     ]  # the seed and the profile travel in `options` (see pytest_plugin.pytest_configure)
     with _quiet_stdout(options.details), _only_hypothesis_plugin():
-        code = pytest.main(args, plugins=[collector, OptionsCarrier(options, session)])
+        code = pytest.main(args, plugins=[collector, OptionsCarrier(options, session, kit)])
     if code == pytest.ExitCode.INTERRUPTED and collector.interrupted:
         raise KeyboardInterrupt
     if collector.broken:
@@ -140,19 +140,38 @@ def run(options: Options, exercises: Sequence[Exercise],
     return results
 
 
+def _forget_other_kits(files: Sequence[str]) -> None:
+    """Drop the check modules another kit's run left in sys.modules under these files' names: pytest's importlib
+    mode names a check module by its path under the root (tests.test_ex04_sharding in every kit) and takes one
+    already imported under that name as it is, so a second kit graded in this process would run the first's."""
+    names = {os.path.basename(path) for path in files}
+    wanted = {os.path.realpath(path) for path in files}
+    for name, module in list(sys.modules.items()):
+        path = getattr(module, "__file__", None)
+        if path and os.path.basename(path) in names and os.path.realpath(path) not in wanted:
+            del sys.modules[name]
+
+
+# What the run sets in the environment: PYTEST_CURRENT_TEST by pytest at each check, then removed, the
+# caller's own with it where pytest runs the grading (a kit test, a plugin).
+SET_BY_THE_RUN = ("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "PYTEST_CURRENT_TEST")
+
+
 @contextlib.contextmanager
 def _only_hypothesis_plugin() -> Iterator[None]:
     """Of the installed pytest plugins, the checks need Hypothesis's alone: loading the others
-    (anyio, benchmark, ...) costs a quarter of a second and can change how tests run."""
-    saved = os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD")
+    (anyio, benchmark, ...) costs a quarter of a second and can change how tests run. The variables the
+    run sets are then as they were."""
+    saved = {name: os.environ.get(name) for name in SET_BY_THE_RUN}
     os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     try:
         yield
     finally:
-        if saved is None:
-            del os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"]
-        else:
-            os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = saved
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 class _quiet_stdout:

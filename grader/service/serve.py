@@ -21,11 +21,11 @@ import time
 from collections.abc import Sequence
 from typing import TextIO
 
-from grader import catalog
 from grader.grading.engine import Engine, Request, exercises_named
 from grader.grading.options import Options
+from grader.kit import Kit
 from grader.records import TargetResult
-from grader.sandbox import Sandbox, Target
+from grader.sandbox import Sandbox, Target, own_this_process
 from grader.service.service import GradeReply, GradeRequest
 
 WARM_THE_REST_AFTER = 2.0  # seconds after the start: then every other kind of fork server starts, if no request runs
@@ -45,11 +45,12 @@ class Warm:
         whichever exercise that is, and a first check that comes at once does not share the CPUs with their
         imports. In a small box only the lightest (forkservers.warm_up)."""
         with self.busy:
-            Sandbox.warm_up({exercise.preload for exercise in catalog.EXERCISES})
+            Sandbox.warm_up({exercise.preload for exercise in Kit.default().catalog.exercises})
 
     def grade(self, request: GradeRequest) -> TargetResult:
         """Grade one request; ValueError for a request that names no such exercise or folder."""
-        exercises = exercises_named(request.exercises)
+        kit = Kit.default()
+        exercises = exercises_named(request.exercises, kit)
         if not exercises:
             raise ValueError("no exercise named")
         if not os.path.isdir(request.target):
@@ -57,7 +58,7 @@ class Warm:
         target = Target(request.label or request.target, os.path.abspath(request.target))
         options = Options(targets=(target,), timeout=request.timeout, profile=request.profile,
                           seed=self.seed if request.seed is None else request.seed, details=request.details)
-        return self.engine.grade(Request(exercises, options, device=request.device)).results[0]
+        return self.engine.grade(Request(exercises, options, device=request.device, kit=kit)).results[0]
 
     def start_ahead(self) -> None:
         """Start the workers the last request's folder will ask for next (Session.start_ahead)."""
@@ -107,6 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str]) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    own_this_process()  # the service's process is its own (as python -m grader's, which comes here)
     # The replies have stdout to themselves: anything else printed (by pytest, a library) goes to stderr.
     replies = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)

@@ -83,20 +83,25 @@ def test_grading_in_a_process_it_does_not_own_leaves_the_process_as_it_was(stubs
     previous_profile, previous_flag = settings.get_current_profile_name(), subreaper()
     settings.load_profile("good-citizen")
     subreaper(0)  # as in a process no grader ever ran in (this one's plugin may have made it one, elsewhere)
+    changed = {}
     try:
-        before, below_before = state(), processes_below()
-        for _ in range(2):  # a second grading finds the process as the first left it, and grades the same
+        below_before = processes_below()
+        for collector_on in (True, False):  # a second grading finds the process as the first left it, and grades
+            gc.enable() if collector_on else gc.disable()  # the same; a caller's collector kept off stays off
+            before = state()
             with engine.Engine() as grading:
                 results = grading.grade(engine.Request(exercises, options, device="cpu", kit=kit)).results
             assert [result.score for result in results] == [15, 0]
-        after, left = state(), processes_below() - below_before
+            after = state()
+            changed |= {what: (value, after[what]) for what, value in before.items() if after[what] != value}
+        left = processes_below() - below_before
         alive = caller_own.poll() is None
     finally:
+        gc.enable()
         settings.load_profile(previous_profile)
         subreaper(previous_flag)
         caller_own.kill()
         caller_own.wait()
-    changed = {what: (value, after[what]) for what, value in before.items() if after[what] != value}
     assert not changed, changed
     assert alive, "the grading ended a process it did not start"
     assert not [process for process in left if process[2].startswith(GRADERS_OWN)], left  # nothing of its own left

@@ -9,6 +9,7 @@ once), test_catches.py groups by exercise, and nothing runs ahead.
 """
 
 import os
+import sys
 
 import pytest
 
@@ -99,3 +100,6 @@ def gradings_ahead(request, tmp_path_factory):
     yield
     ahead.stop()
     harness.stop_zygote()
+    warm = sys.modules.get("tests.kit.inprocess")  # imported by the tests that grade in this process, if any ran
+    if warm is not None:
+        warm.close()

@@ -17,7 +17,7 @@ from grader.learner import demo_figures
 from grader.records import CheckResult, ExerciseResult, Figure, Status, TargetResult
 from grader.reports import figures as shown
 from grader.reports import report
-from tests.kit import harness
+from tests.kit import harness, inprocess
 
 EX14 = "ex14_gradient_checkpointing"
 # (yours = the reference's, the naive version's) of each figure, counted on the references: exact on any device
@@ -167,9 +167,9 @@ RAISES = NO_CHECKPOINTING.replace("    return model\n", "    raise RuntimeError(
 def test_grading_measures_each_submission_after_its_checks(tmp_path):
     """Through the grader: the reference's own code at the reference's figure, no checkpointing at the naive
     one (every activation kept), a raising function not measured, with its error."""
-    results = harness.grade_submissions(tmp_path, EX14, {
-        "right": harness.reference_source(EX14), "none": NO_CHECKPOINTING, "raises": RAISES}, profile="fast")
-    figures = {name: Figure.from_dict(data["exercises"][0]["figures"][0]) for name, data in results.items()}
+    results = inprocess.grade_sources(tmp_path, EX14, {
+        "right": harness.reference_source(EX14), "none": NO_CHECKPOINTING, "raises": RAISES})
+    figures = {name: result.exercises[0].figures[0] for name, result in results.items()}
     (reference, naive), = KNOWN[EX14]
     assert all(f.reference == reference and f.naive == naive and f.graded for f in figures.values())
     assert figures["right"].yours == reference

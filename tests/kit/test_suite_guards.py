@@ -1,8 +1,10 @@
 """The kit's own suite fails in bounded time: a hanging kit test is failed by pytest-timeout with
 its stack (tests/kit/conftest.py gives every test a timeout), not left to CI's 90 minutes. And no
-kit test grades in pytest's own process but test_good_citizen.py, which proves that a grading leaves the
-process as it found it: every other grades in a subprocess, as the grader is run, and leaves pytest's
-process (its zygote, the gradings computed ahead beside it) to the tests that share it. Nor
+kit test builds a grading of its own in pytest's process but test_good_citizen.py, which proves that a grading
+leaves the process as it found it: a test that grades in this process does it through tests/kit/inprocess.py
+(one warm engine for the session, one grading at a time, in the main thread), and every other grades in a
+subprocess, as the grader is run, leaving pytest's process (its zygote, the gradings computed ahead beside it)
+to the tests that share it. Nor
 does a kit test replace what the gradings computed ahead in background threads (tests/kit/ahead.py) use
 meanwhile: the subprocess module's run and Popen, or the temporary folder."""
 

@@ -112,3 +112,16 @@ def test_no_kit_test_replaces_what_other_threads_use(tmp_path):
     assert replacing_shared_state(tmp_path) == [
         "test_shares.py:2: monkeypatch.setattr(devices.subprocess, 'run', print)",
         "test_shares.py:4: monkeypatch.setenv('TMPDIR', '/x')"]
+
+
+def test_every_kit_test_module_says_whether_a_release_can_change_it():
+    """The canary (.ci/run) runs the modules a library's release can change: each module is said to be one or the
+    other in tests/kit/conftest.py, and a new one in neither fails collection, naming it."""
+    from tests.kit import conftest
+
+    modules = [name for name in os.listdir(os.path.join(KIT_ROOT, "tests", "kit"))
+               if name.startswith("test_") and name.endswith(".py")]
+    assert conftest.unclassified(modules) == []
+    assert conftest.unclassified([*modules, "test_new.py"]) == ["test_new.py"]
+    assert not conftest.VERSIONS.keys() & conftest.OWN_CODE
+    assert set(conftest.VERSIONS) | conftest.OWN_CODE <= set(modules)  # none named that is not there

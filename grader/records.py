@@ -176,22 +176,42 @@ class ReviewFlag:
 
 @dataclass
 class CheckResult:
+    """How one check ended on one target and device: what went wrong (`message`, the case it names) and, for
+    a failure, its other parts apart (`failure`); each report composes from them what it shows."""
+
     target: str
     exercise: str
     check: str
     device: str
     status: Status
-    message: str = ""
+    message: str = ""  # what went wrong, alone: no hint, no failing input, no details
     seconds: float = 0.0
     evidence: str = "compared in the grader"  # or what the worker measured about itself
     title: str = ""  # what the check proves, in words (its docstring's first line)
     visibility: Visibility = Visibility.PUBLIC
-    failure: Failure | None = None  # the parts of a failure's message, for reports that set them apart
+    failure: Failure | None = None  # the parts of a failure: its hint, its input, its values, its details
+    note: str = ""  # the grader's word on the machine beside the result ("the machine was slow: ...")
+
+    def composed(self, hint: bool = True, example: bool = True) -> str:
+        """The whole message as one text: what went wrong, the hint, the smallest failing input, the details
+        asked for, the note. The terminal, the JSON's `message` and pytest's own show it; a report that shows
+        the hint or the input apart leaves it out here."""
+        failure = self.failure or Failure()
+        lines = [self.message.rstrip("\n")] if self.message else []
+        if hint and failure.hint:
+            lines.append(HINT + failure.hint)
+        if example and failure.example:
+            lines.append(SMALLEST + failure.example)
+        if failure.details:
+            lines.append(failure.details.rstrip())
+        if self.note:
+            lines.append(self.note)
+        return "\n".join(lines)
 
     def as_dict(self) -> dict[str, Any]:
         return {"name": self.check, "title": self.title or self.check, "device": self.device,
-                "status": self.status.label, "status_id": self.status.name.lower(), "message": self.message,
-                "seconds": self.seconds,
+                "status": self.status.label, "status_id": self.status.name.lower(), "message": self.composed(),
+                "what_went_wrong": self.message, "note": self.note, "seconds": self.seconds,
                 "evidence": self.evidence, "visibility": self.visibility.value,
                 "failure": self.failure.as_dict() if self.failure else None}
 
@@ -199,12 +219,21 @@ class CheckResult:
     def from_dict(cls, data: dict[str, Any], target: str, exercise: str) -> CheckResult:
         failure = data.get("failure")
         return cls(target, exercise, data["name"], data["device"], Status.from_report(data),
-                   data["message"], data["seconds"], data["evidence"], data.get("title", ""),
-                   Visibility(data.get("visibility", "public")), Failure(**failure) if failure else None)
+                   data.get("what_went_wrong", data["message"]),  # a report from before the parts: the whole text
+                   data["seconds"], data["evidence"], data.get("title", ""),
+                   Visibility(data.get("visibility", "public")), Failure(**failure) if failure else None,
+                   data.get("note", ""))
+
+    def as_plain(self) -> dict[str, Any]:
+        """Every field exactly, as plain data (JSON's types): what crosses between processes with a report."""
+        return dict(self.as_dict(), target=self.target, exercise=self.exercise, title=self.title)
+
+    @classmethod
+    def from_plain(cls, data: dict[str, Any]) -> CheckResult:
+        return cls.from_dict(data, data["target"], data["exercise"])
 
 
-# The labels of the lines a failure message adds after what went wrong (pytest_plugin.failure_message); a
-# report that shows a Failure's parts apart leaves those lines out of the message.
+# The labels of the lines a composed message adds after what went wrong (CheckResult.composed).
 HINT = "hint: "
 SMALLEST = "smallest failing input: "
 
@@ -213,9 +242,10 @@ SMALLEST = "smallest failing input: "
 class Failure:
     """A failed check's message in parts: the input it failed on (the smallest Hypothesis found), what
     the reference gave and what the submission gave, the check's hint (its diagnosis: the same words for
-    every learner it fits), the first line of what went wrong (each '' where the check has no such part),
-    so that a report can show each apart and a class's failures group by cause, not by text; and whether
-    the input was drawn with the seed (not one of the check's explicit examples)."""
+    every learner it fits), the first line of what went wrong, the learner's traceback and output where
+    they were asked for (each '' where the check has no such part), so that a report can show each apart
+    and a class's failures group by cause, not by text; and whether the input was drawn with the seed (not
+    one of the check's explicit examples)."""
 
     example: str = ""
     expected: str = ""
@@ -224,10 +254,11 @@ class Failure:
     drawn: bool = False
     finding: str = ""
     own_words: bool = False  # the finding is what the submission's code raised: its words, not the grader's
+    details: str = ""  # with --details (or pytest -vv): the traceback, or what the code printed
 
     def as_dict(self) -> dict[str, Any]:
         return {"example": self.example, "expected": self.expected, "received": self.received, "hint": self.hint,
-                "drawn": self.drawn, "finding": self.finding, "own_words": self.own_words}
+                "drawn": self.drawn, "finding": self.finding, "own_words": self.own_words, "details": self.details}
 
 
 @dataclass(frozen=True)

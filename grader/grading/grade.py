@@ -110,11 +110,9 @@ class Grade:
         return (both[-1]["expected"], both[-1]["actual"]) if both else None
 
     def _settle(self, started: Started) -> None:
-        """Finish a reference call; workers that did not start become its failed reply."""
-        try:
-            self._finish(started)
-        except Verdict as verdict:
-            self.session.reference_cache[started[0]] = [Reply(verdict.status, message=str(verdict))]
+        """Finish a reference call (workers that did not start are its failed reply: see _finish); whether
+        it failed is judged once, as the grader's own failure, where its value is read (_reference_value)."""
+        self._finish(started)
 
     def run(self, probe: Callable[..., Any], *args: Any, world_size: int = 1) -> Any:
         """The target's observation; its failures become CheckFailed or a Verdict."""
@@ -145,7 +143,10 @@ class Grade:
         try:
             return key, self.session.sandbox.start(request), trusted
         except WorkerFailure as error:
-            if error.status is Status.TIMED_OUT and not trusted:
+            if trusted:  # the grader's account of why the reference gave no reply
+                cache[key] = [Reply(error.status, message=str(error))]
+                return key, None, trusted
+            if error.status is Status.TIMED_OUT:
                 raise self._hung(probe_file, probe.__name__,
                                  Verdict(Status.TIMED_OUT, f"the check ran out of time ({self._limit()})"))
             raise Verdict(error.status, str(error))
@@ -195,8 +196,10 @@ class Grade:
             try:
                 cache[key] = self.session.sandbox.finish(call)
             except WorkerFailure as error:
-                verdict = Verdict(error.status, str(error))
-                raise verdict if trusted else self._hung(call.request.probe_file, call.request.probe_name, verdict)
+                if trusted:  # the grader's account of why the reference gave no reply
+                    cache[key] = [Reply(error.status, message=str(error))]
+                    return cache[key]
+                raise self._hung(call.request.probe_file, call.request.probe_name, Verdict(error.status, str(error)))
             finally:
                 if not trusted:
                     self._charge(call)
@@ -238,9 +241,9 @@ class Grade:
             del self.session.reference_cache[key]
             self._settle(self._start(probe, args, world_size, trusted=True))
             return self._reference_value(probe, args, world_size)
-        if bad:
-            raise Verdict(Status.NOT_GRADED, bad[0].message + " (and again with no submission running)",
-                          bad[0].traceback)
+        if bad:  # Reply -> Verdict in one step: the reference's failure is the grader's own, never the student's
+            raise Verdict(Status.NOT_GRADED, f"the reference failed ({bad[0].status.label}): {bad[0].message} "
+                                             "(and again with no submission running)", bad[0].traceback)
         value = _unwrap(replies)
         if recordings is not None:
             recordings.record(self._portable(key), value, self.session.sandbox.rundir)

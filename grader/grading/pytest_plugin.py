@@ -3,11 +3,12 @@
 `python -m grader` and `pytest tests/test_exNN_*.py` run the very same check functions
 through this plugin; the grader only adds a collector and its own report, and hands its
 `Options` over in an `OptionsCarrier` plugin (plain pytest builds them from its own command
-line).
+line). Each check's run ends in one record, a `CheckResult` on its pytest report (`result_of`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 from collections.abc import Generator, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, cast
@@ -26,7 +27,7 @@ from grader.grading.layouts import layout_difference
 from grader.grading.options import Options, resolve
 from grader.grading.session import Session, exercise_of, resolve_target
 from grader.kit import Kit
-from grader.records import HINT, SMALLEST, CheckFailed, Failure, Status, Verdict, Visibility
+from grader.records import CheckFailed, CheckResult, Failure, Status, Verdict, Visibility
 from grader.sandbox import Sandbox, forkservers
 from grader.sandbox import missing as missing_layers
 from grader.text import one_line, shown
@@ -40,6 +41,8 @@ SESSION = pytest.StashKey[Session]()  # the run's grading session, on pytest's c
 VISIBILITY = pytest.StashKey[Visibility]()  # each check's, decided once at collection (grading.visibility)
 CALLS = pytest.StashKey[hypothesis_adapter.Record | None]()  # the calls of the check's latest run
 HYPOTHESIS_BEFORE = pytest.StashKey[tuple[str, Any]]()  # the profile loaded and the seed forced before the run
+HANDED = pytest.StashKey["OptionsCarrier"]()  # what `python -m grader` or a service handed this run, if anything
+RESULT = "grader_result"  # the report's attribute that holds its check's CheckResult
 
 PHASES = [Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink]
 # derandomize=False outright: Hypothesis loads a "ci" profile of its own wherever CI is set (GitHub Actions, a
@@ -70,6 +73,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="refuse to run where the kernel lacks a layer of the sandbox (Landlock, a container)")
 
 
+@pytest.hookimpl(trylast=True)  # after the carrier's (tryfirst) and Hypothesis's own, whose seed it replaces
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "device_free: the check touches no tensors; it runs once, on the cpu")
     config.addinivalue_line("markers", "not_on(*devices, why): the check cannot run on those devices (mps: no "
@@ -79,9 +83,9 @@ def pytest_configure(config: pytest.Config) -> None:
                                        "about itself, not only on values the grader compares")
     if not hasattr(config.option, "target"):
         return
-    given = [plugin for plugin in config.pluginmanager.get_plugins() if isinstance(plugin, OptionsCarrier)]
-    kit = given[0].kit if given else Kit.default()
-    options = given[0].options if given else resolve(_options_from_command_line(config, kit), kit.root)
+    given = config.stash.get(HANDED, None)
+    kit = given.kit if given is not None else Kit.default()
+    options = given.options if given is not None else resolve(_options_from_command_line(config, kit), kit.root)
     from hypothesis import core
 
     config.stash[HYPOTHESIS_BEFORE] = (settings.get_current_profile_name(), core.global_force_seed)
@@ -90,7 +94,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if options.require_sandbox and missing_layers():
         raise pytest.UsageError("--require-sandbox: missing " + "; ".join(
             f"{layer.name} ({layer.detail})" for layer in missing_layers()))
-    kept = given[0].session if given else None
+    kept = given.session if given is not None else None
     if kept is not None:  # a grading service's session, warm from its requests before
         kept.renew(options)
     config.stash[SESSION] = kept or Session(options, kit)
@@ -126,6 +130,10 @@ class OptionsCarrier:
         self.session = session
         self.kit = session.kit if session is not None else kit or Kit.default()
 
+    @pytest.hookimpl(tryfirst=True)  # before the grader's own pytest_configure (trylast) reads it
+    def pytest_configure(self, config: pytest.Config) -> None:
+        config.stash[HANDED] = self
+
 
 def _catalog(config: pytest.Config) -> Catalog:
     """The catalog of the kit this run grades (plain pytest's: the default kit's)."""
@@ -155,9 +163,8 @@ def pytest_report_collectionfinish(config: pytest.Config) -> list[str]:
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     session = config.stash.get(SESSION, None)
-    kept = any(isinstance(plugin, OptionsCarrier) and plugin.session is session
-               for plugin in config.pluginmanager.get_plugins())
-    if session is not None and not kept:
+    given = config.stash.get(HANDED, None)
+    if session is not None and (given is None or given.session is not session):  # a service's outlives the run
         session.close()
     before = config.stash.get(HYPOTHESIS_BEFORE, None)
     if before is not None:  # the process's Hypothesis as it was (a grading in a notebook's or a test's process)
@@ -289,56 +296,90 @@ def pytest_runtest_call(item: pytest.Item) -> None:
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item,
                                call: pytest.CallInfo[None]) -> Generator[None, Result[pytest.TestReport], None]:
-    """Label each report with its case and the check's status and message (for any listener): the one
-    place a check's status is derived from how pytest ran it."""
+    """Give the report of a check's run its record (for any listener): the one place a check's status is
+    derived from how pytest ran it. pytest's own text of a failure is composed from the record's parts."""
     outcome = yield
-    report: Any = outcome.get_result()  # a TestReport, given the grader_* attributes below
-    callspec = getattr(item, "callspec", None)
-    if callspec is not None and "grade" in callspec.params:
-        target, device = callspec.params["grade"]
-        report.grader_case = (target.label, _exercise(item), getattr(item, "originalname", item.name), device)
-        check = cast(pytest.Function, item)  # only a Function has a callspec
-        report.grader_title = ((check.function.__doc__ or "").strip().splitlines() or [""])[0]
-        marker = item.get_closest_marker("measured_in_worker")
-        report.grader_evidence = f"measured inside the worker: {marker.args[0]}" if marker else "compared in the grader"
-        report.grader_visibility = item.stash.get(VISIBILITY, Visibility.PUBLIC).value
-        if report.when == "setup" and not report.passed:  # plain text: pytest-xdist sends reports between processes
-            report.grader_status = Status.NOT_GRADED.name
-            report.grader_message = "the check could not start: " + (report.longreprtext.strip().splitlines()
-                                                                     or ["?"])[-1]
-        elif report.when == "call" and report.passed:
-            grade = getattr(item, "funcargs", {}).get("grade")
-            report.grader_status = Status.PASSED.name
-            report.grader_message = grade.slow_start if isinstance(grade, Grade) else ""  # the machine, if it was slow
-    if call.excinfo is None or report.when != "call":
+    report = outcome.get_result()
+    record = _record(item, call, report)
+    if record is None:
         return
-    error = call.excinfo.value
-    grade = getattr(item, "funcargs", {}).get("grade")
-    if isinstance(grade, Grade) and isinstance(error, Exception) and \
-            not isinstance(error, (CheckFailed, Verdict, HypothesisException)):  # Hypothesis's own: a flaky result
-        error = explained(error, grade)
-    status = getattr(error, "status", Status.FAILED)
-    report.grader_status = status.name  # plain text on the report: pytest-xdist sends reports between processes
-    session = item.config.stash.get(SESSION, None)
-    details = (session is not None and session.options.details) or getattr(item.config.option, "verbose", 0) >= 2
-    printed = grade.printed if isinstance(grade, Grade) else ""
-    calls = item.stash.get(CALLS, None)
-    example = calls.example() if calls is not None else ""
-    raised = getattr(error, "own_words", False)
-    found = old_apis.worth_naming(grade.old_apis if isinstance(grade, Grade) else (), raised)
-    hint = "\n".join(filter(None, [getattr(error, "hint", None) or "", *map(old_apis.hint, found)]))
-    report.grader_message = failure_message(error, details, printed, example, hint)
-    if isinstance(grade, Grade) and grade.slow_start:
-        report.grader_message += "\n" + grade.slow_start
-    report.grader_failure = Failure(  # as plain data: pytest-xdist sends reports between processes
-        example=shown(example), expected=shown(getattr(error, "expected", "")),
-        received=shown(getattr(error, "received", "")), hint=shown(hint),
-        drawn=calls is not None and calls.failed_on_drawn(), finding=finding(error),
-        own_words=raised).as_dict()  # the finding is what the submission's code raised
+    setattr(report, RESULT, record)
+    error = call.excinfo.value if call.excinfo is not None else None
     if isinstance(error, (CheckFailed, Verdict)) and getattr(item.config.option, "verbose", 0) < 2:
         # pytest shows no status column: name the status (once) unless it is a plain failure
-        label = status.label
-        report.longrepr = report.grader_message if label == "failed" else f"{label}: {report.grader_message}"
+        text, label = record.composed(), record.status.label
+        report.longrepr = text if label == "failed" else f"{label}: {text}"
+
+
+def result_of(report: pytest.TestReport) -> CheckResult | None:
+    """The record of the check's run a report is of; None for any other report."""
+    record = getattr(report, RESULT, None)
+    return record if isinstance(record, CheckResult) else None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_report_to_serializable(config: pytest.Config, report: pytest.TestReport) -> Any:
+    """The record as plain data where pytest-xdist sends a report between processes."""
+    data = yield
+    record = result_of(report)
+    if isinstance(data, dict) and record is not None:
+        data[RESULT] = record.as_plain()
+    return data
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_report_from_serializable(config: pytest.Config, data: dict[str, Any]) -> Any:
+    """The record again, on a report pytest-xdist received."""
+    report = yield
+    plain = getattr(report, RESULT, None)
+    if isinstance(plain, dict):
+        setattr(report, RESULT, CheckResult.from_plain(plain))
+    return report
+
+
+def _record(item: pytest.Item, call: pytest.CallInfo[None], report: pytest.TestReport) -> CheckResult | None:
+    """How the check's run ended, where this report says it: a setup that failed, a call that passed or
+    raised; None for anything else."""
+    callspec = getattr(item, "callspec", None)
+    if callspec is None or "grade" not in callspec.params:
+        return None
+    target, device = callspec.params["grade"]
+    check = cast(pytest.Function, item)  # only a Function has a callspec
+    marker = item.get_closest_marker("measured_in_worker")
+    grade = getattr(item, "funcargs", {}).get("grade")
+    grade = grade if isinstance(grade, Grade) else None
+    record = CheckResult(
+        target.label, _exercise(item) or "", getattr(item, "originalname", item.name), device, Status.PASSED,
+        seconds=round(report.duration, 3),
+        evidence=f"measured inside the worker: {marker.args[0]}" if marker else "compared in the grader",
+        title=((check.function.__doc__ or "").strip().splitlines() or [""])[0],
+        visibility=item.stash.get(VISIBILITY, Visibility.PUBLIC),
+        note=grade.slow_start if grade is not None else "")  # the machine, if it was slow
+    if report.when == "setup" and not report.passed:
+        return dataclasses.replace(record, status=Status.NOT_GRADED, message="the check could not start: " + (
+            report.longreprtext.strip().splitlines() or ["?"])[-1])
+    if report.when != "call" or (call.excinfo is None and not report.passed):
+        return None
+    if call.excinfo is None:
+        return record
+    error = call.excinfo.value
+    if grade is not None and isinstance(error, Exception) and \
+            not isinstance(error, (CheckFailed, Verdict, HypothesisException)):  # Hypothesis's own: a flaky result
+        error = explained(error, grade)
+    session = item.config.stash.get(SESSION, None)
+    details = (session is not None and session.options.details) or getattr(item.config.option, "verbose", 0) >= 2
+    calls = item.stash.get(CALLS, None)
+    raised = getattr(error, "own_words", False)
+    found = old_apis.worth_naming(grade.old_apis if grade is not None else (), raised)
+    hint = "\n".join(filter(None, [getattr(error, "hint", None) or "", *map(old_apis.hint, found)]))
+    failure = Failure(
+        example=shown(calls.example() if calls is not None else ""), expected=shown(getattr(error, "expected", "")),
+        received=shown(getattr(error, "received", "")), hint=shown(hint),
+        drawn=calls is not None and calls.failed_on_drawn(), finding=finding(error),
+        own_words=raised,  # the finding is what the submission's code raised
+        details=shown(_details(error, grade.printed if grade is not None else "")) if details else "")
+    return dataclasses.replace(record, status=getattr(error, "status", Status.FAILED),
+                               message=shown(what_went_wrong(error)), failure=failure)
 
 
 def explained(error: Exception, grade: Grade) -> CheckFailed | Verdict:
@@ -357,34 +398,21 @@ def explained(error: Exception, grade: Grade) -> CheckFailed | Verdict:
                                       f"kit's fault, not your code's): {raised}")
 
 
-def failure_message(error: BaseException, details: bool = False, printed: str = "", example: str = "",
-                    hint: str | None = None) -> str:
-    """The lines a learner reads: what went wrong, the hint (the error's own unless `hint` is given: it may add
-    the old-tutorial APIs the code uses), the input it failed on (`example`, the smallest Hypothesis found).
+def what_went_wrong(error: BaseException) -> str:
+    """What went wrong, in the error's own words (a check's, or its class named where the check's own code
+    raised it); the hint, the input and the details are the record's other parts."""
+    said = str(error).strip() or type(error).__name__
+    return said if isinstance(error, (CheckFailed, Verdict)) else f"{type(error).__name__}: {said}"
 
-    With `details`, the learner's traceback and what their code printed: a worker's own failure
-    carries both; a wrong value has no traceback, but what the code printed while computing it
-    (`printed`, its latest call's output) is often the clue.
-    """
-    lines = [str(error).strip() or type(error).__name__]
-    if not isinstance(error, (CheckFailed, Verdict)):
-        lines[0] = f"{type(error).__name__}: {lines[0]}"
-    hint = getattr(error, "hint", None) if hint is None else hint
-    if hint:
-        lines.append(HINT + hint)
-    if example:
-        lines.append(SMALLEST + example)
-    if details:
-        extra = getattr(error, "details", "") or (f"your code printed:\n{printed}" if printed else "")
-        if extra:
-            lines.append(extra.rstrip())
-    return shown("\n".join(lines))  # learner text: no raw escape sequences on anyone's terminal
+
+def _details(error: BaseException, printed: str) -> str:
+    """The learner's traceback and what their code printed: a worker's own failure carries both; a wrong
+    value has no traceback, but what the code printed while computing it (its latest call's output) is
+    often the clue."""
+    return (getattr(error, "details", "") or (f"your code printed:\n{printed}" if printed else "")).rstrip()
 
 
 def finding(error: BaseException) -> str:
     """The first line of what went wrong, the part of a failure a class report shows beside its cause."""
-    found = (str(error).strip() or type(error).__name__).splitlines()[0]
-    if not isinstance(error, (CheckFailed, Verdict)):
-        found = f"{type(error).__name__}: {found}"
-    return one_line(found)
+    return one_line(what_went_wrong(error).splitlines()[0])
 

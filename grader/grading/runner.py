@@ -18,10 +18,10 @@ import pytest
 from grader.catalog import Exercise
 from grader.grading import hypothesis_adapter
 from grader.grading.options import Options
-from grader.grading.pytest_plugin import SESSION, OptionsCarrier
+from grader.grading.pytest_plugin import SESSION, OptionsCarrier, result_of
 from grader.grading.session import Session, exercise_of
 from grader.kit import Kit
-from grader.records import CheckResult, ExerciseResult, Failure, Layer, ReviewFlag, Status, TargetResult, Visibility
+from grader.records import CheckResult, ExerciseResult, Layer, ReviewFlag, Status, TargetResult
 from grader.sandbox import Target, scan
 
 if TYPE_CHECKING:
@@ -60,23 +60,12 @@ class Collector:
             self.kept_off = list(grading.kept_off)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        case = getattr(report, "grader_case", None)
-        status = getattr(report, "grader_status", None)  # the plugin's (pytest_runtest_makereport)
-        if case is None or status is None:
+        record = result_of(report)  # the plugin's (pytest_plugin.pytest_runtest_makereport)
+        if record is None:
             return
-        target, exercise, check, device = case
-        status, message = Status[status], report.grader_message
-        failure = getattr(report, "grader_failure", None)
-        record = CheckResult(target, exercise, check, device, status, message, round(report.duration, 3),
-                             getattr(report, "grader_evidence", "compared in the grader"),
-                             getattr(report, "grader_title", ""),
-                             Visibility(getattr(report, "grader_visibility", "public")),
-                             Failure(**failure) if failure and any(failure.values()) and status is not Status.PASSED
-                             else None)
         self.records.append(record)
         if self.progress:
             self.progress(record)
-
 
     def pytest_runtest_teardown(self, item: pytest.Item, nextitem: pytest.Item | None) -> None:
         """After a target's last check of an exercise, while its workers are warm: the figures its check file

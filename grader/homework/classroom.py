@@ -126,7 +126,7 @@ def outputs(result: TargetResult) -> str:
         for name, points in zip(names, shares(row.max_score, len(names))):
             records = [check for check in row.checks if check.check == name]
             status = _status({check.status for check in records})
-            message = text.shown("\n".join(f"[{c.device}] {c.status.label}: {c.message}" for c in records
+            message = text.shown("\n".join(f"[{c.device}] {c.status.label}: {c.composed()}" for c in records
                                             if c.status is not Status.PASSED))  # a submission's text: no raw escapes
             test = {"name": f"{row.id[:4]} · {records[0].title or name}", "status": status,
                     "score": points if status == "pass" else 0, "message": message or None,

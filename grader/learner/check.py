@@ -23,7 +23,7 @@ from grader import catalog
 from grader.kit import Kit
 from grader.notebook import cells as notebook_cells
 from grader.notebook.places import Cell
-from grader.records import HINT, SMALLEST, CheckResult, ExerciseResult, Status, TargetResult
+from grader.records import ExerciseResult, Status, TargetResult
 from grader.service.service import GradeRequest, Service, ServiceError
 
 LABEL = "notebook"
@@ -285,27 +285,17 @@ def _grade(exercises: Sequence[catalog.Exercise], code: str, device: str, profil
 
 
 def rows(result: TargetResult) -> list[CheckRow]:
-    """A CheckRow per check, its points the exercise's split evenly (as the grader scores)."""
+    """A CheckRow per check, its points the exercise's split evenly (as the grader scores); the message, the
+    hint and the input as the grader recorded them apart (records.CheckResult, records.Failure)."""
     found = []
     for exercise in result.exercises:
         for check, earned, share in exercise.check_points():
-            message, hint, example = _failure_parts(check)
-            expected, received = (check.failure.expected, check.failure.received) if check.failure else ("", "")
-            found.append(CheckRow(exercise.id, check.check, check.device, check.status, earned, share, message,
-                                  example, expected, received, hint))
+            failure = check.failure
+            found.append(CheckRow(exercise.id, check.check, check.device, check.status, earned, share,
+                                  check.composed(hint=False, example=False).strip(),
+                                  failure.example if failure else "", failure.expected if failure else "",
+                                  failure.received if failure else "", failure.hint if failure else ""))
     return found
-
-
-def _failure_parts(check: CheckResult) -> tuple[str, str, str]:
-    """(message, hint, smallest failing input) as the grader recorded them apart (records.Failure): the
-    message without the lines pytest_plugin.failure_message added for the two; a result without a Failure
-    (a check that could not start) is its message alone. Nothing is read back from the message's text."""
-    if check.failure is None:
-        return check.message.strip(), "", ""
-    message, hint, example = check.message, check.failure.hint, check.failure.example
-    for line in ([HINT + hint] if hint else []) + ([SMALLEST + example] if example else []):
-        message = message.replace("\n" + line, "", 1)
-    return message.strip(), hint, example
 
 
 def _code(source: str | None, path: str | None) -> str:

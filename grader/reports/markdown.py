@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 
 from grader import text
-from grader.records import SMALLEST, CheckResult, Status
+from grader.records import CheckResult, Status
 
 
 def fenced(content: str) -> str:
@@ -30,10 +30,7 @@ def check_output(check: CheckResult) -> str:
     if check.status is Status.PASSED:
         return "passed"
     failure = check.failure
-    message = check.message
-    if failure is not None and failure.example:  # shown in a block of its own below
-        message = message.replace("\n" + SMALLEST + failure.example, "", 1)
-    parts = [f"**{check.status.label}**", fenced(message)]
+    parts = [f"**{check.status.label}**", fenced(check.composed(example=False))]  # the input: a block of its own
     if failure is not None:
         for label, value in (("Failing example", failure.example), ("Expected", failure.expected),
                              ("Received", failure.received)):

@@ -56,7 +56,7 @@ def terminal(result: TargetResult, verbose: bool = False) -> str:
     for row, check in listed:
         hidden = " (hidden)" if check.visibility is Visibility.HIDDEN else ""
         lines.append(f"{row.id} {check.check} [{text.one_line(check.device)}]{hidden}: {check.status.label}: "
-                     + text.continued(check.message.rstrip("\n")))
+                     + text.continued(check.composed()))
     hidden_checks = sorted({f"{row.id[:4]} {check.check}" for row in result.exercises for check in row.checks
                             if check.visibility is Visibility.HIDDEN})
     if hidden_checks:
@@ -123,7 +123,7 @@ def check_output(check: CheckResult, output_format: str = "md") -> str:
     """A check's whole output on Gradescope: its status, message and, in markdown, its parts in code blocks."""
     if output_format == "md":
         return markdown.check_output(check)
-    return "passed" if check.status is Status.PASSED else f"{check.status.label}: {text.continued(check.message)}"
+    return "passed" if check.status is Status.PASSED else f"{check.status.label}: {text.continued(check.composed())}"
 
 
 def drawn_failure(check: CheckResult, hidden: str, output_format: str = "md") -> str:

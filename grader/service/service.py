@@ -19,9 +19,10 @@ import signal
 import subprocess
 import sys
 import tempfile
-from dataclasses import asdict, dataclass, field
-from typing import IO
+from dataclasses import dataclass, field, fields
+from typing import IO, Any
 
+from grader.devices import CHOICES
 from grader.kit import Kit
 from grader.layout import GRADER_DIR
 from grader.records import TargetResult
@@ -29,7 +30,8 @@ from grader.records import TargetResult
 
 @dataclass(frozen=True)
 class GradeRequest:
-    """Grade `exercises` (catalog ids) of the folder `target`."""
+    """Grade `exercises` (catalog ids) of the folder `target`: every setting the service grades with, the
+    seed and the device included, so that a request read back is the request sent (as_dict, from_dict)."""
 
     exercises: tuple[str, ...]
     target: str  # a folder of exNN_*.py files
@@ -40,18 +42,46 @@ class GradeRequest:
     seed: int | None = None  # the service's own seed when None (the reference's observations then stay warm)
     details: bool = False  # tracebacks and output in the messages
 
+    def as_dict(self) -> dict[str, Any]:
+        return {"exercises": list(self.exercises), "target": self.target, "label": self.label,
+                "device": self.device, "profile": self.profile, "timeout": self.timeout, "seed": self.seed,
+                "details": self.details}
+
+    @classmethod
+    def from_dict(cls, data: object) -> GradeRequest:
+        """The request `data` holds; ValueError, saying which field, for anything else (nothing is guessed)."""
+        if not isinstance(data, dict):
+            raise ValueError("not a grading request: a JSON object is expected")
+        unknown = sorted(set(data) - {f.name for f in fields(cls)})
+        if unknown:
+            raise ValueError(f"not a grading request: no field {unknown[0]!r}")
+        if "target" not in data:
+            raise ValueError("not a grading request: no target")
+        exercises = data.get("exercises")
+        if not isinstance(exercises, list) or not all(isinstance(name, str) for name in exercises):
+            raise ValueError("not a grading request: exercises must be a list of names")
+        request = cls(tuple(exercises), **{name: value for name, value in data.items() if name != "exercises"})
+        for name, kinds in (("target", str), ("label", str), ("device", str), ("profile", str),
+                            ("timeout", (int, float)), ("details", bool)):
+            value = getattr(request, name)
+            if not isinstance(value, kinds) or (name == "timeout" and isinstance(value, bool)):
+                raise ValueError(f"not a grading request: {name} {value!r}")
+        if request.seed is not None and (not isinstance(request.seed, int) or isinstance(request.seed, bool)):
+            raise ValueError(f"not a grading request: seed {request.seed!r} (a whole number, or null)")
+        if request.device not in CHOICES:
+            raise ValueError(f"not a grading request: device {request.device!r} (one of {', '.join(CHOICES)})")
+        return request
+
     def to_line(self) -> str:
-        return json.dumps(asdict(self)) + "\n"
+        return json.dumps(self.as_dict()) + "\n"
 
     @classmethod
     def from_line(cls, line: str) -> GradeRequest:
         try:
             data = json.loads(line)
-            if not isinstance(data, dict) or not isinstance(data.get("exercises"), list):
-                raise ValueError("a JSON object with a list of exercises is expected")
-            return cls(**dict(data, exercises=tuple(data["exercises"])))
-        except (ValueError, TypeError) as error:
+        except ValueError as error:
             raise ValueError(f"not a grading request: {error}")
+        return cls.from_dict(data)
 
 
 @dataclass

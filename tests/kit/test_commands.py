@@ -156,7 +156,7 @@ def test_demo_says_when_a_piece_it_runs_did_not_last_score_full_marks(tmp_path, 
         "ex04_sharding": {"status": "passed", "score": 15, "max_score": 15, "devices": ["cpu"]},
         "ex07_data_parallel_step": {"status": "failed", "score": 16, "max_score": 20, "devices": ["cpu"],
                                     "at": "2026-12-03 10:00"}}}))
-    monkeypatch.setattr(state, "PATH", str(path))
+    monkeypatch.setattr(state, "path", lambda: str(path))
     monkeypatch.setattr(demo, "unsolved", lambda folder, modules: [])
     monkeypatch.setattr(demo, "build_assets", lambda folder: None)
     monkeypatch.setattr(demo, "subprocess", types.SimpleNamespace(  # demo's own reference: other threads run graders

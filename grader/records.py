@@ -184,26 +184,24 @@ class CheckResult:
     check: str
     device: str
     status: Status
-    message: str = ""  # what went wrong, alone: no hint, no failing input, no details
+    message: str = ""  # what went wrong (and the traceback and output, where asked for): no hint, no failing input
     seconds: float = 0.0
     evidence: str = "compared in the grader"  # or what the worker measured about itself
     title: str = ""  # what the check proves, in words (its docstring's first line)
     visibility: Visibility = Visibility.PUBLIC
-    failure: Failure | None = None  # the parts of a failure: its hint, its input, its values, its details
+    failure: Failure | None = None  # the parts of a failure: its hint, its input, its values, its finding
     note: str = ""  # the grader's word on the machine beside the result ("the machine was slow: ...")
 
     def composed(self, hint: bool = True, example: bool = True) -> str:
-        """The whole message as one text: what went wrong, the hint, the smallest failing input, the details
-        asked for, the note. The terminal, the JSON's `message` and pytest's own show it; a report that shows
-        the hint or the input apart leaves it out here."""
+        """The whole message as one text: what went wrong, the hint, the smallest failing input, the note. The
+        terminal, the JSON's `message` and pytest's own show it; a report that shows the hint or the input apart
+        leaves it out here."""
         failure = self.failure or Failure()
         lines = [self.message.rstrip("\n")] if self.message else []
         if hint and failure.hint:
             lines.append(HINT + failure.hint)
         if example and failure.example:
             lines.append(SMALLEST + failure.example)
-        if failure.details:
-            lines.append(failure.details.rstrip())
         if self.note:
             lines.append(self.note)
         return "\n".join(lines)
@@ -242,10 +240,9 @@ SMALLEST = "smallest failing input: "
 class Failure:
     """A failed check's message in parts: the input it failed on (the smallest Hypothesis found), what
     the reference gave and what the submission gave, the check's hint (its diagnosis: the same words for
-    every learner it fits), the first line of what went wrong, the learner's traceback and output where
-    they were asked for (each '' where the check has no such part), so that a report can show each apart
-    and a class's failures group by cause, not by text; and whether the input was drawn with the seed (not
-    one of the check's explicit examples)."""
+    every learner it fits), the first line of what went wrong (each '' where the check has no such part), so
+    that a report can show each apart and a class's failures group by cause, not by text; and whether the
+    input was drawn with the seed (not one of the check's explicit examples)."""
 
     example: str = ""
     expected: str = ""
@@ -254,11 +251,10 @@ class Failure:
     drawn: bool = False
     finding: str = ""
     own_words: bool = False  # the finding is what the submission's code raised: its words, not the grader's
-    details: str = ""  # with --details (or pytest -vv): the traceback, or what the code printed
 
     def as_dict(self) -> dict[str, Any]:
         return {"example": self.example, "expected": self.expected, "received": self.received, "hint": self.hint,
-                "drawn": self.drawn, "finding": self.finding, "own_words": self.own_words, "details": self.details}
+                "drawn": self.drawn, "finding": self.finding, "own_words": self.own_words}
 
 
 @dataclass(frozen=True)

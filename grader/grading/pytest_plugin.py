@@ -376,10 +376,11 @@ def _record(item: pytest.Item, call: pytest.CallInfo[None], report: pytest.TestR
         example=shown(calls.example() if calls is not None else ""), expected=shown(getattr(error, "expected", "")),
         received=shown(getattr(error, "received", "")), hint=shown(hint),
         drawn=calls is not None and calls.failed_on_drawn(), finding=finding(error),
-        own_words=raised,  # the finding is what the submission's code raised
-        details=shown(_details(error, grade.printed if grade is not None else "")) if details else "")
+        own_words=raised)  # the finding is what the submission's code raised
+    extra = _details(error, grade.printed if grade is not None else "") if details else ""
     return dataclasses.replace(record, status=getattr(error, "status", Status.FAILED),
-                               message=shown(what_went_wrong(error)), failure=failure)
+                               message=shown("\n".join(filter(None, [what_went_wrong(error), extra]))),
+                               failure=failure)
 
 
 def explained(error: Exception, grade: Grade) -> CheckFailed | Verdict:
@@ -400,7 +401,7 @@ def explained(error: Exception, grade: Grade) -> CheckFailed | Verdict:
 
 def what_went_wrong(error: BaseException) -> str:
     """What went wrong, in the error's own words (a check's, or its class named where the check's own code
-    raised it); the hint, the input and the details are the record's other parts."""
+    raised it); the hint and the input are the record's other parts."""
     said = str(error).strip() or type(error).__name__
     return said if isinstance(error, (CheckFailed, Verdict)) else f"{type(error).__name__}: {said}"
 

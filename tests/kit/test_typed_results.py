@@ -125,13 +125,13 @@ def test_a_failures_message_and_its_parts_are_kept_apart_and_each_report_compose
     assert output.count(failure.example) == 1 and SMALLEST not in output and HINT + failure.hint in output
 
 
-def test_details_and_the_machines_note_are_parts_too():
+def test_the_machines_note_is_a_part_too():
     check = CheckResult("t", EXERCISE, INDICES, "cpu", Status.EXCEPTION, "raised ValueError: no",
-                        failure=Failure("x=1", hint="deal round-robin", details="Traceback: line 3"),
+                        failure=Failure("x=1", hint="deal round-robin"),
                         note="the machine was slow: its workers took 95 s to start")
     assert check.composed() == ("raised ValueError: no\nhint: deal round-robin\nsmallest failing input: x=1\n"
-                                "Traceback: line 3\nthe machine was slow: its workers took 95 s to start")
-    assert check.composed(hint=False, example=False) == ("raised ValueError: no\nTraceback: line 3\n"
+                                "the machine was slow: its workers took 95 s to start")
+    assert check.composed(hint=False, example=False) == ("raised ValueError: no\n"
                                                          "the machine was slow: its workers took 95 s to start")
     assert CheckResult.from_plain(json.loads(json.dumps(check.as_plain()))) == check
     passed = CheckResult("t", EXERCISE, INDICES, "cpu", Status.PASSED, note="the machine was slow")

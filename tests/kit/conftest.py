@@ -109,3 +109,12 @@ def gradings_ahead(request, tmp_path_factory):
     warm = sys.modules.get("tests.kit.inprocess")  # imported by the tests that grade in this process, if any ran
     if warm is not None:
         warm.close()
+
+
+def pytest_terminal_summary(terminalreporter):
+    """How the session graded: the graders `harness.grader` started (a test's own Popen of one is not counted), and
+    the gradings done in this process (tests/kit/inprocess.py)."""
+    warm = sys.modules.get("tests.kit.inprocess")
+    counts = {**harness.STARTED, **(warm.GRADED if warm is not None else {})}
+    if counts:
+        terminalreporter.write_line("kit gradings: " + ", ".join(f"{n} {how}" for how, n in sorted(counts.items())))

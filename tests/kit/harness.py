@@ -1,5 +1,6 @@
 """Helpers for the kit's own tests: write submissions, grade them in one grader call, read the JSON."""
 
+import collections
 import contextlib
 import json
 import os
@@ -68,11 +69,14 @@ def grader(*args, timeout=1800, env=None, cwd=KIT_ROOT, unset=(), fresh=False):
         environment.pop(name, None)
     zygote = None if fresh else _zygote()
     if zygote is not None and zygote.suits(environment):
+        STARTED["forked from the zygote"] += 1
         return zygote.run(args, cwd, environment, timeout)
+    STARTED["fresh"] += 1
     return subprocess.run([sys.executable, "-m", "grader", *args], cwd=cwd, capture_output=True, text=True,
                           timeout=timeout, env=environment)
 
 
+STARTED: collections.Counter = collections.Counter()  # the graders `grader` started, by how (the session's summary)
 _zygotes: list[Zygote] = []
 _zygote_lock = threading.Lock()
 

@@ -15,6 +15,7 @@ grader's records (TargetResult), not a report's text.
 
 from __future__ import annotations
 
+import collections
 import os
 import textwrap
 import threading
@@ -31,6 +32,7 @@ from tests.kit.harness import SEED
 
 _lock = threading.Lock()
 _engines: dict[str, engine.Engine] = {}  # by kit root: a kept session serves one kit
+GRADED: collections.Counter = collections.Counter()  # the gradings done here (the session's summary)
 
 
 def grade(targets: Sequence[str | os.PathLike[str]], exercises: Sequence[str], *, profile: str = "fast",
@@ -51,6 +53,7 @@ def grade(targets: Sequence[str | os.PathLike[str]], exercises: Sequence[str], *
         if warm is None:
             warm = _engines[kit.root] = engine.Engine(keep=True)
         outcome = warm.grade(engine.Request(chosen, options, device=device, kit=kit))
+        GRADED["in this process"] += 1
     return {os.path.basename(os.path.normpath(result.target)): result for result in outcome.results}
 
 

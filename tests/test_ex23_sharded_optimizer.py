@@ -409,6 +409,7 @@ def _state_hint(case, rank, values, want_flat):
 
 
 @NEEDS_GLOO
+@pytest.mark.measured_in_worker("the optimizer's state, as the submission's object holds it in optimizer.state")
 @explicit_examples(EXAMPLES)
 @given(case=steps_case())
 def test_each_rank_keeps_the_state_of_its_own_slice_alone(grade, case):

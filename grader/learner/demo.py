@@ -1,6 +1,6 @@
 """`python -m grader demo ex07|ex12 --nproc 2`: the learner's code training across processes; `demo ex14`: its saving.
 
-For ex13 to ex20 (an exercise whose checks declare figures), the demo shows what the learner's code saves
+For ex13 to ex20 and ex23 (an exercise whose checks declare figures), the demo shows what the learner's code saves
 (grader.learner.demo_figures).
 
 The launcher checks that the exercises the demo runs on are solved, builds everything
@@ -37,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = command_parser("demo", __doc__.splitlines()[0])
     parser.add_argument("exercise", metavar="EXERCISE",
                         help="ex07 or ex12: the exercise whose code the demo trains with; an exercise of chapters 3 "
-                             "and 4 (ex13 to ex20): what your code saves")
+                             "to 5 (ex13 to ex20, ex23): what your code saves")
     parser.add_argument("--nproc", type=int, default=2, help="number of processes (ranks), 1 to 8")
     parser.add_argument("--steps", type=int, default=40, help="ex07: optimizer steps")
     parser.add_argument("--epochs", type=int, default=4, help="ex12: epochs")
@@ -86,7 +86,7 @@ def figures_demo(parser: argparse.ArgumentParser, name: str, target: Target) -> 
         parser.error(catalog.unknown(name))
     if not demo_figures.declared(exercise):
         parser.error(f"{exercise.id} has no demo: demos are ex07 and ex12 (training) and the exercises whose "
-                     "checks measure what your code saves (chapters 3 and 4)")
+                     "checks measure what your code saves (chapters 3 to 5)")
     for line in last_grades(target.label, [exercise.id]):
         print(line)
     return demo_figures.main(exercise, target)

@@ -30,6 +30,7 @@ KNOWN = {
     "ex18_adamw_step": [(2.0, 15.0)],
     "ex19_quantize_blockwise": [(0.5078125, 2.0)],
     "ex20_adafactor": [(3840 / 525568, 1.0)],
+    "ex23_sharded_optimizer": [(66176, 264720), (198528.0, 198528.0)],
 }
 
 

@@ -281,7 +281,7 @@ def test_dev_new_refuses_in_one_line_and_writes_nothing(tmp_path):
                        (["ex20_Capital", "--chapter", "1"], "not an id of the form"),
                        (["ex04_sharding", "--chapter", "1"], "the id is taken by ex04_sharding"),
                        (["ex04_other", "--chapter", "1"], "number 04 is taken by ex04_sharding"),
-                       (["ex27_fine", "--chapter", "9"], "unknown chapter 9 (known: 1, 2, 3, 4)"),
+                       (["ex27_fine", "--chapter", "9"], "unknown chapter 9 (known: 1, 2, 3, 4, 5)"),
                        (["ex28_already_here", "--chapter", "1"], "solutions/ex28_already_here.py already exists")):
         done = dev(kit, "new", *args)
         assert done.returncode == 2, (args, done.stdout + done.stderr)

@@ -334,8 +334,8 @@ def _flat(parameters, case):
 def _step_hint(grade, case, rank, first):
     """The hint of the usual mistake that leaves rank's parameters as they are after the first step, if one does."""
     flat = _flat(first, case)
-    for mistake, per_rank in grade.reference(probe_mistakes, case).items():
-        if flat.shape == per_rank[rank].shape and close(flat, per_rank[rank]):
+    for mistake, flats in grade.reference(probe_mistakes, case).items():
+        if flat.shape == flats[rank].shape and close(flat, flats[rank]):
             return MISTAKE_HINTS[mistake]
     return DEFAULTS_HINT if case["defaults"] else STEP_HINT
 
@@ -388,7 +388,7 @@ STATE_HINTS = {
               "r = dist.get_rank()"),
 }
 
-# State keys a message names, and how a rank's state should relate to AdamW's
+# The state's tensors, as the contract names them
 STATE_KEYS = ("exp_avg", "exp_avg_sq")
 
 

@@ -1,4 +1,4 @@
-"""Exercise 25 - The gradients' memory: the optimizer step inside the backward pass.
+"""Exercise 25 - The gradients' memory: the optimizer step inside backward.
 
 An ordinary training step keeps every gradient at once: ``loss.backward()``
 fills ``p.grad`` for every parameter, and only then does ``optimizer.step()``

@@ -136,7 +136,42 @@ def train_step(model, batch, loss_fn):
     return loss.item()
 '''
 
+# the same on copies: each hook moves a clone of its gradient aside and frees p.grad, and train_step steps on the
+# clones after backward (every gradient's memory still held at once, out of p.grad's sight)
+AFTER_BACKWARD_ON_COPIES = '''
+import torch
+
+OPTIMIZERS, ASIDE = {}, {}
+
+
+def _aside(param):
+    ASIDE[param] = param.grad.clone()
+    param.grad = None
+
+
+def attach_optimizer_in_backward(model, lr, weight_decay):
+    handles = []
+    for param in model.parameters():
+        if param.requires_grad:
+            OPTIMIZERS[param] = torch.optim.AdamW([param], lr=lr, weight_decay=weight_decay)
+            handles.append(param.register_post_accumulate_grad_hook(_aside))
+    return handles
+
+
+def train_step(model, batch, loss_fn):
+    inputs, targets = batch
+    loss = loss_fn(model(inputs), targets)
+    loss.backward()
+    for param in list(ASIDE):
+        param.grad = ASIDE.pop(param)
+        OPTIMIZERS[param].step()
+        param.grad = None
+    return loss.item()
+'''
+
 WRONG = [
+    Wrong("steps_after_backward_on_copies", AFTER_BACKWARD_ON_COPIES, PEAK, diagnosis="moved only after the backward "
+          "pass", passes=(VALUES, FREED, OWN, HANDLES)),
     Wrong("one_optimizer_stepped_in_the_first_hook", FIRST_HOOK, VALUES),
     Wrong("steps_after_backward", AFTER_BACKWARD, PEAK, diagnosis="moved only after the backward pass",
           passes=(VALUES, FREED, OWN, HANDLES)),

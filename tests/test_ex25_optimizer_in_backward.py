@@ -13,7 +13,9 @@ What the code does is watched in its worker by the kit's own means, never read f
 - the gradients alive during the backward pass: post-accumulate-grad hooks the kit registers before the
   code's own (so they run first, as each gradient arrives) keep a weak reference to each gradient's
   storage and add up the bytes of those still alive; the most at once may be no more than the
-  reference's, the largest single gradient (the ordinary loop keeps them all);
+  reference's, the largest single gradient (the ordinary loop keeps them all); the same hooks see which
+  parameters have moved when each gradient arrives: each must have stepped by the next arrival, as the
+  reference's, so that copies made in the hooks and stepped after backward cannot hide their memory;
 - after the handles it returned are removed, a backward pass steps nothing and leaves the gradients.
 A step taken before the gradient was accumulated (Tensor.register_hook) is seen by the same hooks: the
 parameter has moved before its gradient arrived.

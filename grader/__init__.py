@@ -9,16 +9,12 @@ the exercises are listed in `catalog.toml`.
 
 from grader.layout import GRADER_DIR  # where the package lives: defined in layout, named here for notebooks
 
-__all__ = ["GRADER_DIR", "KIT_ROOT", "check", "check_all"]
+__all__ = ["GRADER_DIR", "check", "check_all"]
 
 
 def __getattr__(name: str) -> object:
-    """`from grader import check, check_all` (in a notebook) without importing anything until then; `KIT_ROOT`,
-    the default kit's root, worked out when asked for (grader.layout)."""
-    if name == "KIT_ROOT":
-        from grader import layout
-
-        return layout.default_root()
+    """`from grader import check, check_all` (in a notebook) without importing anything until then (the kit itself:
+    grader.kit.Kit.default())."""
     if name in ("check", "check_all"):
         from grader import preflight
 

@@ -19,6 +19,7 @@ from grader.batch.shards import ShardError
 from grader.devices import CHOICES
 from grader.grading import engine, versions
 from grader.grading.options import Options
+from grader.kit import Kit
 from grader.learner import state
 from grader.records import CheckResult, Status, TargetResult
 from grader.reports import class_report, report
@@ -119,6 +120,11 @@ def build_parser() -> Parser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    try:
+        Kit.default().catalog  # noqa: B018 - read before any command: one that does not load is the line to fix
+    except catalog.CatalogError as error:
+        print(f"python -m grader: error: {error}", file=sys.stderr)
+        return 2
     if argv and argv[0] in command_names():
         return dispatch(argv[0], argv[1:])
     try:
@@ -175,7 +181,6 @@ def parse_targets(args: argparse.Namespace, staged: Staged) -> list[Target]:
 
 def run(args: argparse.Namespace) -> int:
     from grader.batch.batch import Staged
-    from grader.kit import Kit
 
     staged = Staged(Kit.default())
     try:

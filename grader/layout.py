@@ -3,8 +3,7 @@ where an exercise's four files live within a kit: its stub, its reference, its c
 implementations. The one place that knows the kit's layout; `grader.kit.Kit` (a kit's root and catalog)
 puts these paths under a root, and the grader, `dev` and the kit's own tests ask it rather than spelling
 paths of their own. It imports nothing of the grader: every layer may import it. Nothing here reads the
-file system at import: `default_root()` works the root out when first asked for (`grader.KIT_ROOT` is its
-alias, for notebooks).
+file system at import: `default_root()` works the root out when first asked for.
 """
 
 import functools

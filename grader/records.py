@@ -389,7 +389,7 @@ class TargetResult:
     def chapters(self) -> list[ChapterScore]:
         """One ChapterScore per chapter graded, in the catalog's order (out of its graded exercises)."""
         scores = []
-        for chapter in catalog.CHAPTERS:
+        for chapter in catalog.default().chapters:
             rows = [e for e in self.exercises if e.chapter == chapter.number and e.graded]
             if any(e.chapter == chapter.number for e in self.exercises):
                 scores.append(ChapterScore(chapter.number, chapter.topic, round(sum(e.score for e in rows), 2),

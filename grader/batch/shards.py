@@ -199,9 +199,9 @@ def report_json(results: Sequence[TargetResult], versions_part: dict[str, Any], 
 
 def csv_header(exercise_ids: Collection[str]) -> list[str]:
     """The CSV's header for these exercises (as `report.summary_csv` writes it), and the record's columns."""
-    chapters = [c.number for c in catalog.CHAPTERS if any(e.chapter == c.number and e.id in exercise_ids
-                                                          for e in catalog.EXERCISES)]
-    ids = [e.id for e in catalog.EXERCISES if e.id in exercise_ids]
+    chapters = [c.number for c in catalog.default().chapters if any(e.chapter == c.number and e.id in exercise_ids
+                                                          for e in catalog.default().exercises)]
+    ids = [e.id for e in catalog.default().exercises if e.id in exercise_ids]
     return (["target", "score", "max_score"] + [f"chapter{n}" for n in chapters]
             + ["seconds", "not_graded", "budget_cut", "review", "problem"] + ids + list(CSV_COLUMNS))
 

@@ -70,7 +70,7 @@ def main(argv: Sequence[str]) -> int:
     chosen = [catalog.find(name) for name in args.exercises]
     if None in chosen:
         parser.error(catalog.unknown(args.exercises[chosen.index(None)]))
-    args.exercises = chosen or list(catalog.EXERCISES)
+    args.exercises = chosen or list(catalog.default().exercises)
     if not args.no_grade:  # a usage error before any work
         from grader import devices
 

@@ -228,18 +228,18 @@ def all_makers(exercises: Sequence[catalog.Exercise], chapters: Sequence[catalog
 
 def catalog_tables() -> tuple[list[str], str]:
     """The course map and the exercise table are what `dev update` makes from the catalog."""
-    derived, found = derive(catalog_makers(catalog.EXERCISES, catalog.CHAPTERS))
+    derived, found = derive(catalog_makers(catalog.default().exercises, catalog.default().chapters))
     if found:
         return found, ""
     stale = [file for file in derived if file.stale]
     if not stale:
         where = ", ".join(file.path for file in derived)
-        return [], f"the course map and the {len(catalog.EXERCISES)} rows of the exercise table, as the catalog " \
-                   f"({where})"
+        count = len(catalog.default().exercises)
+        return [], f"the course map and the {count} rows of the exercise table, as the catalog ({where})"
     holder = next(file for file in derived if TABLE in file.blocks)
     start, end = region(holder.text, TABLE, holder.path)
     table = [(row[0], row[1]) for row in cells(holder.text[start:end])[1:] if len(row) == 3]
-    listed_ids, ids_ = [name for name, _ in table], [e.id for e in catalog.EXERCISES]
+    listed_ids, ids_ = [name for name, _ in table], [e.id for e in catalog.default().exercises]
     missing, extra = [i for i in ids_ if i not in listed_ids], [n for n in listed_ids if n not in ids_]
     if missing or extra:
         found.append(f"{holder.path}'s exercise table " + "; ".join(
@@ -248,7 +248,7 @@ def catalog_tables() -> tuple[list[str], str]:
     elif listed_ids != ids_:
         found.append(f"{holder.path}'s exercise table is not in the catalog's order: {UPDATE}")
     for name, value in table:
-        exercise = next((e for e in catalog.EXERCISES if e.id == name), None)
+        exercise = next((e for e in catalog.default().exercises if e.id == name), None)
         if exercise is not None and f"{exercise.points:g}" != value:
             found.append(f"{holder.path} gives {name} {value} points; the catalog {exercise.points:g}: {UPDATE}")
     return found or [f"{file.path}: its {' or '.join(block.name for block in file.blocks)} is out of date with "

@@ -13,9 +13,10 @@ import difflib
 import os
 import random
 import tokenize
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from grader import catalog, layout
+from grader.catalog import Exercise
 from grader.dev import blocks
 from grader.dev.catches import RECORDS, named_checks
 from grader.dev.kit import CATALOG, ID, SKELETON, STUB_SHARE, kit_path, kit_relative
@@ -84,30 +85,31 @@ WRITE = {"stub": "write it (the functions of the reference, each raising NotImpl
 def files() -> tuple[list[str], str]:
     """Each catalog id has its four files; no exercise file is without an id."""
     found = []
-    for exercise in catalog.EXERCISES:
+    for exercise in catalog.default().exercises:
         for kind, path in zip(("stub", "reference", "checks", "catches"), expected_files(exercise)):
             if not os.path.isfile(kit_path(path)):
                 found.append(f"{exercise.id}: {path} is missing: {WRITE[kind]}")
-    known = {path for exercise in catalog.EXERCISES for path in expected_files(exercise)}
+    known = {path for exercise in catalog.default().exercises for path in expected_files(exercise)}
     present = ([os.path.join(layout.STUBS, f) for f in _listed(layout.STUBS, "ex")]
                + [os.path.join(layout.REFERENCES, f) for f in _listed(layout.REFERENCES, "ex")]
                + [os.path.join(layout.CHECKS, f) for f in _listed(layout.CHECKS, "test_ex")]
                + [os.path.join(layout.CATCHES, f) for f in _listed(layout.CATCHES, "") if not f.startswith("_")])
     found += [f"{path}: no catalog entry has its id: delete it, or add its [[exercise]] entry to {CATALOG}"
               for path in present if path not in known]
-    return found, f"{len(catalog.EXERCISES)} exercises, each with a stub, a reference, a check file and its wrong " \
+    count = len(catalog.default().exercises)
+    return found, f"{count} exercises, each with a stub, a reference, a check file and its wrong " \
                   f"implementations ({layout.CATCHES}/<id>.py)"
 
 
 def ids() -> tuple[list[str], str]:
     """Ids are exNN_words, unique, in number order within each chapter."""
     found, numbers = [], []
-    for index, exercise in enumerate(catalog.EXERCISES):
+    for index, exercise in enumerate(catalog.default().exercises):
         if not ID.fullmatch(exercise.id):
             found.append(f"{exercise.id}: not of the form exNN_lowercase_words: rename it in {CATALOG} and its "
                          f"four files")
             continue
-        previous = catalog.EXERCISES[index - 1] if index else None
+        previous = catalog.default().exercises[index - 1] if index else None
         if exercise.number in numbers:
             found.append(f"{exercise.id}: number {exercise.number:02d} is used twice: give one of them a free number "
                          f"in {CATALOG} and its four files")
@@ -115,7 +117,7 @@ def ids() -> tuple[list[str], str]:
             found.append(f"{exercise.id}: listed after {previous.id[:4]}; a chapter's exercises are in number order: "
                          f"move its [[exercise]] entry above {previous.id}'s in {CATALOG}")
         numbers.append(exercise.number)
-    return found, f"{', '.join(e.id[:4] for e in catalog.EXERCISES)}: unique, in order"
+    return found, f"{', '.join(e.id[:4] for e in catalog.default().exercises)}: unique, in order"
 
 
 def points() -> tuple[list[str], str]:
@@ -123,7 +125,7 @@ def points() -> tuple[list[str], str]:
     the chapters in order."""
     found: list[str] = []
     chapters: dict[int, list[catalog.Exercise]] = {}
-    for index, exercise in enumerate(catalog.EXERCISES):
+    for index, exercise in enumerate(catalog.default().exercises):
         if exercise.points <= 0:
             found.append(f"{exercise.id}: points must be positive, not {exercise.points:g}: edit its points in "
                          f"{CATALOG}")
@@ -133,20 +135,20 @@ def points() -> tuple[list[str], str]:
         if chapters and exercise.chapter not in chapters and exercise.chapter < max(chapters):
             found.append(f"{exercise.id}: chapter {exercise.chapter} after chapter {max(chapters)}: move its "
                          f"[[exercise]] entry in {CATALOG} to chapter {exercise.chapter}'s (chapters in order)")
-        if exercise.chapter in chapters and catalog.EXERCISES[index - 1].chapter != exercise.chapter:
+        if exercise.chapter in chapters and catalog.default().exercises[index - 1].chapter != exercise.chapter:
             found.append(f"{exercise.id}: chapter {exercise.chapter}'s exercises are not listed together: move its "
                          f"[[exercise]] entry in {CATALOG} beside {chapters[exercise.chapter][-1].id}'s")
         chapters.setdefault(exercise.chapter, []).append(exercise)
-    found += chapter_sums(catalog.CHAPTERS)
-    summary = "; ".join(f"chapter {c.number} ({c.topic}) {c.points:g}" for c in catalog.CHAPTERS)
+    found += chapter_sums(catalog.default().chapters)
+    summary = "; ".join(f"chapter {c.number} ({c.topic}) {c.points:g}" for c in catalog.default().chapters)
     return found, summary
 
 
 def hints() -> tuple[list[str], str]:
     """Every exercise has at least one hint (`python -m grader hint` shows them one at a time)."""
     found = [f"{e.id}: no hints: write at least one in its hints = [...] in {CATALOG}"
-             for e in catalog.EXERCISES if not any(str(h).strip() for h in e.hints)]
-    return found, f"{sum(len(e.hints) for e in catalog.EXERCISES)} hints, at least one an exercise"
+             for e in catalog.default().exercises if not any(str(h).strip() for h in e.hints)]
+    return found, f"{sum(len(e.hints) for e in catalog.default().exercises)} hints, at least one an exercise"
 
 
 # --- signatures, wrong implementations, stub sizes ---------------------------------------------------
@@ -156,7 +158,7 @@ def wrong_implementations() -> tuple[list[str], str]:
     """Every check is named by a wrong implementation in the exercise's catches file: a check no known
     mistake fails is not yet proven able to fail."""
     found, count = [], 0
-    for exercise in catalog.EXERCISES:
+    for exercise in catalog.default().exercises:
         checks_file, catches = expected_files(exercise)[2:]
         if not (os.path.isfile(kit_path(checks_file)) and os.path.isfile(kit_path(catches))):
             continue  # `files` names it
@@ -181,10 +183,11 @@ def wrong_implementations() -> tuple[list[str], str]:
     return found, f"each of the {count} checks is named by a wrong implementation that must fail it"
 
 
-def visibility_overrides() -> tuple[list[str], str]:
-    """Each check a [visibility.<id>] table of the catalog names is a check of that exercise's file."""
+def visibility_overrides(exercises: Sequence[Exercise] | None = None) -> tuple[list[str], str]:
+    """Each check a [visibility.<id>] table of the catalog (or of `exercises`) names is a check of that exercise's
+    file."""
     found, count = [], 0
-    for exercise in catalog.EXERCISES:
+    for exercise in catalog.default().exercises if exercises is None else exercises:
         checks_file = layout.files(exercise.id).checks
         if not exercise.visibility or not os.path.isfile(kit_path(checks_file)):
             continue
@@ -207,7 +210,7 @@ def _scan_check_files(scan: Callable[[str, str], list[str]]) -> tuple[list[str],
     left to `wrong implementations`, which names it)."""
     found: list[str] = []
     count = 0
-    for exercise in catalog.EXERCISES:
+    for exercise in catalog.default().exercises:
         checks_file = layout.files(exercise.id).checks
         if not os.path.isfile(kit_path(checks_file)):
             continue
@@ -242,7 +245,7 @@ def check_docstrings() -> tuple[list[str], str]:
 def signatures() -> tuple[list[str], str]:
     """Stubs and references define the same public functions with the same signatures."""
     found, count = [], 0
-    for exercise in catalog.EXERCISES:
+    for exercise in catalog.default().exercises:
         paths = layout.files(exercise.id)
         stub, reference = kit_path(paths.stub), kit_path(paths.reference)
         if not (os.path.isfile(stub) and os.path.isfile(reference)):
@@ -270,7 +273,7 @@ def stub_sizes() -> tuple[list[str], str]:
     """No stub gives away more than a third of its reference: of the reference's lines of code in function
     bodies, at most a third may occur in the stub's text (TODOs, docstrings and examples included)."""
     found, count = [], 0
-    for exercise in catalog.EXERCISES:
+    for exercise in catalog.default().exercises:
         paths = layout.files(exercise.id)
         try:
             reference = kit_path(paths.reference)
@@ -290,7 +293,7 @@ def stub_sizes() -> tuple[list[str], str]:
 def skeletons() -> tuple[list[str], str]:
     """A warning: files `dev new` wrote and nobody has filled in yet."""
     found = []
-    for exercise in catalog.EXERCISES:
+    for exercise in catalog.default().exercises:
         for path in layout.files(exercise.id).all():
             try:
                 with open(kit_path(path)) as handle:

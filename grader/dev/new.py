@@ -133,11 +133,11 @@ def insert_entry(text: str, exercises: Sequence[catalog.Exercise], entry: str, c
 
 
 def run_new(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    exercise_id, chapters = args.id, {c.number: c for c in catalog.CHAPTERS}
+    exercise_id, chapters = args.id, {c.number: c for c in catalog.default().chapters}
     if not ID.fullmatch(exercise_id):
         parser.error(f"{exercise_id!r} is not an id of the form exNN_lowercase_words (ex29_topk_compression)")
     number = int(exercise_id[2:4])
-    taken = next((e for e in catalog.EXERCISES if e.id == exercise_id or e.number == number), None)
+    taken = next((e for e in catalog.default().exercises if e.id == exercise_id or e.number == number), None)
     if taken is not None:
         parser.error(f"{exercise_id}: {'the id' if taken.id == exercise_id else f'number {number:02d}'} is taken by "
                      f"{taken.id}")
@@ -158,7 +158,7 @@ def run_new(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         parser.error(f"--points must be positive, not {points:g}")
     with open(catalog_file()) as handle:
         text = handle.read()
-    text = insert_entry(text, catalog.EXERCISES, catalog_entry(exercise_id, title, args.chapter, points),
+    text = insert_entry(text, catalog.default().exercises, catalog_entry(exercise_id, title, args.chapter, points),
                         args.chapter, number)
     for path, content in written.items():
         os.makedirs(os.path.dirname(kit_path(path)), exist_ok=True)

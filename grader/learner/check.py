@@ -225,7 +225,7 @@ def check_all(chapter: int | str | None = None, *, source: str | None = None, pa
     code = _code(source, path)
     if chapter is None:
         defined = notebook_cells.defined_names(code)
-        chosen = [e for e in catalog.EXERCISES if set(needed(e)) & defined]
+        chosen = [e for e in catalog.default().exercises if set(needed(e)) & defined]
         if not chosen:
             raise CheckError("the notebook defines none of the exercises' functions: define one in a cell, "
                              "run it, then check again")

@@ -44,7 +44,7 @@ def list_exercises(argv: Sequence[str]) -> int:
     parser.parse_args(argv)
     last = state.load().get("last", {})
     print(f"{'#':>2}  {'exercise':<30} {'points':>9}  {'status':<13} devices")
-    for chapter in catalog.CHAPTERS:
+    for chapter in catalog.default().chapters:
         seen_points = [last[e.id]["score"] for e in chapter.exercises if e.id in last]
         score = f"{sum(seen_points):g}" if seen_points else "-"
         print(f"{'':>2}  {f'chapter {chapter.number}: {chapter.topic}':<30} {f'{score}/{chapter.points:g}':>9}"
@@ -55,7 +55,7 @@ def list_exercises(argv: Sequence[str]) -> int:
             status = seen["status"] if seen else "never graded"  # "not graded" is the grader's own failure
             devices = ",".join(seen["devices"]) if seen and seen["devices"] else "-"
             print(f"{exercise.number:>2}  {exercise.id:<30} {points:>9}  {status:<13} {devices}")
-    pending = [e for e in catalog.EXERCISES if last.get(e.id, {}).get("status") != "passed"]
+    pending = [e for e in catalog.default().exercises if last.get(e.id, {}).get("status") != "passed"]
     if pending:
         print(f"\nnext: edit exercises/{pending[0].id}.py, then python -m grader {pending[0].id[:4]}"
               f"  (stuck? python -m grader hint {pending[0].id[:4]})")
@@ -90,7 +90,7 @@ def watch(argv: Sequence[str]) -> int:
     folder = kit.path(args.target) if args.target in ("exercises", "solutions") else args.target
     if not os.path.isdir(folder):
         raise SystemExit(usage_error(f"--target {args.target}: no such folder"))
-    chosen = [find(args.exercise)] if args.exercise else list(catalog.EXERCISES)
+    chosen = [find(args.exercise)] if args.exercise else list(catalog.default().exercises)
     files = {e.id: os.path.join(folder, e.id + ".py") for e in chosen}
     seen = {name: _mtime(path) for name, path in files.items()}
     print(f"watching {', '.join(os.path.relpath(p) for p in files.values())}; save a file to grade it, Ctrl-C to stop",

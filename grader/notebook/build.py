@@ -255,7 +255,7 @@ def main(argv: Sequence[str]) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     chapters = []
-    for number in args.chapter or [c.number for c in catalog.CHAPTERS]:
+    for number in args.chapter or [c.number for c in catalog.default().chapters]:
         chapter = catalog.find_chapter(number)
         if chapter is None:
             parser.error(f"--chapter {number}: " + catalog.unknown(f"chapter{number}"))

@@ -122,7 +122,7 @@ def code_cells(path: str) -> list[Cell]:
 def export(path: str, exercise_ids: Sequence[str] | None = None) -> list[Exported]:
     """The exercises a notebook stands for (among `exercise_ids`, the catalog's by default), each
     as the module the grader grades; NotebookError for a file that is not a notebook."""
-    ids = list(exercise_ids) if exercise_ids is not None else [e.id for e in catalog.EXERCISES]
+    ids = list(exercise_ids) if exercise_ids is not None else [e.id for e in catalog.default().exercises]
     source, defined, unstarted = _read_apart(path)
     covered = [i for i in ids if stub_names(i) & defined]
     return [Exported(exercise, source, tuple(sorted(stub_names(exercise) - defined)),

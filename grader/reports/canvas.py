@@ -43,7 +43,7 @@ def assignments(given: Sequence[str]) -> dict[int, str]:
         if not number.strip().isdigit() or not EXISTING.match(header.strip()) or "\n" in header:
             raise RosterError(f"--canvas-assignment {item!r}: give N=\"Name (ID)\", chapter N's column headed as "
                               "Canvas's export heads the existing assignment, e.g. 1=\"Homework 1 (4321)\"")
-        if int(number) not in {chapter.number for chapter in catalog.CHAPTERS}:
+        if int(number) not in {chapter.number for chapter in catalog.default().chapters}:
             raise RosterError(f"--canvas-assignment {item!r}: the course has no chapter {int(number)}")
         if int(number) in found:
             raise RosterError(f"--canvas-assignment: chapter {int(number)} given twice")

@@ -146,7 +146,7 @@ class Server:
 
     def __init__(self, kind: str) -> None:
         self.kind = kind
-        base = catalog.PRELOADS[kind].base
+        base = catalog.default().preloads[kind].base
         if base and AUTHENTICATED:
             self.forkserver: forkserver.ForkServer = ChainedForkServer(server(base))
             self.forkserver.kind = kind
@@ -433,7 +433,7 @@ class GraderFork:
         import gc
         import importlib
 
-        lightest = next(preload for preload in catalog.PRELOADS.values() if preload.base is None)
+        lightest = next(preload for preload in catalog.default().preloads.values() if preload.base is None)
         for name in (*lightest.imports, "grader.sandbox.worker"):
             importlib.import_module(name)  # the lightest fork server's preload imports these too
 

@@ -28,7 +28,7 @@ from grader.records import CheckResult, ExerciseResult, Reply, Status, TargetRes
 from grader.sandbox import Target
 from tests.kit.harness import KIT_ROOT, SEED, failed_checks, grader
 
-CHAPTER2 = [exercise.id for exercise in catalog.EXERCISES if exercise.chapter == 2]
+CHAPTER2 = [exercise.id for exercise in catalog.default().exercises if exercise.chapter == 2]
 
 
 # --- the fair share -------------------------------------------------------------------------------------
@@ -79,7 +79,7 @@ def test_every_probe_run_on_a_submission_names_the_functions_it_calls():
     """So that a hang stops only the calls of the same functions: a probe whose calls cannot be told (no
     `ctx.module.NAME` in it or its helpers) would stop every later call of its exercise after a hang."""
     unknown = []
-    for exercise in catalog.EXERCISES:
+    for exercise in catalog.default().exercises:
         path = Kit.default().checks_file(exercise.id)
         with open(path) as handle:
             tree = ast.parse(handle.read())

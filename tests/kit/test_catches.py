@@ -22,7 +22,7 @@ from grader.devices import cuda_present
 from tests.kit import ahead, catching
 from tests.kit.harness import checks_of, failed_checks, grade_submissions
 
-CATCHES = {exercise.id: catching.load(exercise.id) for exercise in catalog.EXERCISES}
+CATCHES = {exercise.id: catching.load(exercise.id) for exercise in catalog.default().exercises}
 GPU = any(wrong.on_a_gpu for catches in CATCHES.values() for wrong in catches.wrong) and cuda_present()
 NO_GPU = pytest.mark.skipif(not GPU, reason="a mistake only a GPU shows: there is no GPU here")
 QUICK = ("ex04_sharding",)  # graded in the quick tier too (pytest tests/kit -m "not slow"): a few seconds

@@ -19,7 +19,7 @@ from tests.kit.harness import KIT_ROOT, SEED, grader
 from tests.kit.stubs import write_stubs
 
 ALL_EXERCISES = sorted(f[:-3] for f in os.listdir(os.path.join(KIT_ROOT, "solutions")) if f.startswith("ex"))
-FULL = 100 * len(catalog.CHAPTERS)  # each chapter is a homework assignment of 100 points
+FULL = 100 * len(catalog.default().chapters)  # each chapter is a homework assignment of 100 points
 
 
 @ahead.fixture()
@@ -40,14 +40,14 @@ def graded(tmp_path_factory):
 
 def test_references_score_full_marks_on_every_check(graded):
     solutions = graded[0]["solutions"]
-    assert [e["id"] for e in solutions["exercises"]] == [e.id for e in catalog.EXERCISES]
+    assert [e["id"] for e in solutions["exercises"]] == [e.id for e in catalog.default().exercises]
     assert sorted(e["id"] for e in solutions["exercises"]) == ALL_EXERCISES
     failing = [(e["id"], c["name"], c["message"]) for e in solutions["exercises"] for c in e["checks"]
                if c["status"] != "passed"]
     assert failing == []
     assert solutions["score"] == solutions["max_score"] == FULL
     assert [(c["chapter"], c["score"], c["max_score"]) for c in solutions["chapters"]] == [
-        (chapter.number, 100, 100) for chapter in catalog.CHAPTERS]
+        (chapter.number, 100, 100) for chapter in catalog.default().chapters]
     assert all(e["total"] >= 2 for e in solutions["exercises"])
 
 
@@ -82,14 +82,14 @@ def test_csv_summary_has_one_row_per_target(graded):
     assert [os.path.basename(r["target"]) for r in rows] == ["solutions", "stubs", "partial"]
     assert [float(r["score"]) for r in rows] == [FULL, 0, 15]
     assert [float(r["chapter1"]) for r in rows] == [100, 0, 15]
-    assert all(float(rows[0][f"chapter{c.number}"]) == 100 for c in catalog.CHAPTERS)
+    assert all(float(rows[0][f"chapter{c.number}"]) == 100 for c in catalog.default().chapters)
 
 
 def test_terminal_report_has_a_row_per_exercise_and_the_total(graded):
     out = graded[1].stdout
     for exercise in ALL_EXERCISES:
         assert exercise in out
-    for chapter in catalog.CHAPTERS:
+    for chapter in catalog.default().chapters:
         assert re.search(rf"^chapter {chapter.number} \({chapter.topic}\) +100 / 100$", out, re.MULTILINE), out
     assert re.search(rf"^total +{FULL} / {FULL}$", out, re.MULTILINE)
     assert f"--seed {SEED}" in out

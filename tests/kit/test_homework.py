@@ -340,9 +340,9 @@ def test_a_small_box_stops_a_server_once_no_kind_to_come_is_forked_from_it(monke
 def test_the_kinds_are_graded_one_after_another_each_after_its_base():
     """Exercises are graded in the order of their preload kinds (pytest_plugin): one place per kind, never two
     kinds at one place (their exercises would interleave, and a small box would start a stopped server again)."""
-    order = [catalog.preload_order(kind) for kind in catalog.PRELOADS]
-    assert sorted(order) == list(range(len(catalog.PRELOADS)))
-    for preload in catalog.PRELOADS.values():
+    order = [catalog.preload_order(kind) for kind in catalog.default().preloads]
+    assert sorted(order) == list(range(len(catalog.default().preloads)))
+    for preload in catalog.default().preloads.values():
         if preload.base is not None:
             assert catalog.preload_order(preload.base) < catalog.preload_order(preload.kind), preload
 

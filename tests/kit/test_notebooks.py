@@ -64,7 +64,7 @@ def built(tmp_path_factory):
 
 def test_one_valid_notebook_per_chapter_with_a_check_cell_per_exercise(built):
     out, done = built
-    chapters = [c for c in catalog.CHAPTERS if c.exercises]
+    chapters = [c for c in catalog.default().chapters if c.exercises]
     assert sorted(os.listdir(out)) == sorted(notebook_name(c) for c in chapters)
     for chapter in chapters:
         notebook = nbformat.read(str(out / notebook_name(chapter)), as_version=4)
@@ -89,7 +89,7 @@ def test_one_valid_notebook_per_chapter_with_a_check_cell_per_exercise(built):
 
 def test_the_first_code_cell_is_the_setup_cell_and_a_url_is_named_only_as_a_url(built, tmp_path):
     out, _ = built
-    for chapter in (c for c in catalog.CHAPTERS if c.exercises):
+    for chapter in (c for c in catalog.default().chapters if c.exercises):
         notebook = nbformat.read(str(out / notebook_name(chapter)), as_version=4)
         first = next(c for c in notebook.cells if c.cell_type == "code")
         assert first.id == f"{chapter.name}-setup" and first.source == setup_source() and notebook.cells[1] is first
@@ -211,11 +211,11 @@ def test_notebooks_are_the_same_bytes_each_time_and_never_overwrite_work(built, 
 def test_the_student_release_ships_the_notebooks(tmp_path):
     copy_kit(str(tmp_path / "course"))  # what `release` copies (it then records the references' observations)
     shipped = sorted(os.listdir(tmp_path / "course" / "notebooks"))
-    assert shipped == sorted(notebook_name(c) for c in catalog.CHAPTERS if c.exercises)
+    assert shipped == sorted(notebook_name(c) for c in catalog.default().chapters if c.exercises)
     assert "notebooks/" in (tmp_path / "course" / "README.md").read_text()
     cells = "\n".join(c.source for name in shipped
                       for c in nbformat.read(str(tmp_path / "course" / "notebooks" / name), as_version=4).cells)
-    secret = [(e.id, line) for e in catalog.EXERCISES for line in _solution_lines(e.id)]
+    secret = [(e.id, line) for e in catalog.default().exercises for line in _solution_lines(e.id)]
     assert secret and [(exercise, line) for exercise, line in secret if line in cells] == []  # made from the stubs
 
 

@@ -296,7 +296,7 @@ def test_importing_check_in_a_kernel_starts_the_service_and_every_kind_of_fork_s
             "    time.sleep(0.5)\n"
             "print(sorted(found))\n"
             "notebook._service.close()\n")
-    kinds = sorted({exercise.preload for exercise in catalog.EXERCISES})
+    kinds = sorted({exercise.preload for exercise in catalog.default().exercises})
     if memory.worker_budget() is not None:  # a small box starts only the lightest ahead (forkservers.warm_up)
         kinds = [min(kinds, key=catalog.preload_order)]
     done = subprocess.run([sys.executable, "-c", code, *kinds], cwd=tmp_path, capture_output=True, text=True,

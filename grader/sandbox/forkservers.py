@@ -210,8 +210,9 @@ class Server:
 
     def let_go(self) -> None:
         """Once it is killed: collect its process where it is this process's child, so none is left a zombie."""
-        if isinstance(self.forkserver, ChainedForkServer) and self.forkserver.process is not None:
-            self.forkserver.process.join(5)
+        process = self.forkserver.process if isinstance(self.forkserver, ChainedForkServer) else None
+        if process is not None and process.pid is not None:  # started (a run that only collected may not have)
+            process.join(5)
 
     def kill(self) -> None:
         pid = getattr(self.forkserver, "_forkserver_pid", None)
@@ -276,7 +277,8 @@ class SpawningServer(Server):
 
     def let_go(self) -> None:
         for standby in self.standbys + self.taken:
-            standby.process.join(5)
+            if standby.process.pid is not None:
+                standby.process.join(5)
             standby.control.close()
         self.standbys, self.taken = [], []
 

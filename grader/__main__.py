@@ -10,10 +10,13 @@ if __name__ == "__main__":  # workers re-import the main module: it must do noth
         print(f"python -m grader: error: {problem}", file=sys.stderr)
         sys.exit(2)
     from grader.cli import main  # reads no catalog: main() reads it first, and names a line that does not load
-    from grader.sandbox import own_this_process
+    from grader.sandbox import end_this_process_tree, own_this_process
 
     own_this_process()  # the grader's alone: its subreaper, its OOM score (a library's caller keeps its own)
-    code = main()
+    try:
+        code = main()
+    finally:
+        end_this_process_tree()  # nothing it started outlives it, the resource tracker included
     # Everything is written. Skip the interpreter's teardown of torch's modules (over half a
     # second) but not the exit handlers.
     atexit._run_exitfuncs()

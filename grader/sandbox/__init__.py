@@ -72,6 +72,11 @@ def own_this_process() -> None:
     memory.prefer_killing_others()
 
 
+def end_this_process_tree() -> None:
+    """The owning entry point's last act, once its reports are written: nothing it started outlives it."""
+    forkservers.end_owned_tree()
+
+
 @dataclass(frozen=True)
 class Target:
     label: str  # as the user named it: exercises, solutions, or a path

@@ -673,6 +673,30 @@ def owns_process() -> bool:
     return _owner
 
 
+def end_owned_tree() -> None:
+    """For the entry point that owns its process, as it exits: every process still below it killed and collected,
+    so that none outlives it even for a moment (multiprocessing's resource tracker ends on its own once the grader
+    is gone, a little later: a batch's next grader, or a test that looks at once, would find it). Nothing where
+    the process is a library's caller's."""
+    if not _owner:
+        return
+    import psutil
+
+    try:
+        below = psutil.Process().children(recursive=True)
+    except psutil.Error:
+        return
+    _kill(below)
+    psutil.wait_procs(below, timeout=5.0)
+    while True:  # and what was re-parented here meanwhile (this process is the subreaper of its tree)
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            break
+        if pid == 0:
+            break
+
+
 def adopt_orphans() -> None:
     """Make this process the reaper of its orphaned descendants, so none can slip away to init.
 

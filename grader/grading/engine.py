@@ -87,7 +87,8 @@ class Engine:
     """Grades requests. Used once (`with Engine() as engine: engine.grade(...)`), it builds a session
     for the request and closes it; with `keep=True` it keeps the session, its fork servers and the
     reference's warm workers and observations for the next request, each request's submissions
-    forgotten once graded, until `close()`."""
+    forgotten once graded, until `close()`. One engine open at a time in a process: the fork servers are the
+    process's, shared by its engines, and closing any engine's session ends them."""
 
     def __init__(self, keep: bool = False) -> None:
         self.keep = keep

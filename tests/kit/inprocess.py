@@ -8,9 +8,10 @@ second instead of a grader's start (4 s here, measured with ex04 and ex06's refe
 streams, signals, the command line and the sandbox's hostile submissions keep their own
 `python -m grader` (harness.grader): there the process is the subject.
 
-One grading at a time, in the main thread: the gradings computed ahead in background threads
-(tests/kit/ahead.py) start grader processes instead. The results are the
-grader's records (TargetResult), not a report's text.
+A test that opens an engine of its own closes these first (`close`): the fork servers are the
+process's, and closing any engine ends them. One grading at a time, in the main thread: the gradings
+computed ahead in background threads (tests/kit/ahead.py) start grader processes instead. The results
+are the grader's records (TargetResult), not a report's text.
 """
 
 from __future__ import annotations

@@ -101,21 +101,23 @@ class Calls(TorchFunctionMode):
         return result
 
 
-class Collectives:
-    """This rank's collectives while active, and the bytes of the tensors they were given: torch.distributed's
-    functions wrapped, and the names the module under test imported of them, put back on leaving."""
+class CollectiveTap:
+    """While active, `on_call(name, args, kwargs)` sees each of this rank's outermost calls of the collectives
+    `names` (one that calls another is seen once): torch.distributed's functions wrapped, and the names the module
+    under test imported of them, all put back on leaving. What a probe counts of the code's collectives."""
 
-    def __init__(self, module: ModuleType) -> None:
-        self.module = module
-        self.calls, self.bytes = 0, 0
+    def __init__(self, module: ModuleType, on_call: Callable[[str, tuple[Any, ...], dict[str, Any]], None],
+                 names: Iterable[str] = COLLECTIVES) -> None:
+        self.module, self.on_call, self.names = module, on_call, tuple(names)
+        self.depth = 0
         self.saved: list[tuple[Any, str, Any]] = []
 
-    def __enter__(self) -> Collectives:
+    def __enter__(self) -> CollectiveTap:
         wrapped = {}
-        for name in COLLECTIVES:
+        for name in self.names:
             function = getattr(dist, name, None)
             if function is not None:
-                wrapped[id(function)] = self._wrap(function)
+                wrapped[id(function)] = self._wrap(name, function)
                 self._patch(dist, name, wrapped[id(function)])
         for attribute, value in list(vars(self.module).items()):
             if id(value) in wrapped:
@@ -126,14 +128,30 @@ class Collectives:
         self.saved.append((owner, name, getattr(owner, name)))
         setattr(owner, name, value)
 
-    def _wrap(self, function: Callable[..., Any]) -> Callable[..., Any]:
+    def _wrap(self, name: str, function: Callable[..., Any]) -> Callable[..., Any]:
         def call(*args: Any, **kwargs: Any) -> Any:
-            self.calls += 1
-            self.bytes += sum(t.numel() * t.element_size() for t in _tensors((args, kwargs)))
-            return function(*args, **kwargs)
+            if not self.depth:
+                self.on_call(name, args, kwargs)
+            self.depth += 1
+            try:
+                return function(*args, **kwargs)
+            finally:
+                self.depth -= 1
 
         return call
 
     def __exit__(self, *exc: object) -> None:
         for owner, name, value in reversed(self.saved):
             setattr(owner, name, value)
+
+
+class Collectives(CollectiveTap):
+    """This rank's collectives while active, and the bytes of the tensors they were given."""
+
+    def __init__(self, module: ModuleType) -> None:
+        super().__init__(module, self._count)
+        self.calls, self.bytes = 0, 0
+
+    def _count(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        self.calls += 1
+        self.bytes += sum(t.numel() * t.element_size() for t in _tensors((args, kwargs)))

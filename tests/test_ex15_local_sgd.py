@@ -26,12 +26,12 @@ import math
 
 import pytest
 import torch
-import torch.distributed as dist
 from hypothesis import given
 from hypothesis import strategies as st
 
 from grader import probing, training
 from grader.checks import NEEDS_GLOO, expect_equal, explicit_examples, fail
+from grader.counting import CollectiveTap
 from grader.grading.figures import Declared
 
 LOSSES = ["mse_loss", "cross_entropy"]
@@ -123,42 +123,18 @@ def _optimizer_state(model, optimizer):
             for param, state in optimizer.state.items()}
 
 
-class _Counter:
-    """Counts this rank's collectives while installed: torch.distributed's functions and the module's own
-    imported names for them are wrapped, and put back on leaving."""
+class _Counter(CollectiveTap):
+    """Counts this rank's collectives while installed (grader.counting.CollectiveTap), and the dtypes of the integer
+    tensors they were given."""
 
     def __init__(self, module):
-        self.module, self.count, self.saved, self.integers = module, 0, [], []
+        super().__init__(module, self._count, COLLECTIVES)
+        self.count, self.integers = 0, []
 
-    def __enter__(self):
-        originals = {}
-        for name in COLLECTIVES:
-            function = getattr(dist, name, None)
-            if function is not None:
-                originals[name] = function
-                self._patch(dist, name, self._wrap(function))
-        wrapped = {id(function): getattr(dist, name) for name, function in originals.items()}
-        for attribute, value in list(vars(self.module).items()):
-            if id(value) in wrapped:
-                self._patch(self.module, attribute, wrapped[id(value)])
-        return self
-
-    def _patch(self, owner, name, value):
-        self.saved.append((owner, name, getattr(owner, name)))
-        setattr(owner, name, value)
-
-    def _wrap(self, function):
-        def call(*args, **kwargs):
-            self.count += 1
-            self.integers += [str(value.dtype) for value in (*args, *kwargs.values())
-                              if isinstance(value, torch.Tensor) and not value.is_floating_point()]
-            return function(*args, **kwargs)
-
-        return call
-
-    def __exit__(self, *exc):
-        for owner, name, value in reversed(self.saved):
-            setattr(owner, name, value)
+    def _count(self, name, args, kwargs):
+        self.count += 1
+        self.integers += [str(value.dtype) for value in (*args, *kwargs.values())
+                          if isinstance(value, torch.Tensor) and not value.is_floating_point()]
 
 
 def probe_local_sgd(ctx, case):

@@ -16,13 +16,12 @@ import math
 
 import pytest
 import torch
-import torch.distributed as dist
 from hypothesis import given
 from hypothesis import strategies as st
 
 from grader import probing
 from grader.checks import NEEDS_GLOO, close, expect_close, expect_equal, explicit_examples, fail, on_case
-from grader.counting import COLLECTIVES
+from grader.counting import COLLECTIVES, CollectiveTap
 from grader.grading.figures import Declared
 from grader.probing import InvalidResult
 
@@ -505,45 +504,16 @@ def ring_bytes(name, args, kwargs, world_size):
     return _tensor_bytes(given)
 
 
-class SentBytes:
-    """This rank's collectives while active, counted by ring_bytes: torch.distributed's functions (and the names
-    the module imported of them) wrapped, put back on leaving; a collective that calls another counts once."""
-
-    NAMES = (*COLLECTIVES, "all_gather_single", "reduce_scatter_single")
+class SentBytes(CollectiveTap):
+    """This rank's collectives while active, counted by ring_bytes (grader.counting.CollectiveTap: one that calls
+    another counts once)."""
 
     def __init__(self, module, world_size):
-        self.module, self.world_size, self.bytes, self.depth, self.saved = module, world_size, 0.0, 0, []
+        super().__init__(module, self._count, (*COLLECTIVES, "all_gather_single", "reduce_scatter_single"))
+        self.world_size, self.bytes = world_size, 0.0
 
-    def __enter__(self):
-        wrapped = {}
-        for name in self.NAMES:
-            function = getattr(dist, name, None)
-            if function is not None:
-                wrapped[id(function)] = self._wrap(name, function)
-                self._patch(dist, name, wrapped[id(function)])
-        for attribute, value in list(vars(self.module).items()):
-            if id(value) in wrapped:
-                self._patch(self.module, attribute, wrapped[id(value)])
-        return self
-
-    def _patch(self, owner, name, value):
-        self.saved.append((owner, name, getattr(owner, name)))
-        setattr(owner, name, value)
-
-    def _wrap(self, name, function):
-        def call(*args, **kwargs):
-            if not self.depth:
-                self.bytes += ring_bytes(name, args, kwargs, self.world_size)
-            self.depth += 1
-            try:
-                return function(*args, **kwargs)
-            finally:
-                self.depth -= 1
-        return call
-
-    def __exit__(self, *exc):
-        for owner, name, value in reversed(self.saved):
-            setattr(owner, name, value)
+    def _count(self, name, args, kwargs):
+        self.bytes += ring_bytes(name, args, kwargs, self.world_size)
 
 
 def figure_sharding(ctx):

@@ -90,3 +90,18 @@ def test_marks_round_trip_and_are_written_whole(tmp_path):
 def test_ordinals():
     assert [collectives.ordinal(n) for n in (1, 2, 3, 4, 11, 12, 13, 21, 22, 101, 111)] == [
         "1st", "2nd", "3rd", "4th", "11th", "12th", "13th", "21st", "22nd", "101st", "111th"]
+
+
+def test_a_request_gets_one_reply_when_the_watchdog_gives_up_as_its_collective_ends():
+    """The watchdog's reply (a wait given up) and the request's own (its collective ended meanwhile, with the peer's
+    error) race in the worker: whichever is sent first is the request's reply, the other is dropped. Two replies to
+    one request read as a forged channel ("invalid result"), which once failed a rank that skipped a collective."""
+    import threading
+
+    from grader.sandbox import worker
+
+    sending, replied, sent = threading.Lock(), [], []
+    assert worker._reply_once(sending, replied, "t1", sent.append, b"the request's own")
+    assert not worker._reply_once(sending, replied, "t1", sent.append, b"the watchdog's, too late")
+    assert worker._reply_once(sending, replied, "t2", sent.append, b"the next request's")
+    assert sent == [b"the request's own", b"the next request's"]

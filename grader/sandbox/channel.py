@@ -8,9 +8,12 @@ batch. Here each read waits only until the deadline, and reads only what is ther
 
 from __future__ import annotations
 
+import array
+import fcntl
 import multiprocessing.connection
 import os
 import struct
+import termios
 import time
 from typing import TYPE_CHECKING
 
@@ -38,6 +41,17 @@ def receive(connection: Connection, limit: int, deadline: float) -> bytes:
     if size < 0 or size > limit:
         raise TooLarge(size)
     return _exactly(connection, size, deadline)
+
+
+def more_waiting(connection: Connection) -> bool:
+    """Whether bytes wait to be read on `connection`. Not `Connection.poll`, which is also true once the other end
+    has closed: a worker that replies and then exits (one whose wait was given up) has written one message, not two."""
+    count = array.array("i", [0])
+    try:
+        fcntl.ioctl(connection.fileno(), termios.FIONREAD, count, True)
+    except OSError:  # not a socket or pipe that says: what poll sees, unread, is taken for more
+        return connection.poll(0)
+    return count[0] > 0
 
 
 def _exactly(connection: Connection, size: int, deadline: float) -> bytes:

@@ -275,7 +275,7 @@ class Ranks:
         """A typed Reply from what the worker sent, or INVALID where it is not a reply this loop wrote."""
         # One request, one reply: anything more in the pipe was written by someone else (the first
         # reply, while starting, may well be followed by the answer to the request sent meanwhile).
-        extra = not starting and connection.poll(0)
+        extra = not starting and channel.more_waiting(connection)
         if type(fields) is not dict or fields.get("nonce") != (self.nonce if starting else self.token) or extra:
             return Reply(Status.INVALID, message="the reply channel was forged (a message the worker did not write)",
                          cause=Cause.FORGED)

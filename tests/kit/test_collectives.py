@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from grader.records import Cause, Status
 from grader.sandbox import collectives
 from grader.sandbox.collectives import Mark, Wait, Watch
 
@@ -105,3 +106,38 @@ def test_a_request_gets_one_reply_when_the_watchdog_gives_up_as_its_collective_e
     assert not worker._reply_once(sending, replied, "t1", sent.append, b"the watchdog's, too late")
     assert worker._reply_once(sending, replied, "t2", sent.append, b"the next request's")
     assert sent == [b"the request's own", b"the next request's"]
+
+
+def _ranks_reading(tmp_path, *messages, close):
+    """A one-rank pool whose worker end of the channel has written `messages` (closing it after, where `close`),
+    all before the grader reads: as a loaded machine schedules a worker that replies and exits."""
+    import multiprocessing
+
+    from grader.sandbox import pools, wire, worker
+
+    spec = worker.WorkerSpec(preload="base", trusted=False, rank=0, world_size=1, store="", log="",
+                             scratch=str(tmp_path), collective_timeout=30.0)
+    ranks = pools.Ranks(spec, 1, str(tmp_path))
+    ranks.token = "t1"
+    ours, theirs = multiprocessing.Pipe()
+    for message in messages:
+        theirs.send_bytes(wire.encode(dict(message, nonce="t1")))
+    if close:
+        theirs.close()
+    return ranks._read(ours, 0, False, time.monotonic() + 5)
+
+
+def test_a_reply_read_after_its_worker_exited_is_its_reply_not_a_forged_channel(tmp_path):
+    """A rank whose wait was given up replies and exits at once (worker.give_up). Read later, on a loaded machine,
+    the channel's end is closed behind the reply: that end is no second message, and the rank timed out rather than
+    sent "the reply channel was forged" (CI saw it once for a rank that skipped a collective)."""
+    stuck = {"status": "stuck", "cause": "gave_up", "message": "waited in all_reduce"}
+    reply = _ranks_reading(tmp_path, stuck, close=True)
+    assert (reply.status, reply.cause, reply.message) == (Status.STUCK, Cause.GAVE_UP, "waited in all_reduce"), reply
+
+
+def test_a_second_message_to_one_request_is_still_a_forged_channel(tmp_path):
+    ok = {"status": "ok", "value": 1}
+    for close in (False, True):
+        reply = _ranks_reading(tmp_path, ok, ok, close=close)
+        assert (reply.status, reply.cause) == (Status.INVALID, Cause.FORGED), reply

@@ -4,6 +4,7 @@ points, hints, preload) and the kinds of worker (what each kind's fork server im
 The bottom layer of the grader with `grader.records`: it imports nothing of the grader's."""
 
 import difflib
+import enum
 import functools
 import os
 import re
@@ -12,8 +13,8 @@ try:
     import tomllib  # novm: tomli below
 except ModuleNotFoundError:  # Python 3.10 (Gradescope's Ubuntu 22.04 image)
     import tomli as tomllib
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 
 class CatalogError(ValueError):
@@ -73,6 +74,11 @@ PACKAGE_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "catalog
 def load(path: str = PACKAGE_FILE) -> tuple[list[Exercise], list[Chapter], dict[str, Preload]]:
     """The exercises, chapters and preloads of the catalog file `path` (read now, not cached: `dev update`
     reads it again after rewriting it)."""
+    exercises, chapters, preloads, _ = _load(path)
+    return exercises, chapters, preloads
+
+
+def _load(path: str) -> tuple[list[Exercise], list[Chapter], dict[str, Preload], "Details"]:
     with open(path, "rb") as handle:
         data = tomllib.load(handle)
     preloads = {p["kind"]: Preload(p["kind"], p.get("base"), tuple(p["imports"])) for p in data["preload"]}
@@ -94,7 +100,8 @@ def load(path: str = PACKAGE_FILE) -> tuple[list[Exercise], list[Chapter], dict[
             raise CatalogError(f"catalog.toml: {exercise.id}: preload must be one of {sorted(preloads)}")
     chapters = [Chapter(int(c["number"]), c["topic"], c["about"],
                         tuple(e for e in exercises if e.chapter == int(c["number"]))) for c in data["chapter"]]
-    return exercises, chapters, preloads
+    said = details_table(data.get("failure-details", {}), [e.id for e in exercises], [c.number for c in chapters])
+    return exercises, chapters, preloads, said
 
 
 VISIBILITIES = ("public", "hidden")
@@ -121,6 +128,70 @@ def visibility_overrides(tables: object, ids: list[str]) -> dict[str, tuple[tupl
     return found
 
 
+class Detail(enum.Enum):
+    """How much of a public check's failure a student sees (`grader.reports.details.shown` says what each shows)."""
+
+    FULL = "full"  # all of it: what went wrong, the input, the expected and received values, the hint
+    VALUE = "value"  # what went wrong where no reference value is in it, and the student's own value
+    NONE = "none"  # passed or failed, and the points
+
+
+@dataclass(frozen=True)
+class Details:
+    """catalog.toml's `[failure-details]` table (or the command line's `--failure-details`), parsed: a public
+    check's level is its own where one is said, else its chapter's, else `default`; where this says nothing of a
+    check, `under`'s word (the catalog's, under the command line's), else full."""
+
+    default: Detail | None = None
+    chapters: Mapping[int, Detail] = field(default_factory=dict)
+    checks: Mapping[tuple[str, str], Detail] = field(default_factory=dict)  # (exercise id, check name)
+    under: "Details | None" = None
+
+    def of(self, exercise: str, chapter: int, check: str) -> Detail:
+        said = self.checks.get((exercise, check)) or self.chapters.get(chapter) or self.default
+        return said or (self.under.of(exercise, chapter, check) if self.under else Detail.FULL)
+
+
+def details_table(table: object, ids: Sequence[str], chapters: Sequence[int],
+                  named: Callable[[str, object], str] = lambda key, word: f"catalog.toml: [failure-details] {key} = "
+                                                                          f"{word!r}") -> Details:
+    """catalog.toml's `[failure-details]` table, checked: `default`, `chapter.N` and `<exercise id>.<check>`, each
+    "full", "value" or "none". An unknown key, chapter or exercise, or another word, is refused here with the line to
+    fix (`named` writes it as its source spells it: the command line's differs); a check name the check file lacks
+    is `python -m grader dev check`'s to find."""
+    def refuse(key: str, word: object, why: str) -> CatalogError:
+        return CatalogError(f"{named(key, word)}: {why}")
+
+    def level(key: str, word: object) -> Detail:
+        if not isinstance(word, str) or word not in [detail.value for detail in Detail]:
+            raise refuse(key, word, 'the level must be "full", "value" or "none"')
+        return Detail(word)
+
+    if not isinstance(table, dict):
+        raise CatalogError("catalog.toml: failure-details must be a table, [failure-details]")
+    default: Detail | None = None
+    by_chapter: dict[int, Detail] = {}
+    by_check: dict[tuple[str, str], Detail] = {}
+    for key, value in table.items():
+        if key == "default":
+            default = level(key, value)
+        elif key in ["chapter", *ids] and isinstance(value, dict):
+            for name, word in value.items():
+                if key == "chapter" and not (name.isdigit() and int(name) in chapters):
+                    raise refuse(f"chapter.{name}", word,
+                                 f"no chapter has that number (known: {', '.join(map(str, chapters))})")
+                if key == "chapter":
+                    by_chapter[int(name)] = level(f"chapter.{name}", word)
+                else:
+                    by_check[(key, name)] = level(f"{key}.{name}", word)
+        else:
+            name, word = next(iter(value.items())) if isinstance(value, dict) and value else ("", value)
+            unknown = "" if key in ["chapter", *ids] else f" (no exercise has the id {key!r})"
+            raise refuse(f"{key}.{name}" if name else key, word,
+                         f"the key must be default, chapter.N or <exercise id>.<check>{unknown}")
+    return Details(default, by_chapter, by_check)
+
+
 CHAPTER_NAME = re.compile(r"(?:chapter|ch)[ _-]?0*(\d+)")
 
 
@@ -137,11 +208,12 @@ class Catalog:
     chapters: tuple[Chapter, ...]
     preloads: Mapping[str, Preload]
     path: str  # the file it was read from
+    details: Details = field(default_factory=Details)  # its [failure-details]: how much of a failure students see
 
     @classmethod
     def read(cls, path: str = PACKAGE_FILE) -> "Catalog":
-        exercises, chapters, preloads = load(path)
-        return cls(tuple(exercises), tuple(chapters), preloads, os.path.abspath(path))
+        exercises, chapters, preloads, details = _load(path)
+        return cls(tuple(exercises), tuple(chapters), preloads, os.path.abspath(path), details)
 
     def find_chapter(self, name: str | int) -> Chapter | None:
         """A chapter by name ('chapter1', 'ch1', 'chapter 1') or number (an int); None if unknown."""

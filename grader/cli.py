@@ -42,6 +42,8 @@ class Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> Parser:
+    from grader.reports import details
+
     parser = Parser(prog="python -m grader", description="Grade the exercises of the kit.",
                     epilog="Other commands: list, hint EXERCISE, watch [EXERCISE], demo ex07|ex12 --nproc N, "
                            "merge SHARD.json ..., classroom [--classroom50], notebooks, export NOTEBOOK.ipynb, "
@@ -80,6 +82,10 @@ def build_parser() -> Parser:
     parser.add_argument("--gradescope-format", choices=report.FORMATS, default="md",
                         help="Gradescope's output_format of each check's test (default md: the failing example, "
                              "expected and received values in code blocks)")
+    parser.add_argument("--failure-details", action="append", default=[], type=details.option, metavar="[KEY=]LEVEL",
+                        help="how much of a public check's failure students see (--gradescope, --classroom): full, "
+                             "value or none; KEY chapter.N or EXERCISE_ID.CHECK for those alone; over the catalog's "
+                             "[failure-details]; repeatable")
     parser.add_argument("--classroom", metavar="PATH",
                         help="append each check's result for the autograding reporter of GitHub Classroom's retired "
                              "actions to PATH ($GITHUB_OUTPUT); for GitHub Actions or Classroom 50 use "
@@ -289,13 +295,16 @@ def write_reports(args: argparse.Namespace, outcome: engine.GradeOutcome, plan: 
     print(f"seed {options.seed}, profile {options.profile}: replay with {replay}")
     if args.json:
         report.write_json(args.json, plan.json(results) if plan else report.as_json(results))
+    from grader.reports import details
+
+    shown = details.given(args.failure_details)  # how much of a public check's failure the students' reports show
     if args.gradescope:
         report.write_json(args.gradescope, report.gradescope(results[0], args.visibility, args.hidden_visibility,
-                                                             args.gradescope_format))
+                                                             args.gradescope_format, shown))
     if args.classroom and results:
         from grader.homework import classroom
 
-        classroom.append(args.classroom, classroom.outputs(results[0]))
+        classroom.append(args.classroom, classroom.outputs(results[0], shown))
     if args.canvas:
         from grader.reports import canvas
 

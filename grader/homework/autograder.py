@@ -15,6 +15,7 @@ root alone, never on a command line any process may read in `/proc`.
 import argparse
 import os
 import random
+import shlex
 import stat
 import zipfile
 from collections.abc import Iterator, Sequence
@@ -22,6 +23,7 @@ from collections.abc import Iterator, Sequence
 from grader import catalog
 from grader.grading import versions
 from grader.kit import Kit
+from grader.reports import details
 from grader.reports.report import FORMATS, VISIBILITIES
 from grader.usage import command_parser, positive
 
@@ -100,6 +102,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--gradescope-format", "--format", dest="format", choices=FORMATS, default="md",
                         help="each check's output on Gradescope: md (code blocks) or text (the grader's own "
                              "--gradescope-format, which the bundle passes on)")
+    parser.add_argument("--failure-details", action="append", default=[], type=details.option, metavar="[KEY=]LEVEL",
+                        help="how much of a public check's failure students see: full, value or none; KEY chapter.N "
+                             "or EXERCISE_ID.CHECK for those alone; over the catalog's [failure-details]; repeatable")
     parser.add_argument("--seed", type=int, default=None, help="the grading seed (default: a secret random one)")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds one check may run")
     parser.add_argument("--budget", type=positive, default=BUDGET, metavar="SECONDS",
@@ -126,7 +131,8 @@ def main(argv: Sequence[str]) -> int:
     if not os.path.isdir(folder):
         parser.error(f"the folder {folder} does not exist")
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
-    extra = " ".join(([chapter.name] if chapter else []) + (["--require-sandbox"] if args.require_sandbox else []))
+    extra = " ".join(([chapter.name] if chapter else []) + (["--require-sandbox"] if args.require_sandbox else [])
+                     + [f"--failure-details {shlex.quote(spec)}" for spec in args.failure_details])
     build(args.out, RUN.format(seed_file=SEED_FILE, timeout=args.timeout, budget=args.budget,
                                visibility=args.visibility, hidden_visibility=args.hidden_visibility,
                                output_format=args.format, extra=extra), seed)

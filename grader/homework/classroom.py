@@ -61,14 +61,17 @@ import json
 import math
 import os
 import re
+import shlex
 import subprocess
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from grader import catalog, text
+from grader.catalog import Details
 from grader.grading import versions
 from grader.kit import Kit
 from grader.records import Status, TargetResult
+from grader.reports import details
 
 OUT = os.path.join(".github", "workflows", "grade.yml")
 AUTOGRADER_OUT = "autograder.py"
@@ -117,14 +120,16 @@ def _status(statuses: set[Status]) -> str:
     return "pass" if statuses == {Status.PASSED} else "fail"
 
 
-def outputs(result: TargetResult) -> str:
+def outputs(result: TargetResult, failure_details: Details | None = None) -> str:
     """The grading step's outputs for the autograding reporter: `<runner id>=<base64 of its JSON>`, a line per
-    check graded (on every device: a check passes where it passed on each)."""
+    check graded (on every device: a check passes where it passed on each), each failure's message at its level of
+    `failure_details` (full where none is given)."""
     lines = []
     for row in result.exercises:
         names = list(dict.fromkeys(check.check for check in row.checks))
         for name, points in zip(names, shares(row.max_score, len(names))):
-            records = [check for check in row.checks if check.check == name]
+            records = [details.shown(check, details.level(failure_details or Details(), row.id, row.chapter, check))
+                       for check in row.checks if check.check == name]
             status = _status({check.status for check in records})
             message = text.shown("\n".join(f"[{c.device}] {c.status.label}: {c.composed()}" for c in records
                                             if c.status is not Status.PASSED))  # a submission's text: no raw escapes
@@ -326,15 +331,20 @@ def _quoted(value: str) -> str:
     return json.dumps(value)
 
 
-def grade_command(selection: Sequence[str]) -> str:
-    return " ".join(["python -m grader", *selection, "--device cpu -q --json grade.json --gradescope gradescope.json"])
+def grade_command(selection: Sequence[str], failure_details: Sequence[str] = ()) -> str:
+    """The grading step: `failure_details`, the `--failure-details` values that set how much of a failure the
+    job summary (made of gradescope.json) shows, over the kit's catalog's."""
+    shown = [f"--failure-details {shlex.quote(spec)}" for spec in failure_details]
+    return " ".join(["python -m grader", *selection, "--device cpu -q --json grade.json --gradescope gradescope.json",
+                     *shown])
 
 
 RESULT_COMMAND = ("python -m grader classroom result grade.json --gradescope gradescope.json --out result.json "
                   "--summary \"$GITHUB_STEP_SUMMARY\"")
 
 
-def workflow(selection: Sequence[str], sums: Sequence[tuple[str, str]] = (), pins: str | None = None) -> str:
+def workflow(selection: Sequence[str], sums: Sequence[tuple[str, str]] = (), pins: str | None = None,
+             failure_details: Sequence[str] = ()) -> str:
     """The plain GitHub Actions workflow: check the kit, install it at the versions it was made with (`pins`; this
     environment's where none are given), grade once, write result.json and the job summary, upload result.json as
     the run's artifact."""
@@ -373,7 +383,7 @@ def workflow(selection: Sequence[str], sums: Sequence[tuple[str, str]] = (), pin
         f"    - name: {STEPS[4]}",
         "      env:",
         "        HF_HUB_OFFLINE: '1'",
-        f"      run: {_quoted(grade_command(selection) + ' || true')}",
+        f"      run: {_quoted(grade_command(selection, failure_details) + ' || true')}",
         f"    - name: {STEPS[5]}",
         f"      run: {_quoted(RESULT_COMMAND)}",
         f"    - name: {STEPS[6]}",
@@ -386,7 +396,8 @@ def workflow(selection: Sequence[str], sums: Sequence[tuple[str, str]] = (), pin
     return "\n".join(lines) + "\n"
 
 
-def autograder(selection: Sequence[str], sums: Sequence[tuple[str, str]] = (), pins: str | None = None) -> str:
+def autograder(selection: Sequence[str], sums: Sequence[tuple[str, str]] = (), pins: str | None = None,
+               failure_details: Sequence[str] = ()) -> str:
     """Classroom 50's autograder.py: run by its runner in the student's checkout; writes ./result.json,
     ./release-body.md and the job summary (exit 0 once graded: a non-zero exit is an infrastructure error). It
     installs the kit at the versions it was made with, as the workflow does."""
@@ -417,7 +428,7 @@ os.environ.setdefault("GITHUB_STEP_SUMMARY", os.devnull)
 INSTALL = {install_script(pins)!r}
 if run(KIT_CHECK) != 0 or run(INSTALL) != 0:
     sys.exit(1)
-run({_quoted(grade_command(selection))})
+run({_quoted(grade_command(selection, failure_details))})
 sys.exit(run({_quoted(result)}))
 '''
 
@@ -438,6 +449,10 @@ def build_parser() -> argparse.ArgumentParser:
                              "course's classroom50 repository) instead of the workflow")
     parser.add_argument("--out", metavar="PATH",
                         help=f"where to write it (default {OUT}, or {AUTOGRADER_OUT} with --classroom50)")
+    parser.add_argument("--failure-details", action="append", default=[], type=details.option, metavar="[KEY=]LEVEL",
+                        help="how much of a public check's failure the job summary shows: full, value or none; KEY "
+                             "chapter.N or EXERCISE_ID.CHECK for those alone; over the catalog's [failure-details]; "
+                             "repeatable")
     return parser
 
 
@@ -463,7 +478,8 @@ def main(argv: Sequence[str]) -> int:
         parser.error(f"--out: {problem}")
     kit = Kit.default()
     public_only = Recordings.meta(kit.root) is not None
-    written = (autograder if args.classroom50 else workflow)(list(args.exercises), kit_sums(kit.root))
+    written = (autograder if args.classroom50 else workflow)(list(args.exercises), kit_sums(kit.root),
+                                                             failure_details=args.failure_details)
     try:
         report.write(out, written)
     except OSError as error:

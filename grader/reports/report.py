@@ -15,9 +15,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from grader import text
+from grader.catalog import Detail, Details
 from grader.devices import kept_off_line
 from grader.grading import versions
 from grader.records import CheckResult, ExerciseResult, Layer, Status, TargetResult, Visibility
+from grader.reports import details as shown_at
 from grader.reports import figures, markdown
 
 FIGURE = "saves · "  # a figure's line under its exercise: what the code saves
@@ -137,12 +139,14 @@ def drawn_failure(check: CheckResult, hidden: str, output_format: str = "md") ->
 
 
 def gradescope(result: TargetResult, visibility: str = "visible", hidden_visibility: str = "after_due_date",
-               output_format: str = "md") -> dict[str, Any]:
+               output_format: str = "md", failure_details: Details | None = None) -> dict[str, Any]:
     """Gradescope's results.json: one test per check (on each device), the exercise's points split
     over its checks, each test visible or not as its check is public or hidden (and a public check that
-    failed on an input drawn with the secret seed shows that input as a hidden check would), the grading
-    details (seed, profile, timings, sandbox, review) in a test only instructors see."""
+    failed on an input drawn with the secret seed shows that input as a hidden check would), each public
+    check's failure shown at its level of `failure_details` (full where none is given), the grading details (seed,
+    profile, timings, sandbox, review) in a test only instructors see."""
     tests: list[dict[str, Any]] = []
+    held: list[CheckResult] = []  # public checks' failures on drawn inputs: the input shown later
     several_devices = len(result.devices) > 1
     for row in result.exercises:
         share = row.max_score / row.total if row.total else 0.0
@@ -151,11 +155,14 @@ def gradescope(result: TargetResult, visibility: str = "visible", hidden_visibil
             name = f"{row.id[:4]} · {title}{' [' + check.device + ']' if several_devices else ''}"
             passed = check.status is Status.PASSED
             shown_when = gradescope_visibility(check, visibility, hidden_visibility)
+            level = shown_at.level(failure_details or Details(), row.id, row.chapter, check)
             if not row.graded:
                 output = "not graded: the autograder itself failed here, not your code; it will be regraded"
             else:
-                output = check_output(check, output_format)
-            withheld = row.graded and withholds(check, visibility, hidden_visibility)
+                output = check_output(shown_at.shown(check, level), output_format)
+            # an input shown later, where the level shows one at all
+            withheld = row.graded and level is Detail.FULL and withholds(check, visibility, hidden_visibility)
+            held += [check] if withheld else []
             tests.append({
                 "name": name, "number": f"{row.id[2:4]}.{len(tests) + 1}",
                 "score": share if passed and row.graded else 0.0, "max_score": share,
@@ -188,8 +195,6 @@ def gradescope(result: TargetResult, visibility: str = "visible", hidden_visibil
     if not_yet and len(not_yet) < len(checks):
         lines.append(f"{len(not_yet)} of the {len(checks)} checks are hidden for now: their results are shown "
                      f"{SHOWN[hidden_visibility]}; the points above count them")
-    held = [check for row in result.exercises if row.graded for check in row.checks
-            if withholds(check, visibility, hidden_visibility)]
     if held:
         lines.append(f"{len(held)} check(s) failed on inputs drawn with the grading's secret seed: those inputs are "
                      f"shown {SHOWN[hidden_visibility]}; each test says what to look at meanwhile")

@@ -1,6 +1,7 @@
 """`check("ex04")` in a notebook: grade the functions the learner defined in the kernel.
 
-The learner's cells become a module (`cells.module_source`: the definitions alone), written as
+The learner's cells become a module (`cells.module_source`: the definitions alone; of those, what the
+exercise's functions need, `cells.needed_by`, as a handed-in notebook's export), written as
 `exNN_name.py` into a private folder that the kernel's grading service grades (service.service):
 in the same sandboxed workers and with the same checks as `python -m grader`. The kernel never
 runs the checks itself and never forks (it may have touched CUDA): the service is a process of its
@@ -22,6 +23,7 @@ from typing import Any
 from grader import catalog
 from grader.kit import Kit
 from grader.notebook import cells as notebook_cells
+from grader.notebook.export import stub_names
 from grader.notebook.places import Cell
 from grader.records import ExerciseResult, Status, TargetResult
 from grader.service.service import GradeRequest, Service, ServiceError
@@ -265,7 +267,7 @@ def _grade(exercises: Sequence[catalog.Exercise], code: str, device: str, profil
     try:
         for exercise in mentioned:  # an exercise the notebook lacks is graded as missing
             with open(os.path.join(folder, exercise.id + ".py"), "w") as handle:
-                handle.write(code)
+                handle.write(notebook_cells.needed_by(code, stub_names(exercise.id)))  # as its export is graded
         request = GradeRequest(exercises=tuple(e.id for e in exercises), target=folder, label=LABEL, device=device,
                                profile=profile, timeout=timeout, details=details)
         try:

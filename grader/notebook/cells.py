@@ -26,7 +26,9 @@ MODULE_NAMES = frozenset(dir(builtins)) | {"__name__", "__file__", "__doc__", "_
 
 _LINE_END = re.compile(r"\r\n|\r|\n")
 
-__all__ = ["Cell", "defined_names", "module_source"]
+__all__ = ["Cell", "blank", "defined_names", "module_source", "needed_by", "unneeded"]
+# A kept statement that reads these may reach any module name by its string: the whole module is then kept.
+DYNAMIC_LOOKUPS = frozenset({"globals", "vars", "eval", "exec", "locals", "__import__"})
 
 
 def module_source(cells: Iterable[Cell]) -> str:
@@ -69,6 +71,86 @@ def module_source(cells: Iterable[Cell]) -> str:
         if run:
             parts.append("\n".join(run))
     return "\n\n".join(parts) + ("\n" if parts else "")
+
+
+def needed_by(source: str, names: Iterable[str]) -> str:
+    """The module `source` (as module_source made it) cut to what `names` need (`unneeded`): every other
+    statement's lines made blank, so that line numbers and the cell markers stay true."""
+    return blank(source, unneeded(source, names))
+
+
+def blank(source: str, spans: Iterable[tuple[int, int]]) -> str:
+    """`source` with the lines of each (first, last) span made empty (lines counted from 1)."""
+    lines = source.split("\n")
+    for first, last in spans:
+        for number in range(max(first, 1), min(last, len(lines)) + 1):
+            lines[number - 1] = ""
+    return "\n".join(lines)
+
+
+def unneeded(source: str, names: Iterable[str]) -> list[tuple[int, int]]:
+    """The (first, last) lines of the statements of `source` that `names` do not need: needed are the statements
+    that bind a name the needed ones read, from `names` on, transitively.
+
+    A notebook defines a whole chapter: graded whole, one exercise's module would import every library of the
+    chapter (transformers, datasets, PIL) into each of its ranks, and a correct notebook would run out of memory in
+    a small box where its .py twins do not. Kept always: `from __future__` imports and star imports (they may bind
+    anything), and statements that share a line with a kept one. A module whose kept code reads a name dynamically
+    (`globals()`, `eval`) is kept whole; so is one that does not parse. Work linear in the module's size."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError):
+        return []
+    groups: list[list[ast.stmt]] = []  # statements that share a line, as one
+    for node in tree.body:
+        if groups and _start(node)[0] <= (groups[-1][-1].end_lineno or groups[-1][-1].lineno):
+            groups[-1].append(node)
+        else:
+            groups.append([node])
+    binders: dict[str, list[int]] = {}
+    todo: list[int] = []
+    for index, group in enumerate(groups):
+        for node in group:
+            bound = _bound_names(node)
+            if bound is None or (isinstance(node, ast.ImportFrom) and node.module == "__future__"):
+                todo.append(index)
+            for name in bound or ():
+                binders.setdefault(name, []).append(index)
+    kept: set[int] = set()
+    wanted, seen = list(names), set()
+    while todo or wanted:
+        if todo:
+            index = todo.pop()
+            if index in kept:
+                continue
+            kept.add(index)
+            wanted += [name for node in groups[index] for name in _read_names(node)]
+            continue
+        name = wanted.pop()
+        if name in seen:
+            continue
+        if name in DYNAMIC_LOOKUPS:
+            return []
+        seen.add(name)
+        todo += binders.get(name, [])
+    return [(_start(group[0])[0], group[-1].end_lineno or group[-1].lineno)
+            for index, group in enumerate(groups) if index not in kept]
+
+
+def _bound_names(node: ast.stmt) -> set[str] | None:
+    """The module names a top-level statement binds (None for a star import: any)."""
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        if any(alias.name == "*" for alias in node.names):
+            return None
+        return {alias.asname or alias.name.split(".")[0] for alias in node.names}
+    defined = _define(node, set())
+    return defined if defined is not None else set()
+
+
+def _read_names(node: ast.stmt) -> set[str]:
+    """Every name a statement reads anywhere in it (its decorators, defaults, bodies): more than its free names
+    where a body binds a name of its own, which only keeps a statement more."""
+    return {inner.id for inner in ast.walk(node) if isinstance(inner, ast.Name) and isinstance(inner.ctx, ast.Load)}
 
 
 def defined_names(source: str) -> set[str]:

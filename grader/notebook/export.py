@@ -2,8 +2,10 @@
 
 A notebook covers a chapter or one exercise. It stands for each exercise of the catalog whose
 functions (the stub's names) it defines, and each of those files holds the notebook's definitions
-(`cells.module_source`), the very module `check()` grades in a live kernel: a helper or a
-constant the learner wrote in any cell stays available to every function. An .ipynb is read as
+(`cells.module_source`) that the exercise's functions need (`cells.unneeded` blanks the rest), the
+very module `check()` grades in a live kernel: a helper or a constant the learner wrote in any cell
+stays available to the functions that use it, and another exercise's imports (a chapter's
+transformers and PIL) never load in this one's ranks. An .ipynb is read as
 plain JSON and its cells as IPython runs them (IPython's transformer, a core dependency of the kit),
 so grading one needs no Jupyter package (Gradescope's image).
 
@@ -29,7 +31,7 @@ from functools import cache
 from grader import catalog
 from grader.kit import Kit
 from grader.layout import GRADER_DIR
-from grader.notebook.cells import defined_names, module_source
+from grader.notebook.cells import blank, defined_names, module_source, unneeded
 from grader.notebook.places import Cell
 
 MAX_BYTES = 64 * 2**20  # a notebook file, its outputs (plots) included
@@ -49,7 +51,7 @@ resource.setrlimit(resource.RLIMIT_CPU, (int(sys.argv[4]), int(sys.argv[4]) + 2)
 sys.path.insert(0, sys.argv[2])
 try:
     from grader.notebook.export import definitions
-    print(json.dumps(definitions(sys.argv[3])))
+    print(json.dumps(definitions(sys.argv[3], json.loads(sys.argv[5]))))
 except MemoryError:
     sys.exit({OUT_OF_MEMORY})
 """
@@ -123,20 +125,32 @@ def export(path: str, exercise_ids: Sequence[str] | None = None) -> list[Exporte
     """The exercises a notebook stands for (among `exercise_ids`, the catalog's by default), each
     as the module the grader grades; NotebookError for a file that is not a notebook."""
     ids = list(exercise_ids) if exercise_ids is not None else [e.id for e in catalog.default().exercises]
-    source, defined, unstarted = _read_apart(path)
-    covered = [i for i in ids if stub_names(i) & defined]
-    return [Exported(exercise, source, tuple(sorted(stub_names(exercise) - defined)),
-                     not stub_names(exercise) & defined <= unstarted) for exercise in covered]
+    found = _read_apart(path, {exercise: sorted(stub_names(exercise)) for exercise in ids})
+    covered = [i for i in ids if stub_names(i) & found.defined]
+    return [Exported(exercise, blank(found.source, found.unneeded.get(exercise, ())),
+                     tuple(sorted(stub_names(exercise) - found.defined)),
+                     not stub_names(exercise) & found.defined <= found.unstarted) for exercise in covered]
 
 
-def _read_apart(path: str) -> tuple[str, set[str], set[str]]:
-    """`definitions(path)`, computed by a process of its own within READ_MEMORY, READ_CPU_SECONDS of CPU and
-    READ_SECONDS of wall time."""
+@dataclass(frozen=True)
+class Definitions:
+    """What the reading process found in a notebook: its definitions' source, the names they define, those still a
+    stub's, and for each exercise the lines of the statements its functions do not need (cells.unneeded)."""
+
+    source: str
+    defined: frozenset[str]
+    unstarted: frozenset[str]
+    unneeded: dict[str, list[tuple[int, int]]]
+
+
+def _read_apart(path: str, wanted: dict[str, list[str]]) -> Definitions:
+    """`definitions(path, wanted)`, computed by a process of its own within READ_MEMORY, READ_CPU_SECONDS of CPU
+    and READ_SECONDS of wall time."""
     too_large = f"too large to read within {READ_MEMORY // 2**20} MiB (clear its outputs; shorten its code)"
     try:
         done = subprocess.run([sys.executable, "-I", "-c", _READER, str(READ_MEMORY), os.path.dirname(GRADER_DIR),
-                               path, str(READ_CPU_SECONDS)], stdin=subprocess.DEVNULL, capture_output=True,
-                              timeout=READ_SECONDS)
+                               path, str(READ_CPU_SECONDS), json.dumps(wanted)], stdin=subprocess.DEVNULL,
+                              capture_output=True, timeout=READ_SECONDS)
     except subprocess.TimeoutExpired:
         raise NotebookError(f"took longer than {READ_SECONDS} s to read") from None
     if done.returncode == -signal.SIGXCPU:
@@ -152,17 +166,25 @@ def _read_apart(path: str) -> tuple[str, set[str], set[str]]:
         raise NotebookError(f"could not be read: {last[:200]}")
     if "error" in found:
         raise NotebookError(too_large if found["error"] == "memory" else str(found["error"])[:300])
-    return str(found["source"]), set(found["defined"]), set(found["unstarted"])
+    spans = found.get("unneeded")
+    return Definitions(str(found["source"]), frozenset(found["defined"]), frozenset(found["unstarted"]),
+                       {exercise: [(int(a), int(b)) for a, b in lines] for exercise, lines in spans.items()}
+                       if isinstance(spans, dict) else {})
 
 
-def definitions(path: str) -> dict[str, object]:
+def definitions(path: str, wanted: dict[str, list[str]] | None = None) -> dict[str, object]:
     """What grading needs of a notebook, as plain data: its definitions' source, the names they define and
-    those still a stub's; or its one-line error ("memory" where it ran out)."""
+    those still a stub's, and for each exercise of `wanted` (its id: its stub's names) the lines its functions do
+    not need; or its one-line error ("memory" where it ran out)."""
     try:
         source = module_source(code_cells(path))
         if len(source) > MAX_SOURCE:
             raise NotebookError(f"its definitions are larger than {MAX_SOURCE // 2**20} MiB")
-        return {"source": source, "defined": sorted(defined_names(source)), "unstarted": sorted(_unstarted(source))}
+        defined = defined_names(source)
+        unneeded_lines = {exercise: unneeded(source, names) for exercise, names in (wanted or {}).items()
+                          if defined & set(names)}
+        return {"source": source, "defined": sorted(defined), "unstarted": sorted(_unstarted(source)),
+                "unneeded": unneeded_lines}
     except NotebookError as error:
         return {"error": str(error)}
     except MemoryError:

@@ -239,3 +239,75 @@ def test_definitions_too_long_a_reader_too_slow_and_too_many_notebooks_are_each_
     found = submissions.normalize(str(tmp_path), [EX])
     assert "ignored c.ipynb and 1 more notebooks: not read (a submission's first 2 are)" in found.notes, found.notes
     assert found.files == ((EX, str(tmp_path / "b.ipynb")),), found.files
+
+
+# --- each exercise's module holds what its functions need (issue 46) -----------------------------------------------
+
+CHAPTER_CELLS = cells(
+    "import torch\nimport PIL.Image\nfrom transformers import AutoTokenizer\nimport torch.distributed as dist",
+    "EPS = 1e-8\n\ndef _scale(x):\n    return x * (1 + EPS)\n\n@torch.no_grad()\ndef mean_of(x):\n"
+    "    return _scale(x) / dist.get_world_size()",
+    "def tokenize(texts, path):\n    return AutoTokenizer.from_pretrained(path)(texts)\n\n"
+    "def to_image(x):\n    return PIL.Image.fromarray(x)",
+)
+
+
+def test_an_exercises_module_holds_what_its_functions_need_and_no_other_import():
+    """A chapter's notebook defines every exercise's functions: one exercise's module keeps its functions, the
+    helpers and constants they read and the imports they use (transitively), and none of another exercise's
+    imports, which would load transformers and PIL into each of its ranks (a correct notebook then ran out of
+    memory in Gradescope's 768 MB box where its .py twins did not)."""
+    from grader.notebook.cells import needed_by
+
+    source = module_source(CHAPTER_CELLS)
+    cut = needed_by(source, ["mean_of"])
+    kept = {line for line in cut.splitlines() if line and not line.startswith("#")}
+    assert kept == {"import torch", "import torch.distributed as dist", "EPS = 1e-8", "def _scale(x):",
+                    "    return x * (1 + EPS)", "@torch.no_grad()", "def mean_of(x):",
+                    "    return _scale(x) / dist.get_world_size()"}, cut
+    assert needed_by(source, ["tokenize"]).count("import") == 1 and "AutoTokenizer" in needed_by(source, ["tokenize"])
+    namespace = run(cut)
+    assert {"mean_of", "_scale", "EPS", "torch", "dist"} <= set(namespace) and "PIL" not in namespace
+
+
+def test_a_cut_module_keeps_every_line_where_it_was_so_errors_name_the_learners_cell():
+    from grader.notebook.cells import needed_by
+
+    source = module_source(CHAPTER_CELLS)
+    cut = needed_by(source, ["to_image"])
+    assert len(cut.splitlines()) == len(source.splitlines())
+    for number, line in enumerate(cut.splitlines(), 1):
+        assert line in ("", source.splitlines()[number - 1])
+        if line:
+            assert place(cut, number) == place(source, number)
+
+
+def test_what_may_reach_any_name_keeps_the_module_whole():
+    """A star import may bind any name, and code that looks names up by their string (globals(), eval) may read
+    any of them: nothing is cut."""
+    from grader.notebook.cells import needed_by
+
+    star = module_source(cells("from math import *\nimport PIL.Image", "def f(x):\n    return sqrt(x)"))
+    assert "from math import *" in needed_by(star, ["f"]) and "PIL" not in needed_by(star, ["f"])
+    dynamic = module_source(cells("import PIL.Image", "def f(name):\n    return globals()[name]"))
+    assert needed_by(dynamic, ["f"]) == dynamic
+    broken = "def f(:\n"
+    assert needed_by(broken, ["f"]) == broken
+
+
+def test_a_handed_in_notebooks_export_is_cut_per_exercise(tmp_path):
+    """The export of a notebook (what a batch and Gradescope grade) cuts each exercise's module in the reading
+    process: ex04's file holds none of ex19's code, and ex19's none of ex04's."""
+    sources = {name: open(os.path.join(KIT_ROOT, "solutions", f"{name}.py")).read()
+               for name in ("ex04_sharding", "ex19_quantize_blockwise")}
+    notebook = _notebook(tmp_path / "both.ipynb", "import PIL.Image\n\ndef unused():\n    return PIL.Image",
+                         *sources.values())
+    exported = {one.exercise: one.source for one in export.export(str(notebook), list(sources))}
+    assert set(exported) == set(sources)
+    assert "def shard_indices" in exported["ex04_sharding"]
+    assert "def quantize_blockwise" not in exported["ex04_sharding"]
+    assert "def quantize_blockwise" in exported["ex19_quantize_blockwise"]
+    assert "def shard_indices" not in exported["ex19_quantize_blockwise"]
+    assert not any("PIL" in source for source in exported.values())
+    for source in exported.values():
+        run(source)  # each cut module still imports

@@ -21,9 +21,9 @@ from grader.notebook.build import KIT_URL_PLACEHOLDER, chapter_notebook, noteboo
 from grader.notebook.cells import Cell, module_source
 from tests.kit import ahead
 from tests.kit.catches import ex19_quantize_blockwise as ex19_catches
-from tests.kit.harness import KIT_ROOT, SEED, grader, needs
+from tests.kit.harness import KIT_ROOT, SEED, grader, memory_boxes, needs
 from tests.kit.stubs import write_stubs
-from tests.kit.test_homework import _solution_lines
+from tests.kit.test_homework import _grade_in_a_box, _solution_lines
 
 nbformat = needs("nbformat", "the chapter notebooks are not built, exported or run")
 
@@ -50,6 +50,24 @@ def code_folder(tmp, replaced=None):
     for exercise, source in (replaced or {}).items():
         (tmp / f"{exercise}.py").write_text(source)
     return str(tmp)
+
+
+@pytest.mark.skipif(not memory_boxes(), reason="needs root and a v1 memory cgroup")
+def test_a_correct_chapter_notebook_scores_full_in_gradescopes_box(tmp_path):
+    """Chapter 1's notebook filled in with the references, graded in Gradescope's default 768 MB box, scores what
+    its .py twins score: 100. Each exercise's module holds what that exercise's functions need
+    (cells.unneeded): graded whole, ex10's four ranks each imported the chapter's transformers, datasets and PIL,
+    and ran out of memory (91/100)."""
+    chapter = catalog.find_chapter(1)
+    write_notebook(tmp_path / "submission" / notebook_name(chapter), code_folder(tmp_path / "references"), chapter)
+    report = tmp_path / "report.json"
+    done = _grade_in_a_box(768, "chapter1", "--target", str(tmp_path / "submission"), "--json", str(report),
+                           "--seed", SEED, "--device", "cpu", "--profile", "fast", "-q")
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(report.read_text())
+    lost = [(e["id"], c["name"], c["message"][:200]) for e in result["exercises"] for c in e["checks"]
+            if c["status"] != "passed"]
+    assert result["score"] == result["max_score"] == 100, lost
 
 
 # --- built from the stubs ------------------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NoReturn, TextIO
 
@@ -119,7 +119,8 @@ def build_parser() -> Parser:
                              '{"folder": ["test_...", ...]} (the kit\'s own tests grade each wrong implementation so)')
     parser.add_argument("--require-sandbox", action="store_true",
                         help="refuse to grade where the kernel lacks a layer of the sandbox (for instructors)")
-    parser.add_argument("-q", "--quiet", action="store_true", help="print only the report")
+    parser.add_argument("--progress-file", metavar="PATH", help=argparse.SUPPRESS)  # a part of --jobs N: its parent's
+    parser.add_argument("-q", "--quiet", action="store_true", help="print only the report, no progress")
     parser.add_argument("-v", "--verbose", action="store_true", help="full messages and tracebacks")
     return parser
 
@@ -208,15 +209,41 @@ def grade(args: argparse.Namespace, staged: Staged) -> int:
     """Parse, grade through the engine, write the reports; the exit status."""
     command = make_command(args, staged)
     request, plan = command.request, command.plan
-    progress = None if args.quiet or request.parallel or not request.options.targets else \
-        Progress([target.label for target in request.options.targets], request.exercises)
-    outcome = engine.grade(request, vet=(lambda options: plan.check(options, request.exercises)) if plan else None,
-                           progress=progress.record if progress else None)
-    if progress:
-        progress.done()
+    vet = (lambda options: plan.check(options, request.exercises)) if plan else None
+    if args.progress_file or (not args.quiet and (plan or request.parallel) and request.options.targets
+                              and sys.stderr.isatty()):
+        outcome = grade_batch(args, request, vet)
+    else:
+        progress = None if args.quiet or request.parallel or not request.options.targets else \
+            Progress([target.label for target in request.options.targets], request.exercises)
+        outcome = engine.grade(request, vet=vet, progress=progress.record if progress else None)
+        if progress:
+            progress.done()
     staged.annotate(outcome.results)
     write_reports(args, outcome, plan, command.students)
     return exit_status(outcome.results, args.fail_under)
+
+
+def grade_batch(args: argparse.Namespace, request: engine.Request,
+                vet: Callable[[Options], None] | None) -> engine.GradeOutcome:
+    """A batch (--submissions, --jobs N) on a terminal: its progress, students done, being graded and the time
+    left (batch.progress); or, in a part of --jobs N, each check written to the file its parent reads."""
+    from grader.batch import progress
+
+    if args.progress_file:
+        try:
+            recorder = progress.Recorder(args.progress_file)
+        except OSError as error:
+            raise UsageError(f"--progress-file {args.progress_file}: {error.strerror}")
+        try:
+            return engine.grade(request, vet=vet, progress=recorder)
+        finally:
+            recorder.close()
+    shown = progress.Progress([target.label for target in request.options.targets], len(request.exercises))
+    try:
+        return engine.grade(request, vet=vet, progress=shown.record, follow=shown.follow)
+    finally:
+        shown.close()
 
 
 def make_command(args: argparse.Namespace, staged: Staged) -> Command:

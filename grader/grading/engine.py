@@ -102,9 +102,11 @@ class Engine:
         self.close()
 
     def grade(self, request: Request, vet: Callable[[Options], None] | None = None,
-              progress: Callable[[CheckResult], None] | None = None) -> GradeOutcome:
+              progress: Callable[[CheckResult], None] | None = None,
+              follow: Callable[[Sequence[Part]], None] | None = None) -> GradeOutcome:
         """Grade `request`. `vet` sees the resolved options before any check runs (and may refuse them
-        by raising); `progress` sees each check's result as it comes."""
+        by raising); `progress` sees each check's result as it comes; `follow`, the parts of a batch graded
+        by several processes while they run (it returns once they have all ended)."""
         warm = not request.parallel and request.options.targets
         gpu = request.device in GPUS
         if warm and not gpu:  # a GPU may be a usage error: then no fork server may start
@@ -128,7 +130,7 @@ class Engine:
             secret = request.seed_file is not None and options.seed == seed_read  # a release's own seed is none
             arguments = part_arguments(request, options, secret)
             results = run_in_parallel(options.targets, min(request.jobs, len(options.targets)), arguments,
-                                      request.exercises or request.kit.catalog.exercises, request.kit)
+                                      request.exercises or request.kit.catalog.exercises, request.kit, follow)
         else:
             results = self._run(options, request.exercises, request.kit, progress)
         return GradeOutcome(results, options, request.exercises)
@@ -167,10 +169,11 @@ class Engine:
 
 
 def grade(request: Request, vet: Callable[[Options], None] | None = None,
-          progress: Callable[[CheckResult], None] | None = None) -> GradeOutcome:
+          progress: Callable[[CheckResult], None] | None = None,
+          follow: Callable[[Sequence[Part]], None] | None = None) -> GradeOutcome:
     """Grade one request with an engine of its own, closed afterwards."""
     with Engine() as engine:
-        return engine.grade(request, vet, progress)
+        return engine.grade(request, vet, progress, follow)
 
 
 def exercises_named(names: Sequence[str], kit: Kit) -> tuple[Exercise, ...]:
@@ -220,12 +223,23 @@ def part_arguments(request: Request, options: Options, secret: bool) -> list[str
     return arguments
 
 
+@dataclass(frozen=True)
+class Part:
+    """One grader process of a batch graded in parallel: its targets (named by their position in it), the file
+    it writes each check's target and exercise to as it ends (--progress-file), and the process."""
+
+    targets: tuple[Target, ...]
+    progress_file: str
+    process: subprocess.Popen[bytes]
+
+
 def run_in_parallel(targets: Sequence[Target], jobs: int, arguments: Sequence[str],
-                    exercises: Sequence[Exercise], kit: Kit) -> list[TargetResult]:
+                    exercises: Sequence[Exercise], kit: Kit,
+                    follow: Callable[[Sequence[Part]], None] | None = None) -> list[TargetResult]:
     """Grade `targets` in `jobs` grader processes, each given `arguments` besides its targets;
     one TargetResult per target, in the order given. A part whose process fails leaves its
     targets as results saying so (`exercises` not graded, which --regrade grades again), never the
-    batch without a report."""
+    batch without a report. `follow` sees the parts while they run."""
     parts = [targets[i::jobs] for i in range(jobs)]
     folder = tempfile.mkdtemp(prefix="grader-parts-")
     running = []
@@ -237,12 +251,16 @@ def run_in_parallel(targets: Sequence[Target], jobs: int, arguments: Sequence[st
         for index, target in enumerate(part):  # named by position: the part's rows map back by it
             shutil.copytree(target.path, os.path.join(members, f"{index:05d}"), symlinks=True)
         command = [sys.executable, "-m", "grader", *arguments, "--submissions", members, "--json", report, "-q"]
+        progress = os.path.join(folder, f"part-{number}.progress")
+        command += ["--progress-file", progress] if follow else []
         output = open(os.path.join(folder, f"part-{number}.log"), "w")
         running.append((part, report, output, subprocess.Popen(command, cwd=kit.root, stdout=output,
-                                                                   stderr=subprocess.STDOUT)))
+                                                                   stderr=subprocess.STDOUT), progress))
+    if follow is not None:
+        follow([Part(tuple(part), progress, process) for part, _, _, process, progress in running])
     results = {}
     failed = False
-    for part, report, output, process in running:
+    for part, report, output, process, _ in running:
         process.wait()
         output.close()
         try:

@@ -22,7 +22,7 @@ from grader.grading.options import Options
 from grader.kit import Kit
 from grader.learner import state
 from grader.records import CheckResult, Status, TargetResult
-from grader.reports import class_report, report
+from grader.reports import class_report, report, similarity
 from grader.usage import count, positive
 
 if TYPE_CHECKING:
@@ -104,7 +104,12 @@ def build_parser() -> Parser:
                         help="write one row per check of each target as CSV (a rubric's rows: status, points, finding)")
     parser.add_argument("--class-report", metavar="PATH",
                         help="write the class report: an HTML page at PATH and its markdown twin beside it "
-                             "(scores, diagnoses, checks most failed, review flags, rows not graded)")
+                             "(scores, diagnoses, checks most failed, pairs alike, review flags, rows not graded)")
+    parser.add_argument("--similarity-threshold", type=float, default=None, metavar="SCORE",
+                        help="with --class-report: list the pairs of submissions whose files for an exercise score "
+                             f"SCORE or more of 1 alike (the share of code in common; default {similarity.THRESHOLD})")
+    parser.add_argument("--no-similarity", action="store_true",
+                        help="with --class-report: do not compare the submissions' files")
     parser.add_argument("--fail-under", type=float, default=None, metavar="N",
                         help="exit 1 when a target scores below N points")
     parser.add_argument("--jobs", type=count, default=1, metavar="N",
@@ -203,6 +208,8 @@ class Command:
     request: engine.Request
     plan: Plan | None  # a --submissions run's (batch.plan)
     students: dict[str, Student]  # --canvas: each submission folder's student
+    files: dict[str, dict[str, str]] | None = None  # --class-report: each target's file per exercise, to compare
+    stubs: dict[str, str] | None = None  # and each exercise's stub, whose lines are not counted
 
 
 def grade(args: argparse.Namespace, staged: Staged) -> int:
@@ -220,7 +227,7 @@ def grade(args: argparse.Namespace, staged: Staged) -> int:
         if progress:
             progress.done()
     staged.annotate(outcome.results)
-    write_reports(args, outcome, plan, command.students)
+    write_reports(args, outcome, plan, command.students, command.files, command.stubs)
     return exit_status(outcome.results, args.fail_under)
 
 
@@ -272,6 +279,12 @@ def make_command(args: argparse.Namespace, staged: Staged) -> Command:
     trouble = args.class_report and class_report.problem(args.class_report, [args.json, args.gradescope, args.csv])
     if trouble:
         raise UsageError(f"--class-report: {trouble}")
+    threshold = args.similarity_threshold
+    if (threshold is not None or args.no_similarity) and not args.class_report:
+        raise UsageError(f"{'--no-similarity' if args.no_similarity else '--similarity-threshold'} goes with "
+                         "--class-report")
+    if threshold is not None and (args.no_similarity or not 0 < threshold <= 1):
+        raise UsageError("--similarity-threshold: a score above 0 and at most 1, without --no-similarity")
     if args.gradescope and len(targets) > 1:
         raise UsageError("--gradescope writes one submission's results; give one --target")
     if args.classroom and len(targets) > 1:
@@ -293,11 +306,16 @@ def make_command(args: argparse.Namespace, staged: Staged) -> Command:
                       only_checks=only_checks, secret_seed=args.seed_file is not None)
     request = engine.Request(tuple(exercises), options, device=args.device, seed_file=args.seed_file,
                              jobs=args.jobs, only_checks_file=args.only_checks, kit=staged.kit)
-    return Command(request, plan, students)
+    files = None if args.no_similarity or not args.class_report else {  # staged: the module graded, a notebook's too
+        target.label: {e.id: os.path.join(target.path, e.id + ".py") for e in exercises
+                       if os.path.isfile(os.path.join(target.path, e.id + ".py"))} for target in staged.targets}
+    stubs = {e.id: staged.kit.files(e.id).stub for e in exercises}
+    return Command(request, plan, students, files, stubs)
 
 
 def write_reports(args: argparse.Namespace, outcome: engine.GradeOutcome, plan: Plan | None,
-                  students: dict[str, Student]) -> None:
+                  students: dict[str, Student], files: dict[str, dict[str, str]] | None = None,
+                  stubs: dict[str, str] | None = None) -> None:
     """The table on the terminal, the replay line, and every report the command line asked for."""
     results, options = outcome.results, outcome.options
     for result in results:
@@ -342,7 +360,12 @@ def write_reports(args: argparse.Namespace, outcome: engine.GradeOutcome, plan: 
     if args.checks_csv:
         report.write(args.checks_csv, report.checks_csv(plan.whole(results) if plan else results))
     if args.class_report:
-        class_report.write(args.class_report, plan.whole(results) if plan else results)
+        rows = plan.whole(results) if plan else results
+        threshold = args.similarity_threshold or similarity.THRESHOLD
+        alike = None if files is None else similarity.alike(
+            {row.target: files[row.target] for row in rows if row.target in files},
+            stubs or {}, threshold)
+        class_report.write(args.class_report, rows, alike, threshold)
 
 
 def exit_status(results: Sequence[TargetResult], fail_under: float | None) -> int:

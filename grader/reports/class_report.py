@@ -3,7 +3,8 @@
 Built from the same typed results the batch's JSON holds (a `--submissions` run, its `--jobs`
 parts or `merge`d shards alike): per exercise, the scores' distribution, each diagnosis (the
 cause a check named, with how many students it hit and one anonymised smallest counterexample),
-the checks most failed; then the submissions flagged for review and the ones not graded. Written
+the checks most failed, the pairs of submissions alike (`similarity`: where the batch compared the
+files); then the submissions flagged for review and the ones not graded. Written
 twice: a self-contained HTML page (inline CSS and SVG, no script, nothing fetched: a content
 security policy forbids it) and its markdown twin. Every piece of text that a submission could
 have chosen is escaped where it is written, in either format.
@@ -20,6 +21,8 @@ from dataclasses import dataclass
 from grader import text
 from grader.records import CheckResult, ReviewFlag, Status, TargetResult
 from grader.reports import report as reports
+from grader.reports import similarity
+from grader.reports.similarity import Alike
 
 BINS = 10  # a histogram's bars: tenths of the exercise's points
 SHOWN_CHECKS = 5  # the checks most failed, per exercise
@@ -105,13 +108,17 @@ class ClassReport:
     exercises: tuple[ExerciseSummary, ...]
     flagged: tuple[Flagged, ...]
     ungraded: tuple[Ungraded, ...]
+    alike: tuple[Alike, ...] | None = None  # None: the files were not compared (a merge has none, --no-similarity)
+    threshold: float = similarity.THRESHOLD  # the score a pair in `alike` reaches
 
 
 # --- building ---------------------------------------------------------------------------
 
 
-def build(results: Sequence[TargetResult]) -> ClassReport:
-    """The class report of a batch's results (one TargetResult per submission)."""
+def build(results: Sequence[TargetResult], alike: Sequence[Alike] | None = None,
+          threshold: float = similarity.THRESHOLD) -> ClassReport:
+    """The class report of a batch's results (one TargetResult per submission); `alike`: the pairs of
+    submissions scoring `threshold` or more (None where the files were not compared)."""
     ids = list(dict.fromkeys(row.id for result in results for row in result.exercises))
     exercises = tuple(_exercise(exercise, results) for exercise in ids)
     maxima = [result.max_score for result in results if result.max_score]
@@ -129,7 +136,7 @@ def build(results: Sequence[TargetResult]) -> ClassReport:
                                      + " (grade them again with --regrade and a larger --budget)"))
     first = results[0] if results else None
     return ClassReport(len(results), first.seed if first else 0, first.profile if first else "", total, exercises,
-                       flagged, tuple(ungraded))
+                       flagged, tuple(ungraded), None if alike is None else tuple(alike), threshold)
 
 
 def histogram(scores: Sequence[float], max_score: float) -> Histogram:
@@ -237,10 +244,10 @@ def as_html(report: ClassReport) -> str:
              "<title>Class report</title>", f"<style>{STYLE}</style></head><body>",
              "<h1>Class report</h1>",
              f'<p class="summary">{report.submissions} submission{"s" if report.submissions != 1 else ""}; '
-             f"seed {report.seed}, profile {_h(report.profile or '-')}</p>",
+             f"seed {report.seed}, profile {_h(report.profile or '-')}{_compared(report)}</p>",
              "<h2>Total scores</h2>", _svg(report.total, "total")]
     for exercise in report.exercises:
-        parts.append(_exercise_html(exercise))
+        parts.append(_exercise_html(exercise, similarity.of(exercise.id, report.alike or ())))
     parts.append('<section id="review"><h2>Flagged for review</h2>')
     if report.flagged:
         parts.append("<p>The code reaches for the grader's machinery; no points change.</p>")
@@ -256,7 +263,7 @@ def as_html(report: ClassReport) -> str:
     return "\n".join(parts) + "\n"
 
 
-def _exercise_html(exercise: ExerciseSummary) -> str:
+def _exercise_html(exercise: ExerciseSummary, alike: Sequence[Alike] = ()) -> str:
     parts = [f'<section class="exercise" id="{_h(exercise.id)}">',
              f"<h2>{_h(exercise.id)}: {_h(exercise.title)}</h2>",
              f'<p>{exercise.graded} graded; mean {exercise.mean:g} / {exercise.max_score:g} points</p>',
@@ -273,6 +280,12 @@ def _exercise_html(exercise: ExerciseSummary) -> str:
     parts.append(_table(("check", "failed by"), [
         f'<tr class="check"><td>{_h(tally.title)}<br><small><code>{_h(tally.check)}</code></small></td>'
         f'<td class="n failed">{tally.failed} of {tally.graded}</td></tr>' for tally in exercise.most_failed]))
+    if alike:
+        parts.append('<h3>Submissions alike</h3>')
+        parts.append(_table(("submission", "submission", "score"), [
+            f'<tr class="alike"><td class="submission">{_h(pair.students[0])}</td>'
+            f'<td class="submission">{_h(pair.students[1])}</td><td class="n score">{pair.score:.2f}</td></tr>'
+            for pair in alike]))
     parts.append("</section>")
     return "\n".join(parts)
 
@@ -318,7 +331,7 @@ def _m(value: object) -> str:
 def as_markdown(report: ClassReport) -> str:
     lines = ["# Class report", "",
              f"{report.submissions} submission{'s' if report.submissions != 1 else ''}; seed {report.seed}, "
-             f"profile {_m(report.profile or '-')}", "", "## Total scores", ""]
+             f"profile {_m(report.profile or '-')}{_compared(report)}", "", "## Total scores", ""]
     lines += _bars_markdown(report.total)
     for exercise in report.exercises:
         lines += ["", f"## {_m(exercise.id)}: {_m(exercise.title)}", "",
@@ -339,6 +352,10 @@ def as_markdown(report: ClassReport) -> str:
             lines += [f"| {_m(t.title)} ({_m(t.check)}) | {t.failed} of {t.graded} |" for t in exercise.most_failed]
         else:
             lines.append("none")
+        alike = similarity.of(exercise.id, report.alike or ())
+        if alike:
+            lines += ["", "### Submissions alike", "", "| submission | submission | score |", "|---|---|---:|"]
+            lines += [f"| {_m(pair.students[0])} | {_m(pair.students[1])} | {pair.score:.2f} |" for pair in alike]
     lines += ["", "## Flagged for review", ""]
     if report.flagged:
         lines += ["The code reaches for the grader's machinery; no points change.", "",
@@ -354,6 +371,14 @@ def as_markdown(report: ClassReport) -> str:
     else:
         lines.append("none")
     return "\n".join(lines) + "\n"
+
+
+def _compared(report: ClassReport) -> str:
+    """The summary's last words where the files were compared: what a pair under "Submissions alike" means."""
+    if report.alike is None:
+        return ""
+    return (f"; files compared: the pairs scoring {report.threshold:g} or more (the share of their code in common, "
+            "the stub's not counted) are under \"Submissions alike\", for review; no points change")
 
 
 def _bars_markdown(chart: Histogram) -> list[str]:
@@ -377,9 +402,10 @@ def problem(path: str, others: Sequence[str | None] = ()) -> str:
     return f"{clash[0]} is also another report's path" if clash else ""
 
 
-def write(path: str, results: Sequence[TargetResult]) -> tuple[str, str]:
+def write(path: str, results: Sequence[TargetResult], alike: Sequence[Alike] | None = None,
+          threshold: float = similarity.THRESHOLD) -> tuple[str, str]:
     """Write the page at path and its markdown twin beside it; returns both paths."""
-    built = build(results)
+    built = build(results, alike, threshold)
     twin = twin_path(path)
     reports.write(path, as_html(built))
     reports.write(twin, as_markdown(built))

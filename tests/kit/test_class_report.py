@@ -61,6 +61,7 @@ def graded(tmp_path_factory):
     page = tmp / "class.html"
     done = grader(EXERCISE, "--submissions", str(root), "--shard", "1/1", "--json", str(tmp / "shard.json"),
                   "--class-report", str(page), "--seed", SEED, "--profile", "fast", "--device", "cpu", "-q",
+                  "--no-similarity",  # merge has no files to compare (test_similarity.py)
                   *only_checks_args(tmp, {name: CHECKS for name in [*sources, "empty"]}))
     assert done.returncode == 0, done.stderr[-3000:]
     return tmp
@@ -247,7 +248,7 @@ def test_merge_and_a_regrade_write_the_same_class_report(graded, markdown):
     assert merged.read_text() == (graded / "class.html").read_text()
     again = graded / "regraded.html"
     done = grader(EXERCISE, "--submissions", str(graded / "class"), "--regrade", str(graded / "merged.json"),
-                  "--class-report", str(again), "--device", "cpu", "-q", timeout=300)
+                  "--class-report", str(again), "--no-similarity", "--device", "cpu", "-q", timeout=300)
     assert done.returncode == 0, done.stderr
     assert "grading 0 of 6 submissions" in done.stdout, done.stdout
     assert (graded / "regraded.md").read_text() == markdown

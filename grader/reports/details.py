@@ -82,5 +82,6 @@ def given(specs: Sequence[str], kit: Kit | None = None) -> Details:
             table[head] = word
     catalog = (kit or Kit.default()).catalog
     said = details_table(table, [exercise.id for exercise in catalog.exercises],
-                         [chapter.number for chapter in catalog.chapters], named=lambda key, word: f"{key}={word}")
+                         [chapter.number for chapter in catalog.chapters],
+                         named=lambda key, word: str(word) if key == "default" else f"{key}={word}")
     return dataclasses.replace(said, under=catalog.details)

@@ -47,6 +47,7 @@ OWN_CODE = {  # the kit's own code, the kernel and the shell: the same under any
     "test_hostile.py", "test_identity.py", "test_kit_object.py", "test_leftovers.py", "test_non_root.py",
     "test_platforms.py", "test_sandbox.py", "test_scan.py", "test_shards.py", "test_slow_machines.py",
     "test_suite_guards.py", "test_time_outs.py", "test_zygote.py", "test_good_citizen.py", "test_typed_results.py",
+    "test_batch_progress.py",
     "test_details.py",
     "test_similarity.py",
 }

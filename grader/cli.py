@@ -247,10 +247,13 @@ def grade_batch(args: argparse.Namespace, request: engine.Request,
         finally:
             recorder.close()
     shown = progress.Progress([target.label for target in request.options.targets], len(request.exercises))
+    graded = False
     try:
-        return engine.grade(request, vet=vet, progress=shown.record, follow=shown.follow)
+        outcome = engine.grade(request, vet=vet, progress=shown.record, follow=shown.follow)
+        graded = True
+        return outcome
     finally:
-        shown.close()
+        shown.close(complete=graded)  # a refusal or Ctrl-C is not "all graded"
 
 
 def make_command(args: argparse.Namespace, staged: Staged) -> Command:

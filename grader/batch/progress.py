@@ -151,11 +151,13 @@ class Progress:
             return 80, 24
         return (size.columns if size.columns > 0 else 80), (size.lines if size.lines > 0 else 24)
 
-    def close(self) -> None:
-        """Grading is over: every student is done; the line stays, complete."""
-        self.finished.update(self.students)
-        self.current.clear()
-        self.show(refresh=False)  # closing draws it
+    def close(self, complete: bool = True) -> None:
+        """Grading is over: every student is done, and the line stays, complete; or it was cut short (an error,
+        Ctrl-C), and the line stays as it was."""
+        if complete:
+            self.finished.update(self.students)
+            self.current.clear()
+            self.show(refresh=False)  # closing draws it
         if self.bar is not None:
             self.bar.close()
             self.bar = None

@@ -98,6 +98,19 @@ def test_names_are_escaped_and_many_are_counted_not_listed():
     assert "now: \\x1b]0;pwned\\x07eve, b, c +2 |" in lines(stream)[-1]
 
 
+def test_a_grading_cut_short_leaves_the_line_as_it_was_not_all_graded():
+    """A refusal once grading began (a regrade graded otherwise) or Ctrl-C: the students not graded are not counted."""
+    stream = Terminal()
+    progress = Progress(["alice", "bob"], 1, stream=stream, clock=Clock())
+    progress.checked("alice", EX)
+    progress.close(complete=False)
+    assert "0/2 students graded" in lines(stream)[-1] and "all graded" not in stream.getvalue()
+    assert stream.getvalue().endswith("\n")
+    untouched = Terminal()
+    Progress(["alice"], 1, stream=untouched).close(complete=False)  # refused before any check: nothing drawn
+    assert untouched.getvalue() == ""
+
+
 def test_a_stream_that_is_not_a_terminal_gets_nothing_at_all():
     stream, clock = io.StringIO(), Clock()
     progress = Progress(["alice", "bob"], 1, stream=stream, clock=clock)

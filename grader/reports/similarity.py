@@ -27,7 +27,9 @@ import hashlib
 import io
 import itertools
 import keyword
+import os
 import re
+import stat
 import tokenize
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -58,10 +60,12 @@ class Alike:
 
 
 def read(path: str) -> bytes:
-    """A submission's file, its first MAX_BYTES at most; b'' where it cannot be read."""
+    """A submission's file, its first MAX_BYTES at most; b'' where it cannot be read or is no plain file (a link
+    is not followed, a FIFO not waited on)."""
     try:
-        with open(path, "rb") as handle:
-            return handle.read(MAX_BYTES)
+        with open(os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)),
+                  "rb") as handle:
+            return handle.read(MAX_BYTES) if stat.S_ISREG(os.fstat(handle.fileno()).st_mode) else b""
     except OSError:
         return b""
 

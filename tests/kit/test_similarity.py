@@ -4,6 +4,7 @@ than its first MAX_BYTES. Then a class of four folders, two of them one file wit
 class report names that pair, and no other.
 """
 
+import json
 import os
 import re
 import subprocess
@@ -111,8 +112,13 @@ def test_a_hostile_file_does_not_raise_and_is_bounded(name, tmp_path, reference)
     assert time.perf_counter() - start < 5, f"{name}: {time.perf_counter() - start:.1f} s"
 
 
-def test_a_file_that_cannot_be_read_is_empty(tmp_path):
-    assert similarity.read(str(tmp_path / "gone.py")) == b"" and similarity.read(str(tmp_path)) == b""
+def test_a_file_that_cannot_be_read_or_is_no_plain_file_is_empty(tmp_path):
+    """Nothing missing, no folder, no link followed (to a file the grader may read), no FIFO waited on."""
+    (tmp_path / "secret").write_text("x = 1\n" * 100)
+    (tmp_path / "link.py").symlink_to(tmp_path / "secret")
+    os.mkfifo(tmp_path / "fifo.py")
+    for name in ("gone.py", ".", "link.py", "fifo.py"):
+        assert similarity.read(str(tmp_path / name)) == b"", name
 
 
 def test_the_pairs_of_a_class_per_exercise_highest_first(tmp_path, reference):
@@ -158,8 +164,9 @@ CHECK = "test_shard_batch_matches_tensor_split"  # one fast check: the files are
 
 @ahead.fixture()
 def graded(tmp_path_factory):
-    """A class of four graded once: alice (the reference), bob (alice's file, renamed and reformatted), carol (a
-    second right way, written apart), dave (the stub untouched); its JSON report and class report."""
+    """A class of four graded once: alice (the reference), bob (alice's file, renamed and reformatted, in a
+    notebook: its module is what is compared), carol (a second right way, written apart), dave (the stub
+    untouched); its JSON report and class report."""
     tmp = tmp_path_factory.mktemp("similarity")
     reference = reference_source(EXERCISE)
     sources = {"alice": reference, "bob": renamed(reference), "carol": open(INDEPENDENT).read(),
@@ -167,6 +174,10 @@ def graded(tmp_path_factory):
     for name, source in sources.items():
         (tmp / "class" / name).mkdir(parents=True)
         (tmp / "class" / name / f"{EXERCISE}.py").write_text(source)
+    (tmp / "class" / "bob" / f"{EXERCISE}.py").unlink()
+    cell = {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": 1, "source": sources["bob"]}
+    (tmp / "class" / "bob" / "homework.ipynb").write_text(json.dumps({"cells": [cell], "metadata": {}, "nbformat": 4,
+                                                                      "nbformat_minor": 5}))
     done = grader(EXERCISE, "--submissions", str(tmp / "class"), "--class-report", str(tmp / "class.html"),
                   "--json", str(tmp / "class.json"), "--seed", SEED, "--profile", "fast", "--device", "cpu", "-q",
                   *only_checks_args(tmp, {name: [CHECK] for name in sources}))
@@ -184,7 +195,7 @@ def alike_rows(markdown):
 @pytest.mark.slow
 def test_a_class_report_names_the_pair_of_copies_and_no_other(graded):
     markdown = (graded / "class.md").read_text()
-    assert alike_rows(markdown) == ["| alice | bob | 1.00 |"], markdown
+    assert alike_rows(markdown) == ["| alice | bob | 1.00 |"], markdown  # bob's notebook's module against alice's file
     assert "files compared: the pairs scoring 0.5 or more" in markdown
 
 

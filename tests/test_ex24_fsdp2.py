@@ -427,7 +427,9 @@ def figure_fsdp(ctx):
 
     mesh = _mesh(ctx)
     yours = _one_step(_figure_net(), lambda model: ctx.module.shard_model(model, mesh), ctx.module)
-    root = _one_step(_figure_net(), lambda model: fully_shard(model, mesh=mesh), ctx.module)
+    # True as the contract passes it (fully_shard's default, None, keeps the root gathered from forward to backward)
+    root = _one_step(_figure_net(), lambda model: fully_shard(model, mesh=mesh, reshard_after_forward=True),
+                     ctx.module)
     whole = sum(p.numel() * p.element_size() for p in _figure_net().parameters())
     return dict(yours, whole=whole, **{f"root_{key}": value for key, value in root.items()})
 

@@ -106,8 +106,9 @@ def build_parser() -> Parser:
                         help="write the class report: an HTML page at PATH and its markdown twin beside it "
                              "(scores, diagnoses, checks most failed, pairs alike, review flags, rows not graded)")
     parser.add_argument("--similarity-threshold", type=float, default=None, metavar="SCORE",
-                        help="with --class-report: list the pairs of submissions whose files for an exercise score "
-                             f"SCORE or more of 1 alike (the share of code in common; default {similarity.THRESHOLD})")
+                        help="with --class-report: list two submissions as alike where their files for an exercise "
+                             "share SCORE or more of their code (above 0, at most 1; the stub's lines not counted; "
+                             f"default {similarity.THRESHOLD})")
     parser.add_argument("--no-similarity", action="store_true",
                         help="with --class-report: do not compare the submissions' files")
     parser.add_argument("--fail-under", type=float, default=None, metavar="N",

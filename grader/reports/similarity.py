@@ -159,4 +159,5 @@ def alike(files: Mapping[str, Mapping[str, str]], stubs: Mapping[str, str],
 
 
 def of(exercise: str, pairs: Iterable[Alike]) -> list[Alike]:
+    """The pairs of one exercise, in their order: a report shows them under that exercise."""
     return [pair for pair in pairs if pair.exercise == exercise]

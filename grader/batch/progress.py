@@ -39,7 +39,7 @@ class Shown:
     done: int  # students whose every exercise is graded
     total: int
     now: tuple[str, ...]  # the students being graded now, as their checks come in (names escaped)
-    seconds_left: float | None  # estimated from the pairs graded so far; None before the first
+    seconds_left: float | None  # estimated from the pairs graded since the first check came in; None before one
     seconds: float  # since the batch began
 
     def description(self) -> str:
@@ -80,6 +80,7 @@ class Progress:
         self.exercises = max(exercises, 1)
         self.clock = clock
         self.start = clock()
+        self.first: float | None = None  # when the first check came in: the set-up before it is not the rate's
         self.current: dict[int, tuple[str, str]] = {}  # lane -> the pair its checks are of
         self.ended: dict[str, set[str]] = {student: set() for student in self.students}
         self.finished: set[str] = set()  # students done whatever their pairs say (their process ended)
@@ -92,6 +93,7 @@ class Progress:
     def checked(self, student: str, exercise: str, lane: int = 0) -> None:
         """A check's result came in: its pair has started, and the lane's pair before it has ended."""
         pair = (student, exercise)
+        self.first = self.clock() if self.first is None else self.first
         before = self.current.get(lane)
         if pair == before:
             return
@@ -114,10 +116,10 @@ class Progress:
     def shown(self) -> Shown:
         done = [s for s in self.students if s in self.finished or len(self.ended.get(s, ())) >= self.exercises]
         pairs = self._pairs()
-        now = tuple(dict.fromkeys(text.one_line(student) for student, _ in self.current.values()))
-        elapsed = self.clock() - self.start
-        left = elapsed * (self._total() - pairs) / pairs if pairs else None
-        return Shown(len(done), len(self.students), now, left, elapsed)
+        names = tuple(dict.fromkeys(text.one_line(student) for student, _ in self.current.values()))
+        at = self.clock()
+        left = (at - (at if self.first is None else self.first)) * (self._total() - pairs) / pairs if pairs else None
+        return Shown(len(done), len(self.students), names, left, at - self.start)
 
     def _pairs(self) -> int:
         return sum(self.exercises if s in self.finished else min(len(self.ended.get(s, ())), self.exercises)

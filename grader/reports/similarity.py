@@ -43,9 +43,8 @@ MIN_FINGERPRINTS = 12  # fewer of a file's own (the stub taken out): too little 
 # way to write it (ex01-ex03's references have 4 to 11, every other 16 or more)
 
 _KEPT = frozenset(dir(builtins)) | frozenset(keyword.kwlist) | frozenset(keyword.softkwlist)
-_DROPPED = frozenset({"COMMENT", "NL", "NEWLINE", "INDENT", "DEDENT", "ENCODING", "ENDMARKER",
-                      "FSTRING_MIDDLE", "FSTRING_END", "TSTRING_MIDDLE", "TSTRING_END"})
-_STRINGS = frozenset({"STRING", "FSTRING_START", "TSTRING_START"})
+_DROPPED = frozenset({"COMMENT", "NL", "NEWLINE", "INDENT", "DEDENT", "ENCODING", "ENDMARKER"})
+_OPENS, _CLOSES = frozenset({"FSTRING_START", "TSTRING_START"}), frozenset({"FSTRING_END", "TSTRING_END"})
 _WORDS = re.compile(r"#[^\n]*|[rRbBuUfF]{0,2}(?:'''[\s\S]*?'''|\"\"\"[\s\S]*?\"\"\"|'[^'\n]*'|\"[^\"\n]*\")"
                     r"|\d[\w.]*|\w+|[^\w\s]")
 
@@ -73,14 +72,19 @@ def read(path: str) -> bytes:
 def tokens(source: bytes) -> list[str]:
     """The file's tokens with the learner's names, literals, comments and layout taken out; never raises."""
     found: list[str] = []
+    inside = 0  # f-strings open: from Python 3.12 one is several tokens, before it one STRING; read as one S
     try:
         for token in tokenize.tokenize(io.BytesIO(source).readline):
             kind = tokenize.tok_name[token.exact_type if token.type == tokenize.OP else token.type]
-            if kind in _DROPPED or token.string == ";":
+            inside += kind in _OPENS
+            if kind in _CLOSES:
+                inside -= 1
+                found += [] if inside else ["S"]
+            if inside or kind in _CLOSES or kind in _DROPPED or token.string == ";":
                 continue
             if kind == "NAME":
                 found.append(_name(token.string, found))
-            elif kind in _STRINGS:
+            elif kind == "STRING":
                 found.append("S")
             elif kind == "NUMBER":
                 found.append("N")

@@ -39,7 +39,8 @@ Contract (called on every rank of a process group, gloo on the CPU):
 
 Points to watch:
 
-* The order: blocks first, then the root. A block sharded after the root is already in the root's group.
+* The order: blocks first, then the root. The root's group takes every parameter no block has taken yet, and
+  ``fully_shard`` on a block after its root raises (the block's parameters are DTensors of the root's group).
 * Build the optimizer *after* sharding: ``fully_shard`` replaces each parameter with a new DTensor parameter, so
   an optimizer built before it holds parameters that the model no longer uses.
 * FSDP averages the gradients over the ranks itself (the reduce-scatter): dividing the loss by the world size

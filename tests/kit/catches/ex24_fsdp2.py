@@ -50,6 +50,8 @@ def train_steps(model, mesh, batches, loss_fn, lr, weight_decay=1e-2):
 
 WRONG = [
     Wrong("fsdp1_wrapper", FSDP1, SHARD, diagnosis="FullyShardedDataParallel is FSDP1, the old API"),
+    # the root sharded first: its group takes every parameter, and fully_shard on a block then raises
+    Wrong("root_first", mutate(EX, (BLOCKS + ROOT, ROOT + BLOCKS)), SHARD, diagnosis="in shard_model"),
     Wrong("blocks_only", mutate(EX, (ROOT, "")), SHARD, diagnosis="not a DTensor after shard_model"),
     # inp and head each a group of their own: a tied weight is split in two (FSDP2 refuses a block of it later)
     Wrong("tied_weight_split", mutate(EX, (BLOCKS, BLOCKS.replace("model.blocks", "[model.inp, model.head]"))),

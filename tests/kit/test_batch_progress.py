@@ -192,7 +192,7 @@ def _on_a_terminal(args, stdout_path):
 
 
 @pytest.mark.slow
-def test_a_batch_with_jobs_shows_its_progress_on_a_terminal_and_nothing_in_a_pipe(batch, tmp_path):
+def test_a_batch_with_jobs_shows_its_progress_on_a_terminal_and_nothing_in_a_pipe_or_with_quiet(batch, tmp_path):
     code, shown = _on_a_terminal((*ARGS, "--submissions", str(batch)), tmp_path / "stdout")
     assert code == 0, shown[-3000:]
     redraws = [line.strip() for line in CONTROL.sub("\n", shown).splitlines() if "students graded" in line]
@@ -203,6 +203,9 @@ def test_a_batch_with_jobs_shows_its_progress_on_a_terminal_and_nothing_in_a_pip
     assert any(re.search(r"about \d\d:\d\d left", line) for line in redraws), redraws
     report = (tmp_path / "stdout").read_text()
     assert "== carol" in report and "students graded" not in report  # the report on stdout, the progress not
+
+    code, quiet = _on_a_terminal((*ARGS, "--submissions", str(batch), "-q"), tmp_path / "stdout")
+    assert code == 0 and "students graded" not in quiet and "\r" not in quiet, quiet[-2000:]  # -q: none of it
 
     piped = grader(*ARGS, "--submissions", str(batch))
     assert piped.returncode == 0, piped.stderr[-3000:]

@@ -6,8 +6,9 @@ the sharded parameters, and train: the model then equals torch.optim.AdamW train
 rows together, on every rank.
 
 The model is a small float64 Net (an input Linear, `depth` blocks of Linear and Tanh, a head Linear, maybe tied to
-the input's weight, maybe with a frozen weight in the first block), built alike on every rank of a gloo group (one
-rank: a group of one the probe makes, with an in-memory store). What is measured is measured by the kit's own code
+the input's weight, maybe with a frozen weight in the first block), built alike on every rank of a gloo group of 2 to
+4 ranks. (Not 1: fully_shard needs a process group, and a worker alone has no TCP, without which gloo cannot make
+even a group of one; FSDP2 on one rank calls no collective.) What is measured is measured by the kit's own code
 after the learner's function returns: the parameters' types, placements and local pieces; the unsharded parameter
 bytes seen by forward pre-hooks the kit puts on every leaf module after shard_model returns (a parameter FSDP2 has
 gathered is a plain tensor on its module, one at rest a DTensor); the full values through DTensor.full_tensor().
@@ -145,16 +146,14 @@ def probe_shard(ctx, case):
 
     mesh = _mesh(ctx)
     model = _model(case, ctx.torch_device())
-    names = [name for name, _ in model.named_parameters()]
     ctx.module.shard_model(model, mesh, reshard_after_forward=case["reshard"])
     record = {}
     for name, param in model.named_parameters():
         dtensor = isinstance(param, DTensor)
         local = param.to_local() if dtensor else param
         record[name] = dict(placements=_placements(param), mesh=param.device_mesh.size() if dtensor else None,
-                            local=local.numel(), bytes=local.numel() * local.element_size(),
-                            full=_full(param))
-    return {"names": names, "parameters": record}
+                            local=local.numel(), full=_full(param))
+    return {"parameters": record}
 
 
 def probe_forward(ctx, case):

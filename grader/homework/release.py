@@ -96,7 +96,7 @@ def copy_kit(out: str, kit_url: str | None = None, kit: Kit | None = None) -> No
             shutil.copyfile(os.path.join(kit.checks, name), os.path.join(out, layout.CHECKS, name))
     chapters = [c for c in kit.catalog.chapters if c.exercises]
     write_notebooks(os.path.join(out, "notebooks"), chapters, kit_url=kit_url)
-    for name in ("pyproject.toml", "conftest.py"):
+    for name in ("pyproject.toml", "conftest.py", "install.py"):  # install.py: the README's first line
         shutil.copyfile(kit.path(name), os.path.join(out, name))
     with open(os.path.join(out, "README.md"), "w") as handle:
         handle.write(student_readme(kit))

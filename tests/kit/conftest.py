@@ -39,6 +39,7 @@ VERSIONS = {
     "test_observations.py": "what torch, transformers, accelerate and datasets build and return",
     "test_old_apis.py": "the libraries' current and removed APIs",
     "test_warm.py": "check() in a real notebook kernel",
+    "test_install_script.py": "pip, and the releases it resolves for a fresh venv",
     "test_wire.py": "torch's tensors and storages across the worker's wire",
 }
 OWN_CODE = {  # the kit's own code, the kernel and the shell: the same under any release the ranges admit

@@ -124,6 +124,15 @@ def test_a_release_tells_a_coding_agent_to_tutor_not_to_solve(release):
     assert "AGENTS.md" in (release / "README.md").read_text()
 
 
+def test_a_releases_readme_installs_with_what_the_release_ships(release):
+    """The student README's first line is `python install.py`: the release ships it, and it installs the release."""
+    assert "python install.py && python -m grader" in (release / "README.md").read_text()
+    done = subprocess.run([sys.executable, "install.py", "--dry-run"], cwd=release, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.splitlines()[-1].endswith(f"install -e '{release}[notebook]'"), done.stderr
+
+
 # --- the Gradescope bundle ------------------------------------------------------------------------
 
 @pytest.fixture

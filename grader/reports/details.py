@@ -17,10 +17,13 @@ from grader.records import CheckResult, Failure, Status, Visibility
 
 # Said by the grader of itself, not of the code: shown whole at every level (a student must tell them from a failure)
 GRADERS_OWN = frozenset({Status.NOT_GRADED, Status.OVER_BUDGET})
+# Ended before any input reached the code, in words of the code's own or of its file's: shown at value
+BEFORE_ANY_INPUT = frozenset({Status.MISSING, Status.IMPORT_ERROR, Status.NOT_STARTED, Status.USES_REFERENCE})
 # Ended by the grader's comparison or contract check, whose words may hold the reference's value
 COMPARED = frozenset({Status.FAILED, Status.INVALID})
 COMPARED_SAID = "your code's result is not what this check requires (the expected value, the input and the hint " \
                 "are not shown for it)"
+ENDED_SAID = "that is how your code ended on this check's input, which is not shown"  # a crash, a hang, an exit
 YOURS = "your code gave: "
 NONE_SAID = "only whether this check passed is shown, not why"
 
@@ -38,22 +41,23 @@ def shown(check: CheckResult, detail: Detail) -> CheckResult:
     every output renders it as it renders any result.
 
     full: all of it. value: the cause line and the student's own value (`received`), nothing of the reference's.
-    The cause line is the first line of what went wrong where the grader said it of the code alone (its exception,
-    in its own words; a crash, a hang, an exit, a missing file): a comparison's (a failed or invalid result) quotes
-    the expected value in words no part records apart, so it becomes a fixed line. No input (the drawn one would
-    make the checks an oracle), no hint (a diagnosis names the fix, and which ones give the answer away cannot be
-    told hint by hint), nor the rest of the message (the case it names is the input); the grader's note on a slow
-    machine stays. none: the status "failed" and a line that says the details are not shown. What the grader says
-    of itself (not graded, over budget) is whole at every level."""
+    The cause line is the first line of what went wrong where it holds neither: the code's exception in its own
+    words, or a file missing, not importing or not started. A comparison's (a failed or invalid result) quotes the
+    expected value, and a crash's, a hang's or an exit's names the input, each in words no part records apart: a
+    fixed line stands for each. No input (the drawn one would make the checks an oracle), no hint (a diagnosis
+    names the fix, and which ones give the answer away cannot be told hint by hint), nor the rest of the message
+    (the case it names is the input); the grader's note on a slow machine stays. none: the status "failed" and a
+    line that says the details are not shown. What the grader says of itself (not graded, over budget) is whole
+    at every level."""
     if detail is Detail.FULL or check.status is Status.PASSED or check.status in GRADERS_OWN:
         return check
     if detail is Detail.NONE:
         return dataclasses.replace(check, status=Status.FAILED, message=NONE_SAID, failure=None, note="")
     failure = check.failure or Failure()
-    if failure.own_words or check.status not in COMPARED:
+    if failure.own_words or check.status in BEFORE_ANY_INPUT:
         cause = failure.finding or (check.message.splitlines() or [""])[0]
     else:
-        cause = COMPARED_SAID
+        cause = COMPARED_SAID if check.status in COMPARED else ENDED_SAID
     message = cause + (f"\n{YOURS}{failure.received}" if failure.received else "")
     return dataclasses.replace(check, message=message, failure=Failure(finding=cause, own_words=failure.own_words))
 

@@ -72,14 +72,18 @@ def test_value_shows_the_cause_line_and_the_students_own_value_alone():
         assert "RECEIVED-3" in shown
 
 
-def test_value_shows_the_codes_own_words_and_the_graders_account_of_the_code():
-    """Where the line is the code's own (its exception) or the grader's of what the code did (a hang, a crash), it
-    is shown; never the case line after it."""
+def test_value_shows_the_codes_own_words_and_no_input():
+    """The code's exception in its own words, or its file missing, is shown (never the case line after it); a
+    crash's, a hang's or an exit's line names the input: a fixed line stands for it."""
     md, text = outputs(failed(own_words=True), Detail.VALUE)
     assert text == "failed: raised ex04_sharding.py:3: ValueError: mine\n    your code gave: RECEIVED-3\n    NOTE-1"
-    hung = CheckResult("t", "ex04_sharding", INDICES, "cpu", Status.TIMED_OUT,
-                       "the check ran out of time\ncase: CASE-9")
-    assert outputs(hung, Detail.VALUE)[1] == "timed out: the check ran out of time"
+    missing = CheckResult("t", "ex04_sharding", INDICES, "cpu", Status.MISSING, "ex04_sharding.py is missing from t")
+    assert outputs(missing, Detail.VALUE)[1] == "missing: ex04_sharding.py is missing from t"
+    for status in (Status.TIMED_OUT, Status.CRASHED, Status.EXITED):
+        ended = CheckResult("t", "ex04_sharding", INDICES, "cpu", status, "did not finish in time (input: CASE-9)",
+                            failure=Failure(example="EXAMPLE-5", finding="did not finish in time (input: CASE-9)"))
+        shown = outputs(ended, Detail.VALUE)[1]
+        assert "CASE-9" not in shown and shown == f"{status.label}: {details.ENDED_SAID}"
 
 
 def test_none_shows_passed_or_failed_and_no_value():

@@ -62,6 +62,9 @@ def build_parser() -> Parser:
     parser.add_argument("--regrade", metavar="PREVIOUS",
                         help="grade only the rows of a batch's previous CSV or JSON that were not graded or were "
                              "cut short by --budget; write the whole table again")
+    parser.add_argument("--regrade-exercise", action="append", metavar="ID",
+                        help="with --regrade PREVIOUS.json: grade this exercise again for every submission (a check "
+                             "or reference fixed since), keeping the others' results; repeatable")
     parser.add_argument("--device", choices=CHOICES, default="all",
                         help="where to check: all (default: cpu, and cuda or mps where there is one) or one of them")
     parser.add_argument("--timeout", type=positive, default=60.0, metavar="SECONDS",

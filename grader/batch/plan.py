@@ -8,6 +8,7 @@ reports) and `regrade` (a previous report read back); neither imports it.
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
@@ -51,9 +52,34 @@ class Plan:
                     raise shards.ShardError(f"--regrade {args.regrade}: a CSV's rows hold no {lacking} to write "
                                             f"--{option.replace('_', '-')} from; regrade the batch's JSON report")
             regrade.adopt(args, self.previous)
+        self.regraded = self._regraded(args)  # --regrade-exercise: these exercises, for every row
         self.names: list[str] = []
         self.graded: list[str] = []
         self.rec: shards.BatchRecord | None = None
+
+    def _regraded(self, args: argparse.Namespace) -> list[str]:
+        """The exercises --regrade-exercise names, checked against the previous file; the run then grades them
+        alone (args.exercises), while its record keeps the previous file's."""
+        names = getattr(args, "regrade_exercise", None) or []
+        if not names:
+            return []
+        if self.previous is None:
+            raise shards.ShardError("--regrade-exercise goes with --regrade PREVIOUS.json (the rows to keep)")
+        if self.previous.kind == "csv":
+            raise shards.ShardError(f"--regrade {args.regrade}: a CSV's rows hold no checks to keep beside the "
+                                    "exercise graded again; regrade the batch's JSON report")
+        found = []
+        for name in names:
+            exercise = Kit.default().catalog.find(name)
+            if exercise is None or exercise.id not in self.previous.rec["exercises"]:
+                raise shards.ShardError(f"--regrade-exercise {text.one_line(name)}: not an exercise "
+                                        f"{os.path.basename(args.regrade)} graded "
+                                        f"({' '.join(self.previous.rec['exercises'])})")
+            found.append(exercise.id)
+        if set(found) == set(self.previous.rec["exercises"]):
+            raise shards.ShardError("--regrade-exercise names every exercise of the batch: grade the class again")
+        args.exercises, args.chapter = found, None
+        return found
 
     @classmethod
     def make(cls, args: argparse.Namespace) -> Plan | None:
@@ -68,6 +94,8 @@ class Plan:
         self.names = [target.label for target in targets]
         if self.shard:
             chosen = set(shards.split(self.names, *self.shard))
+        elif self.previous and self.regraded:
+            chosen = set(regrade.every_row(self.previous, self.names))
         elif self.previous:
             chosen = set(regrade.chosen(self.previous, self.names, self.args.submissions))
         else:
@@ -77,6 +105,13 @@ class Plan:
 
     def check(self, options: Options, exercises: Iterable[catalog.Exercise]) -> None:
         """Record how this run grades; a regrade's previous file must have been graded alike."""
+        if self.previous and self.regraded:
+            self.rec = shards.record(self.names, self.shard, options, self.previous.rec["exercises"])
+            problem = shards.differs_apart_from(self.rec, self.previous.rec, self.regraded)
+            if problem:
+                raise shards.ShardError(f"--regrade {self.args.regrade}: graded with {problem}; grade the class "
+                                        "again")
+            return
         self.rec = shards.record(self.names, self.shard, options, [e.id for e in exercises])
         if self.previous:
             problem = shards.differs(self.rec, self.previous.rec, versions.graded_with(), self.previous.versions)
@@ -85,6 +120,9 @@ class Plan:
                                  "graded, or grade the class again")
 
     def summary(self) -> str:
+        if self.previous and self.regraded:
+            return (f"regrade: {' '.join(self.regraded)} graded again for {len(self.graded)} submissions; their other "
+                    f"exercises kept from {os.path.basename(self.previous.path)}")
         if self.shard:
             return (f"shard {self.shard[0]}/{self.shard[1]}: {len(self.graded)} of the class's {len(self.names)} "
                     "submissions (merge the shards' --json reports with python -m grader merge)")
@@ -96,7 +134,10 @@ class Plan:
         """A regrade of a JSON report: every row, the new ones in place of the old; and their keys."""
         assert self.previous is not None
         previous_rows = cast("dict[str, TargetResult]", self.previous.rows)  # a JSON report's
-        rows = dict(previous_rows) | {text.shown(result.target): result for result in results}
+        fresh = {text.shown(result.target): result for result in results}
+        if self.regraded:
+            fresh = {k: regrade.with_exercises(previous_rows[k], row, set(self.regraded)) for k, row in fresh.items()}
+        rows = dict(previous_rows) | fresh
         keys = regrade.order(self.previous, self.names)
         return [rows[k] for k in keys], keys
 

@@ -11,6 +11,10 @@ no exercise file) is the submission's own, never the grader's: such a row is kep
 The previous file must have been graded as this run grades: the same seed, profile, devices,
 exercises and kit (`shards.record`; a CSV holds them in its last columns). A seed or profile not
 given is taken from it, and so are the exercises when none are named.
+
+`--regrade-exercise ID` grades some of its exercises again for every row instead (a check or a reference fixed
+since): each row's other exercises are kept, and must have been graded by this kit's own versions of them (the
+record's digest of each exercise, `exercise_kits`); the regraded ones take the place of the old in each row.
 """
 
 from __future__ import annotations
@@ -134,6 +138,17 @@ def chosen(previous: Previous, labels: Sequence[str], submissions_dir: str) -> l
             not in previous.rows]
 
 
+def every_row(previous: Previous, labels: Sequence[str]) -> list[str]:
+    """The labels to grade when exercises are graded again for the whole class: every folder the previous file
+    has a row of. A folder it has none of (a late submission) has no other exercises to keep: a usage error."""
+    late = [label for label in labels if key(previous, label) not in previous.rows]
+    if late:
+        raise shards.ShardError(f"--regrade {previous.path}: {text.one_line(late[0])} has no row in it to keep the "
+                                "other exercises of; --regrade it without --regrade-exercise first (that grades "
+                                "late submissions whole)")
+    return list(labels)
+
+
 def order(previous: Previous, labels: Sequence[str]) -> list[str]:
     """Every row's key: the class's folders as a full batch orders them, then rows whose folder is gone."""
     keys = [key(previous, label) for label in labels]
@@ -145,3 +160,23 @@ def describe(previous: Previous, graded: Sequence[str]) -> str:
     return (f"regrade: grading {len(graded)} of {len(previous.rows) + new} submissions ({len(graded) - new} not "
             f"graded or cut short by the budget in {os.path.basename(previous.path)}, {new} new); the other rows are "
             "kept as they were")
+
+
+def with_exercises(old: TargetResult, new: TargetResult, regraded: set[str]) -> TargetResult:
+    """A row whose `regraded` exercises are `new`'s, the others `old`'s (in the old row's order): what a row
+    says about an exercise (its notes, the checks left out or kept off a device) goes with that exercise."""
+    fresh = {e.id: e for e in new.exercises}
+    exercises = [fresh.get(e.id, e) if e.id in regraded else e for e in old.exercises]
+    exercises += [e for e in new.exercises if e.id not in {x.id for x in old.exercises}]
+    shorts = tuple(exercise.split("_")[0] + " " for exercise in regraded)  # "ex05 test_...: not on mps"
+
+    def about(line: str) -> bool:  # a note names the exercise's id ("graded a.ipynb as ex05_...")
+        return line.startswith(shorts) or any(exercise in line for exercise in regraded)
+
+    def merged(kept: list[str], added: list[str]) -> list[str]:
+        return [line for line in kept if not about(line)] + [line for line in added if about(line)]
+
+    return TargetResult(old.target, exercises, round(old.execution_time + new.execution_time, 3), old.seed,
+                        old.profile, new.sandbox, list(dict.fromkeys([*old.review, *new.review])),
+                        merged(old.notes, new.notes), old.problem, merged(old.left_out, new.left_out),
+                        merged(old.kept_off, new.kept_off))

@@ -53,11 +53,13 @@ class _Graded(TypedDict):
 
 class BatchRecord(_Graded, total=False):
     """A batch report's `batch` (see `record`); a CSV's record (regrade) has no `submissions`, a merge's
-    adds `merged`, the number of shards."""
+    adds `merged`, the number of shards. `exercise_kits` is each exercise's own digest (`kit_identity` of
+    it alone): what an exercise regraded for the whole class proves of the exercises it keeps."""
 
     shard: list[int] | None
     submissions: list[str]
     merged: int
+    exercise_kits: dict[str, str]
 
 
 def parse(text: str, environ: Mapping[str, str] | None = None) -> tuple[int, int]:
@@ -161,9 +163,11 @@ def kit_version(root: str) -> str:
 def record(names: Iterable[str], shard: tuple[int, int] | None, options: Options,
            exercise_ids: Collection[str]) -> BatchRecord:
     """The JSON report's `batch`: what shards merged, or a file regraded, must share."""
+    kit = Kit.default()
     return {"shard": list(shard) if shard else None, "submissions": list(names),
             "seed": options.seed, "profile": options.profile, "devices": list(options.devices),
-            "exercises": list(exercise_ids), "kit": kit_identity(exercise_ids, Kit.default())}
+            "exercises": list(exercise_ids), "kit": kit_identity(exercise_ids, kit),
+            "exercise_kits": {exercise: kit_identity([exercise], kit) for exercise in exercise_ids}}
 
 
 def csv_values(rec: BatchRecord) -> list[int | str | None]:
@@ -182,6 +186,21 @@ def differs(mine: Mapping[str, Any], theirs: Mapping[str, Any], versions_mine: M
                      if name != "python" and (versions_mine or {}).get(name) != (versions_theirs or {}).get(name)]
         detail = f"; {', '.join(libraries)} differ" if libraries and versions_theirs else ""
         return f"another kit ({theirs.get('kit')}, not {mine.get('kit')}{detail})"
+    return ""
+
+
+def differs_apart_from(mine: Mapping[str, Any], theirs: Mapping[str, Any], regraded: Collection[str]) -> str:
+    """`differs`, for exercises graded again over a previous batch: the same seed, profile, devices and exercises,
+    and each exercise kept graded by this kit's own version of it (the regraded may differ: that is the point)."""
+    problem = differs({**mine, "kit": ""}, {**theirs, "kit": ""})
+    if problem:
+        return problem
+    if "exercise_kits" not in theirs:
+        return "a grader that recorded no digest of each exercise (it predates --regrade-exercise)"
+    for exercise in mine["exercises"]:
+        if exercise not in regraded and theirs["exercise_kits"].get(exercise) != mine["exercise_kits"][exercise]:
+            return (f"another kit's {exercise} ({theirs['exercise_kits'].get(exercise)}, not "
+                    f"{mine['exercise_kits'][exercise]}): regrade it too (--regrade-exercise {exercise})")
     return ""
 
 

@@ -313,3 +313,96 @@ def test_a_part_whose_grader_process_fails_leaves_its_students_not_graded_not_th
         assert "its grader process failed (exit status 2)" in result.notes[0], result.notes
         log = result.notes[0].split("its log: ")[1]
         assert "--no-such-option" in open(log).read()
+
+
+# --- one exercise graded again for the whole class ---------------------------------------------------------------
+
+TWO = ("ex04_sharding", "ex19_quantize_blockwise")
+WRONG_EX19 = ("padded.abs().amax(dim=1)", "padded.amax(dim=1)")  # the signed max: a wrong absmax
+
+
+@pytest.fixture(scope="module")
+def two_exercises(tmp_path_factory):
+    """Three submissions of ex04 and ex19 graded once as a batch (JSON), then their files changed: ana's ex04
+    made wrong (a regrade of ex19 must keep her old ex04 row), cleo's ex19 made wrong (graded again, it fails)."""
+    tmp = tmp_path_factory.mktemp("two")
+    root = tmp / "class"
+    for name in ("ana", "ben", "cleo"):
+        (root / name).mkdir(parents=True)
+        for exercise in TWO:
+            source = reference_source(exercise)
+            if (name, exercise) == ("ben", TWO[1]):
+                source = mutate(exercise, WRONG_EX19)
+            (root / name / f"{exercise}.py").write_text(source)
+    done = grader("ex04", "ex19", "--profile", "fast", "--seed", SEED, "--device", "cpu", "-q",
+                  "--submissions", str(root), "--json", str(tmp / "batch.json"), "--csv", str(tmp / "batch.csv"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    (root / "ana" / f"{TWO[0]}.py").write_text(mutate(TWO[0], ("indices[rank:total:world_size]", "indices[:1]")))
+    (root / "cleo" / f"{TWO[1]}.py").write_text(mutate(TWO[1], WRONG_EX19))
+    return tmp
+
+
+def _previous(tmp, name, **kits):
+    """The batch's JSON report, its record's digest of each exercise in `kits` replaced (an older check file)."""
+    data = json.loads((tmp / "batch.json").read_text())
+    data["batch"]["exercise_kits"].update(kits)
+    (tmp / name).write_text(json.dumps(data))
+    return tmp / name, data
+
+
+def _exercise(result, exercise):
+    return timeless({"exercises": [e for e in result["exercises"] if e["id"] == exercise]})["exercises"][0]
+
+
+def test_one_exercise_is_graded_again_for_the_whole_class_and_the_others_are_kept(two_exercises):
+    """ex19's check fixed since the batch (its digest in the record differs): --regrade-exercise ex19 grades ex19
+    again for every student and keeps each row's ex04 as it was (ana's later edit of ex04 is not graded), the
+    scores added up again and every report written whole."""
+    tmp = two_exercises
+    previous, data = _previous(tmp, "previous.json", ex19_quantize_blockwise="0.1.0+an-older-ex19")
+    done = grader("--submissions", str(tmp / "class"), "--device", "cpu", "-q", "--regrade", str(previous),
+                  "--regrade-exercise", "ex19", "--json", str(tmp / "again.json"), "--csv", str(tmp / "again.csv"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "ex19_quantize_blockwise graded again for 3 submissions" in done.stdout
+    again = json.loads((tmp / "again.json").read_text())
+    assert again["batch"]["exercises"] == list(TWO)
+    assert again["batch"]["exercise_kits"][TWO[1]] != "0.1.0+an-older-ex19"
+    before = {r["target"]: r for r in data["submissions"]}
+    after = {r["target"]: r for r in again["submissions"]}
+    assert list(after) == ["ana", "ben", "cleo"]
+    for name in after:
+        assert _exercise(after[name], TWO[0]) == _exercise(before[name], TWO[0])  # kept, not graded again
+        assert after[name]["score"] == round(sum(e["score"] for e in after[name]["exercises"]), 2)
+    scores = {name: {e["id"]: e["score"] for e in after[name]["exercises"]} for name in after}
+    full = next(e["max_score"] for e in after["ana"]["exercises"] if e["id"] == TWO[1])
+    assert scores["ana"][TWO[1]] == full and scores["cleo"][TWO[1]] < full  # cleo's new ex19 graded
+    assert scores["ana"][TWO[0]] == next(e["max_score"] for e in after["ana"]["exercises"] if e["id"] == TWO[0])
+    assert _exercise(after["ben"], TWO[1])["score"] == _exercise(before["ben"], TWO[1])["score"] < full
+    assert list(rows(tmp / "again.csv")) == ["ana", "ben", "cleo"]
+
+
+def test_one_exercise_graded_again_refuses_what_it_cannot_prove(two_exercises):
+    """Each refusal in one line, exit 2, before grading: a kept exercise graded by another version of it, a CSV, an
+    exercise the batch did not grade, a late folder, and the option without --regrade."""
+    tmp = two_exercises
+    common = ("--submissions", str(tmp / "class"), "--device", "cpu", "-q", "--json", str(tmp / "refused.json"))
+    stale, _ = _previous(tmp, "stale.json", ex04_sharding="0.1.0+an-older-ex04")
+    assert "--regrade-exercise ex04_sharding" in one_line_error(
+        grader(*common, "--regrade", str(stale), "--regrade-exercise", "ex19"))
+    current, _ = _previous(tmp, "current.json")
+    assert "not an exercise current.json graded" in one_line_error(
+        grader(*common, "--regrade", str(current), "--regrade-exercise", "ex08"))
+    assert "every exercise" in one_line_error(
+        grader(*common, "--regrade", str(current), "--regrade-exercise", "ex04", "--regrade-exercise", "ex19"))
+    assert "goes with --regrade" in one_line_error(grader(*common, "--regrade-exercise", "ex19"))
+    assert "CSV" in one_line_error(grader("--submissions", str(tmp / "class"), "--device", "cpu", "-q",
+                                          "--regrade", str(tmp / "batch.csv"), "--regrade-exercise", "ex19",
+                                          "--csv", str(tmp / "refused.csv")))
+    late = tmp / "class" / "zoe"
+    late.mkdir()
+    try:
+        assert "zoe has no row" in one_line_error(grader(*common, "--regrade", str(current),
+                                                         "--regrade-exercise", "ex19"))
+    finally:
+        late.rmdir()
+    assert not (tmp / "refused.json").exists()

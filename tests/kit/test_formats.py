@@ -55,7 +55,7 @@ def kit_of_ex04(folder):
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "recorded")
     shutil.copytree(os.path.join(KIT_ROOT, "grader"), folder / "grader", ignore=ignore)
     for part in ("tests/test_ex04_sharding.py", "solutions/ex04_sharding.py", "exercises/ex04_sharding.py",
-                 "pyproject.toml", "conftest.py", "docs/learner.md"):
+                 "pyproject.toml", "conftest.py", "install.py", "docs/learner.md"):
         (folder / part).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(os.path.join(KIT_ROOT, part), folder / part)
     text = (folder / "grader" / "catalog.toml").read_text()

@@ -258,6 +258,34 @@ class Failure:
 
 
 @dataclass(frozen=True)
+class Projection:
+    """A figure carried onto a real model's size (grader.reports.projection): on `config`, at `batch` where the
+    count depends on one, the naive version's `total` bytes of `quantity` and the `share` of it the submission's
+    code would keep. A projection, never graded."""
+
+    config: str  # "BERT-base"
+    parameters: int  # the config's parameter count
+    batch: str  # "32 x 128" (rows x tokens), "" where the count does not depend on the batch
+    quantity: str  # "activations kept for the backward pass"
+    total: float  # bytes of the naive version at that size
+    naive: str  # the naive total in words: "kept without checkpointing"
+    share: float  # yours at that size over `total`
+
+    @property
+    def projected(self) -> float:
+        return self.share * self.total
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"config": self.config, "parameters": self.parameters, "batch": self.batch, "quantity": self.quantity,
+                "total": self.total, "naive": self.naive, "share": self.share, "projected": self.projected}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Projection:
+        return cls(data["config"], data["parameters"], data["batch"], data["quantity"], data["total"], data["naive"],
+                   data["share"])
+
+
+@dataclass(frozen=True)
 class Figure:
     """What an exercise's code saves, measured by counting on one fixed input (grader.grading.figures): the
     submission's figure beside the reference's and a naive version's, in `unit`. None where a figure could
@@ -274,17 +302,21 @@ class Figure:
     tolerance: str = ""
     device: str = "cpu"  # where it was measured (a count: the same on any device)
     missing: str = ""  # why `yours` is None: "not started", "raised ValueError: ..."
+    projection: Projection | None = None  # on a real model's size, where one applies: shown, never graded
 
     def as_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "unit": self.unit, "yours": self.yours, "reference": self.reference,
+        """Its fields; `projection` only where there is one."""
+        data = {"name": self.name, "unit": self.unit, "yours": self.yours, "reference": self.reference,
                 "naive": self.naive, "graded": self.graded, "naive_label": self.naive_label,
                 "tolerance": self.tolerance, "device": self.device, "missing": self.missing}
+        return data | ({"projection": self.projection.as_dict()} if self.projection else {})
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Figure:
+        projection = data.get("projection")
         return cls(data["name"], data["unit"], data["yours"], data["reference"], data["naive"], data["graded"],
                    data.get("naive_label", ""), data.get("tolerance", ""), data.get("device", "cpu"),
-                   data.get("missing", ""))
+                   data.get("missing", ""), Projection.from_dict(projection) if projection else None)
 
 
 @dataclass

@@ -1,16 +1,17 @@
 """The figures of what a submission's code saves (records.Figure), as a terminal line, text bars and an
 inline SVG chart: the submission's beside the reference's and the naive version's, never a missing figure
-shown as 0."""
+shown as 0; and a figure's projection onto a real model's size (records.Projection), as a line of its own."""
 
 from __future__ import annotations
 
 import html
 
 from grader import text
-from grader.records import Figure
+from grader.records import Figure, Projection
 
 NOT_MEASURED = "not measured"
 UNITS = ((2**20, "MiB"), (2**10, "KiB"))
+PROJECTED = "a projection, not graded"
 
 
 def _scale(figure: Figure) -> tuple[float, str]:
@@ -51,6 +52,17 @@ def line(figure: Figure, verbose: bool = False) -> str:
     graded = ("graded" + (f" by {figure.tolerance}" if verbose and figure.tolerance else "")) if figure.graded \
         else "shown, not graded"
     return f"{figure.name}: {', '.join(parts)} [{graded}]"
+
+
+def projection_line(projection: Projection) -> str:
+    """The projection in one line: at which size, the submission's amount and its share of the naive total."""
+    largest = max(projection.projected, projection.total)
+    size, unit = next((size, unit) for size, unit in ((2**30, "GiB"), *UNITS, (1, "bytes")) if largest >= size)
+    share = f"{projection.share:.2f}" if projection.share >= 0.1 else f"{projection.share:.2g}"
+    batch = f", batch {projection.batch}" if projection.batch else ""
+    return (f"at {projection.config} size ({projection.parameters / 1e6:.0f} M parameters){batch}: "
+            f"{projection.quantity}: yours {projection.projected / size:.2f} {unit}, {share} x the "
+            f"{projection.total / size:.2f} {unit} {projection.naive} ({PROJECTED})")
 
 
 def text_bars(figure: Figure, width: int = 40) -> list[str]:

@@ -20,9 +20,10 @@ from grader.devices import kept_off_line
 from grader.grading import versions
 from grader.records import CheckResult, ExerciseResult, Layer, Status, TargetResult, Visibility
 from grader.reports import details as shown_at
-from grader.reports import figures, markdown
+from grader.reports import figures, markdown, projection
 
 FIGURE = "saves · "  # a figure's line under its exercise: what the code saves
+PROJECTED = "      · "  # its projection's line under it (grader.reports.projection)
 REPEATING = (Status.NOT_STARTED, Status.MISSING, Status.IMPORT_ERROR, Status.USES_REFERENCE)
 
 
@@ -40,7 +41,9 @@ def terminal(result: TargetResult, verbose: bool = False) -> str:
         points = f"{row.score:g} / {row.max_score:g}" if row.graded else f"- / {row.max_score:g}"
         lines.append(f"{row.id:<{width}}  {points:>13}  {row.passed:>3}/{row.total:<3}  "
                      f"{','.join(row.devices) or '-':<9}  {row.status.label}")
-        lines += [f"    {FIGURE}{figures.line(figure, verbose)}" for figure in row.figures]
+        for figure in projection.attach(row.id, row.figures):
+            lines.append(f"    {FIGURE}{figures.line(figure, verbose)}")
+            lines += [f"    {PROJECTED}{figures.projection_line(figure.projection)}"] if figure.projection else []
     lines.append(f"{'total':<{width}}  {f'{result.score:g} / {result.max_score:g}':>13}".rstrip())
     if result.not_graded:
         lines.append(f"not graded (the grader's own failure, not yours): {', '.join(result.not_graded)}")
@@ -94,6 +97,7 @@ def _repeats(row: ExerciseResult, check: CheckResult) -> bool:
 
 
 def as_json(results: Sequence[TargetResult]) -> dict[str, Any]:
+    results = [projection.attached(result) for result in results]  # each figure beside its projection
     data = results[0].as_dict() if len(results) == 1 else {"submissions": [r.as_dict() for r in results]}
     return text.clean(data | versions.as_report())
 

@@ -277,7 +277,7 @@ class Projection:
 
     def as_dict(self) -> dict[str, Any]:
         return {"config": self.config, "parameters": self.parameters, "batch": self.batch, "quantity": self.quantity,
-                "total": self.total, "naive": self.naive, "share": self.share, "projected": self.projected}
+                "total": self.total, "naive": self.naive, "share": self.share, "projected": round(self.projected)}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Projection:

@@ -211,7 +211,9 @@ def _shown(value: object) -> str:
 def report_json(results: Sequence[TargetResult], versions_part: dict[str, Any], rec: BatchRecord) -> dict[str, Any]:
     """A batch's JSON report: as `report.as_json` writes it, with the batch's record."""
     from grader import text
+    from grader.reports import projection
 
+    results = [projection.attached(result) for result in results]  # each figure beside its projection
     data = results[0].as_dict() if len(results) == 1 else {"submissions": [r.as_dict() for r in results]}
     return text.clean(data | versions_part | {"batch": rec})
 

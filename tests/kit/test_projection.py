@@ -170,6 +170,14 @@ def test_the_json_carries_the_projection_beside_its_figure():
     assert back == projection.attach(EX14, [ex14_figure(), ex14_figure(yours=None)])
 
 
+def test_a_batch_report_carries_the_projection_as_the_json_does():
+    from grader.batch import shards
+
+    data = shards.report_json([result(ex14_figure())], {}, {})
+    assert data["exercises"][0]["figures"] == report.as_json([result(ex14_figure())])["exercises"][0]["figures"]
+    assert data["exercises"][0]["figures"][0]["projection"]["config"] == "BERT-base"
+
+
 def test_a_projection_changes_no_score_status_or_grading_of_its_figure():
     """A figure far worse at size than its reference is still graded by its own numbers: the same score,
     status, checks and figure fields with the projection as without it."""

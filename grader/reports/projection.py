@@ -5,9 +5,12 @@ A figure is counted on a tiny model. Its projection places the submission's figu
 the naive version's, and carries that place onto the same two counts at the real size, which are exact there:
 the reference's projection is what the reference's way keeps at that size, the naive version's is the naive
 total. Where the reference's share is the same at both sizes (a quarter of the batches all-reduce, a quarter of
-the state on rank 0 of 4) this is simply yours / naive of the naive total. The counts at size come from shapes
-alone, on the meta device (`measure`: no download, no weights); they are the same every time, so they are
-recorded in TOTALS, and tests/kit/test_projection.py measures them again.
+the state on rank 0 of 4) this is simply yours / naive of the naive total; where it is not, yours / naive alone
+would mislead (the reference's share at the figure's size and at the rule's: ex14 0.092 and 0.052, ex20 0.0073
+and 0.0026, ex25 0.12 and 0.31: a layer, a matrix, the largest gradient are another part of a large model). The
+counts at size come from shapes alone, on the meta device (`measure`: no download, no weights); they are the
+same every time, so they are recorded in TOTALS (nothing is built while grading), and
+tests/kit/test_projection.py measures them again.
 
 Projected (RULES): ex13's bytes all-reduced and ex15's bytes averaged (a share of the steps), ex14's activations
 (checkpointed per layer against none), ex17's AdamW state, ex19's 8-bit and ex20's factored state (per weight),

@@ -23,7 +23,7 @@ from grader.reports import details as shown_at
 from grader.reports import figures, markdown, projection
 
 FIGURE = "saves · "  # a figure's line under its exercise: what the code saves
-PROJECTED = "      · "  # its projection's line under it (grader.reports.projection)
+PROJECTION = "      · "  # its projection's line under it (grader.reports.projection)
 REPEATING = (Status.NOT_STARTED, Status.MISSING, Status.IMPORT_ERROR, Status.USES_REFERENCE)
 
 
@@ -43,7 +43,7 @@ def terminal(result: TargetResult, verbose: bool = False) -> str:
                      f"{','.join(row.devices) or '-':<9}  {row.status.label}")
         for figure in projection.attach(row.id, row.figures):
             lines.append(f"    {FIGURE}{figures.line(figure, verbose)}")
-            lines += [f"    {PROJECTED}{figures.projection_line(figure.projection)}"] if figure.projection else []
+            lines += [f"    {PROJECTION}{figures.projection_line(figure.projection)}"] if figure.projection else []
     lines.append(f"{'total':<{width}}  {f'{result.score:g} / {result.max_score:g}':>13}".rstrip())
     if result.not_graded:
         lines.append(f"not graded (the grader's own failure, not yours): {', '.join(result.not_graded)}")

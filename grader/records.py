@@ -286,6 +286,44 @@ class Projection:
 
 
 @dataclass(frozen=True)
+class PhasePeak:
+    """One phase of a training step (grader.phases): the live tensor bytes at its start, the most at once within
+    it, and at its end."""
+
+    name: str  # "forward", "backward", "optimizer step"
+    start: int
+    peak: int
+    end: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "start": self.start, "peak": self.peak, "end": self.end}
+
+
+@dataclass(frozen=True)
+class Phases:
+    """A training step's live tensor bytes phase by phase, counted by the kit (grader.phases) for `who` ("yours",
+    "reference" or "naive"): `baseline` alive when counting began (parameters, inputs), `first` the first step's
+    phases, `later` each phase in the later step where it peaked highest (none after one step). Shown, never
+    graded."""
+
+    who: str
+    baseline: int
+    first: tuple[PhasePeak, ...]
+    later: tuple[PhasePeak, ...] = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"who": self.who, "baseline": self.baseline, "first": [phase.as_dict() for phase in self.first],
+                "later": [phase.as_dict() for phase in self.later]}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Phases:
+        def read(phases: list[dict[str, Any]]) -> tuple[PhasePeak, ...]:
+            return tuple(PhasePeak(p["name"], p["start"], p["peak"], p["end"]) for p in phases)
+
+        return cls(data["who"], data["baseline"], read(data["first"]), read(data.get("later", [])))
+
+
+@dataclass(frozen=True)
 class Figure:
     """What an exercise's code saves, measured by counting on one fixed input (grader.grading.figures): the
     submission's figure beside the reference's and a naive version's, in `unit`. None where a figure could
@@ -303,20 +341,23 @@ class Figure:
     device: str = "cpu"  # where it was measured (a count: the same on any device)
     missing: str = ""  # why `yours` is None: "not started", "raised ValueError: ..."
     projection: Projection | None = None  # on a real model's size, where one applies: shown, never graded
+    phases: tuple[Phases, ...] = ()  # the peak per phase of a training step, where the probe counts one: shown
 
     def as_dict(self) -> dict[str, Any]:
-        """Its fields; `projection` only where there is one."""
+        """Its fields; `projection` and `phases` only where there are some."""
         data = {"name": self.name, "unit": self.unit, "yours": self.yours, "reference": self.reference,
                 "naive": self.naive, "graded": self.graded, "naive_label": self.naive_label,
                 "tolerance": self.tolerance, "device": self.device, "missing": self.missing}
-        return data | ({"projection": self.projection.as_dict()} if self.projection else {})
+        phases = {"phases": [phases.as_dict() for phases in self.phases]} if self.phases else {}
+        return data | phases | ({"projection": self.projection.as_dict()} if self.projection else {})
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Figure:
         projection = data.get("projection")
         return cls(data["name"], data["unit"], data["yours"], data["reference"], data["naive"], data["graded"],
                    data.get("naive_label", ""), data.get("tolerance", ""), data.get("device", "cpu"),
-                   data.get("missing", ""), Projection.from_dict(projection) if projection else None)
+                   data.get("missing", ""), Projection.from_dict(projection) if projection else None,
+                   tuple(Phases.from_dict(phases) for phases in data.get("phases", [])))
 
 
 @dataclass

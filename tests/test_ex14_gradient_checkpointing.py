@@ -491,17 +491,21 @@ def _figure_model(device):
 
 
 def _kept_bytes(model, device):
-    """Bytes of the distinct tensors (parameters aside) autograd keeps over one forward in train mode."""
+    """Bytes of the distinct tensors (parameters aside) autograd keeps over one forward in train mode, and the live
+    tensor bytes of that forward and its backward pass, phase by phase."""
     import torch
 
     from grader.counting import SavedTensors
+    from grader.phases import PhaseMeter
 
     ids = torch.randint(0, 1000, (FIGURE_MODEL["batch"], FIGURE_MODEL["sequence"]),
                         generator=torch.Generator().manual_seed(1)).to(device)
-    with SavedTensors(model.parameters()) as saved:
-        logits = model.train()(input_ids=ids).logits
-    logits.sum().backward()
-    return saved.bytes
+    with PhaseMeter([*model.parameters(), ids]) as meter:
+        with meter.phase("forward"), SavedTensors(model.parameters()) as saved:
+            logits = model.train()(input_ids=ids).logits
+        with meter.phase("backward"):
+            logits.sum().backward()
+    return saved.bytes, meter.timeline()
 
 
 def figure_activations(ctx):
@@ -512,8 +516,9 @@ def figure_activations(ctx):
     device = ctx.torch_device()
     model = _figure_model(device)
     result = ctx.module.enable_gradient_checkpointing(model)
-    return {"kept": _kept_bytes(result if isinstance(result, type(model)) else model, device),
-            "plain": _kept_bytes(_figure_model(device), device)}
+    kept, phases = _kept_bytes(result if isinstance(result, type(model)) else model, device)
+    plain, plain_phases = _kept_bytes(_figure_model(device), device)
+    return {"kept": kept, "plain": plain, "phases": phases, "plain_phases": plain_phases}
 
 
 FIGURES = [
@@ -521,5 +526,6 @@ FIGURES = [
              "hidden 64, batch 8 x 128 tokens)", "bytes", figure_activations, "kept",
              naive="without checkpointing", naive_key="plain",
              graded_by="enabled model keeps fewer activations",
-             tolerance="fewer saved tensors than without checkpointing, no more than the reference's"),
+             tolerance="fewer saved tensors than without checkpointing, no more than the reference's",
+             phases_key="phases", naive_phases_key="plain_phases"),
 ]

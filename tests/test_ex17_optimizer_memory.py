@@ -441,20 +441,39 @@ def test_estimate_state_bytes_rejects_unknown_optimizers(grade, name):
 # --- figures: what an optimizer's state costs (grader.grading.figures) ---------------------------------
 
 
+def _adamw_step(model, optimizer, inputs, meter):
+    """One training step of the kit's own, phase by phase: forward, backward, AdamW's step and zero_grad."""
+    with meter.phase("forward"):
+        loss = model(inputs).sum()
+    with meter.phase("backward"):
+        loss.backward()
+    with meter.phase("optimizer step"):
+        optimizer.step()
+        optimizer.zero_grad()
+
+
 def figure_state(ctx):
-    """optimizer_state_bytes of AdamW after one step on a two-layer float32 model, over the weights' bytes."""
+    """optimizer_state_bytes of AdamW after one step on a two-layer float32 model, over the weights' bytes; and the
+    live tensor bytes of that step and two more, phase by phase (the first step makes AdamW's state)."""
+    from grader.phases import PhaseMeter
+
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.Linear(256, 64))
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    model(probing.seeded(1, (8, 64), torch.float32, "cpu")).sum().backward()
-    optimizer.step()
+    inputs = probing.seeded(1, (8, 64), torch.float32, "cpu")
+    meter = PhaseMeter([*model.parameters(), inputs])
+    with meter:
+        _adamw_step(model, optimizer, inputs, meter)
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
     counted = ctx.module.optimizer_state_bytes(optimizer)
-    return {"adamw": counted / weights if type(counted) is int else None}
+    with meter:
+        for _ in range(2):
+            _adamw_step(model, optimizer, inputs, meter)
+    return {"adamw": counted / weights if type(counted) is int else None, "phases": meter.timeline()}
 
 
 FIGURES = [
     Declared("AdamW's state after one step, as optimizer_state_bytes counts it", "x the weights", figure_state,
              "adamw", graded_by="optimizer state bytes counts every state tensor", tolerance="exactly the reference's",
-             device="cpu"),
+             device="cpu", phases_key="phases"),
 ]

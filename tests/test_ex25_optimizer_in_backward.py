@@ -475,22 +475,68 @@ def test_the_gradients_peak_at_the_largest_one(grade, case):
 FIGURE_MODEL = case(1, depth=6, in_features=256, hidden=256, out_features=256, rows=8, seed=1, lr=1e-3)
 
 
+def _marking_loss(meter):
+    """mse_loss that begins the meter's backward phase as the backward pass reaches the loss (a hook on it)."""
+
+    def loss_fn(output, target):
+        loss = torch.nn.functional.mse_loss(output, target)
+        if loss.requires_grad:
+            loss.register_hook(lambda grad: meter.begin("backward"))
+        return loss
+
+    return loss_fn
+
+
+def _phased_ordinary(device, batches):
+    """The ordinary loop's live tensor bytes phase by phase over the figure's batches (trusted plain torch)."""
+    from grader.phases import PhaseMeter
+
+    model = _model(FIGURE_MODEL, device, torch.float32)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=FIGURE_MODEL["lr"], weight_decay=FIGURE_MODEL["weight_decay"])
+    with PhaseMeter([*model.parameters(), *(t for batch in batches for t in batch)]) as meter:
+        for inputs, targets in batches:
+            with meter.phase("forward"):
+                loss = torch.nn.functional.mse_loss(model(inputs), targets)
+            with meter.phase("backward"):
+                loss.backward()
+            with meter.phase("optimizer step"):
+                optimizer.step()
+                optimizer.zero_grad()
+    return meter.timeline()
+
+
 def figure_gradients(ctx):
-    """The most gradient bytes alive at once in one train_step of the module's, and in the ordinary loop's pass."""
+    """The most gradient bytes alive at once in one train_step of the module's, and in the ordinary loop's pass; the
+    live tensor bytes of that train_step and one more, phase by phase (forward until the backward pass reaches the
+    loss), and the ordinary loop's."""
+    from grader.phases import PhaseMeter
+
     device = ctx.torch_device()
     model = _model(FIGURE_MODEL, device, torch.float32)
     watch = GradientWatch(model, snapshots=False)
     ctx.module.attach_optimizer_in_backward(model, FIGURE_MODEL["lr"], FIGURE_MODEL["weight_decay"])
+    batches = [_batch(FIGURE_MODEL, step, device, torch.float32) for step in range(2)]
+    meter = PhaseMeter([*model.parameters(), *(t for batch in batches for t in batch)])
     watch.begin_pass()
-    ctx.module.train_step(model, _batch(FIGURE_MODEL, 0, device, torch.float32), torch.nn.functional.mse_loss)
+    with meter:
+        meter.begin("forward")
+        ctx.module.train_step(model, batches[0], _marking_loss(meter))
+        meter.end()
     watch.measure()
+    peak = watch.peak
+    with meter:
+        meter.begin("forward")
+        ctx.module.train_step(model, batches[1], _marking_loss(meter))
+        meter.end()
     ordinary = _ordinary(FIGURE_MODEL, _model(FIGURE_MODEL, device, torch.float32), device)
-    return {"peak": watch.peak, "ordinary": ordinary["peak"]}
+    return {"peak": peak, "ordinary": ordinary["peak"], "phases": meter.timeline(),
+            "ordinary_phases": _phased_ordinary(device, batches)}
 
 
 FIGURES = [
     Declared("the most gradient bytes alive at once during backward (train_step on 8 Linear(256, 256) layers, "
              "float32)", "bytes", figure_gradients, "peak", naive="the ordinary loop (step after backward)",
              naive_key="ordinary", graded_by="the gradients peak at the largest one",
-             tolerance="at most the reference's (the largest trainable parameter's gradient)"),
+             tolerance="at most the reference's (the largest trainable parameter's gradient)",
+             phases_key="phases", naive_phases_key="ordinary_phases"),
 ]

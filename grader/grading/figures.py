@@ -10,7 +10,9 @@ A check file whose exercise is about a saving declares it at module level:
 numbers by name, counted, never timed (grader.counting helps). The grader runs it once for the submission
 and once for the reference (cached: a class pays for the reference once), on one fixed input, and builds a
 `records.Figure` for each declaration. The naive figure is measured beside the reference's (`naive_key`: a
-naive variant the probe runs in the reference's trusted worker) or given by formula (`naive_value`).
+naive variant the probe runs in the reference's trusted worker) or given by formula (`naive_value`). Where the
+probe also counts a training step phase by phase (grader.phases.PhaseMeter.timeline), `phases_key` (and
+`naive_phases_key`) name where it put them: the figure carries them as `records.Phases`, shown, never graded.
 Nothing here knows an exercise: the grader core only finds `FIGURES` and runs what it declares.
 """
 
@@ -22,13 +24,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from grader.records import CheckFailed, CheckResult, Figure, Status, Verdict
+from grader.records import CheckFailed, CheckResult, Figure, PhasePeak, Phases, Status, Verdict
 
 if TYPE_CHECKING:
     from grader.grading.session import Session
     from grader.sandbox import Target
 
 NAME = "FIGURES"  # the module-level declaration a check file may hold
+MOST_PHASES = 8  # a step's phases shown at most: more is not a timeline the probe made
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,8 @@ class Declared:
     device: str = ""  # "cpu" where the probe needs the CPU (a gloo group of ranks); else the first device graded
     world_size: int = 1
     args: tuple[Any, ...] = ()
+    phases_key: str = ""  # the phases of a training step in the probe's observation (PhaseMeter.timeline())
+    naive_phases_key: str = ""  # the naive variant's, in the reference's observation
 
 
 def declared(module: types.ModuleType | None) -> list[Declared]:
@@ -70,10 +75,13 @@ def measure(session: Session, target: Target, exercise: str, declarations: Seque
         value = _number(yours, item.key)
         if yours is not None and value is None:
             missing = f"invalid result: the probe found no number {item.key!r}"
+        found = (("yours", yours, item.phases_key), ("reference", reference, item.phases_key),
+                 ("naive", reference, item.naive_phases_key))
+        phases = tuple(p for p in (_phases(who, observed, key) for who, observed, key in found if key) if p)
         figures.append(Figure(item.name, item.unit, value, _number(reference, item.key), naive,
                               bool(item.graded_by), item.naive,
                               f"{item.graded_by}: {item.tolerance}" if item.graded_by else "",
-                              grade.device, missing))
+                              grade.device, missing, phases=phases))
     return figures
 
 
@@ -106,3 +114,32 @@ def _number(observation: dict[str, Any] | None, key: str) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         return None
     return value
+
+
+def _phases(who: str, observation: dict[str, Any] | None, key: str) -> Phases | None:
+    """The timeline under `key` as PhaseMeter.timeline() makes it, read strictly (real ints, short names); None
+    for anything else: a submission's worker reports it, so it is shown at most, never trusted."""
+    value = observation.get(key) if observation is not None else None
+    if not isinstance(value, dict) or not _count(value.get("baseline")):
+        return None
+    steps = [value.get("first"), value.get("later", [])]
+    if not all(isinstance(step, (list, tuple)) and len(step) <= MOST_PHASES for step in steps):
+        return None
+    read = [tuple(_phase(phase) for phase in step) for step in steps]
+    if not read[0] or not all(phase is not None for step in read for phase in step):
+        return None
+    return Phases(who, value["baseline"], *read)  # type: ignore[arg-type]
+
+
+def _phase(value: Any) -> PhasePeak | None:
+    if not isinstance(value, (list, tuple)) or len(value) != 4:
+        return None
+    name, *counts = value
+    if type(name) is not str or not 0 < len(name) <= 40 or not all(_count(count) for count in counts):
+        return None
+    return PhasePeak(name, *counts)
+
+
+def _count(value: Any) -> bool:
+    """A real int of bytes: not a bool, not negative."""
+    return type(value) is int and value >= 0

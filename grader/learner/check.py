@@ -160,7 +160,7 @@ class CheckReport:
             if figure.yours is None and figure.missing:
                 missing = f" (yours not measured: {text.one_line(figure.missing)})"
             parts.append(f"<div>{html.escape(figure.name)} <i>[{html.escape(graded)}]</i>{html.escape(missing)}"
-                         f"<br>{figures.svg(figure)}</div>")
+                         f"<br>{figures.svg(figure)}{figures.phases_html(figure)}</div>")
         return "".join(parts) + "</div>"
 
     def _heading(self) -> str:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import html
 
 from grader import text
-from grader.records import Figure, Projection
+from grader.records import Figure, PhasePeak, Projection
 
 NOT_MEASURED = "not measured"
 UNITS = ((2**20, "MiB"), (2**10, "KiB"))
@@ -102,3 +102,69 @@ def svg(figure: Figure, width: int = 220) -> str:
                      f"{html.escape(amount(value, figure))}</text>")
     parts.append("</svg>")
     return "".join(parts)
+
+
+PHASES = ("peak live tensor bytes per phase of a training step (+ its rise within the phase), counted by the kit; "
+          "shown, not graded")
+
+
+def _phase_scale(figure: Figure) -> tuple[float, str]:
+    """(divisor, unit) of a figure's phases: KiB or MiB after their largest peak."""
+    largest = max((phase.peak for phases in figure.phases for phase in (*phases.first, *phases.later)), default=0)
+    return next(((size, name) for size, name in UNITS if largest >= size), (1.0, "bytes"))
+
+
+def _who(figure: Figure, who: str) -> str:
+    return figure.naive_label or "naive" if who == "naive" else who
+
+
+def timeline(figure: Figure) -> list[str]:
+    """The figure's phases, where it has some: a heading, then for yours, the reference's and the naive version's
+    each phase's peak and (in brackets) its rise over the phase's start, the first step on one line, the later
+    steps under it."""
+    if not figure.phases:
+        return []
+    size, unit = _phase_scale(figure)
+    width = max(len(_who(figure, phases.who)) for phases in figure.phases)
+
+    def peaks(step: tuple[PhasePeak, ...]) -> str:
+        return " | ".join(f"{text.one_line(phase.name)} {phase.peak / size:.2f} "
+                          f"(+{(phase.peak - phase.start) / size:.2f})" for phase in step) + f" {unit}"
+
+    lines = [PHASES + ":"]
+    for phases in figure.phases:
+        first = f"step 1: {peaks(phases.first)}" if phases.later else peaks(phases.first)
+        lines.append(f"  {_who(figure, phases.who):<{width}}  {first}, from {phases.baseline / size:.2f} {unit}")
+        lines += [f"  {'':<{width}}  later steps: {peaks(phases.later)}"] if phases.later else []
+    return lines
+
+
+def phases_html(figure: Figure, width: int = 60) -> str:
+    """The figure's phases as a small table ('' without any): a column per phase (the first step's, then the later
+    steps'), a row each for yours, the reference's and the naive version's, each peak an inline bar."""
+    if not figure.phases:
+        return ""
+    size, unit = _phase_scale(figure)
+    largest = max(phase.peak for phases in figure.phases for phase in (*phases.first, *phases.later)) or 1
+    columns = [list(dict.fromkeys(phase.name for phases in figure.phases for phase in step(phases)))
+               for step in (lambda phases: phases.first, lambda phases: phases.later)]
+    heads = [("step 1: " if columns[1] and i == 0 else "") + name for i, name in enumerate(columns[0])]
+    heads += [("later steps: " if i == 0 else "") + name for i, name in enumerate(columns[1])]
+    colours = {"yours": "#2b7bb9", "reference": "#7a7a7a"}
+    parts = [f'<table style="font-size:11px"><caption style="text-align:left">{html.escape(PHASES)}</caption>'
+             "<tr><th></th>" + "".join(f"<th>{html.escape(head)}</th>" for head in heads) + "</tr>"]
+    for phases in figure.phases:
+        cells = []
+        for names, step in zip(columns, (phases.first, phases.later)):
+            found = {phase.name: phase for phase in step}
+            for name in names:
+                phase = found.get(name)
+                if phase is None:
+                    cells.append("<td></td>")
+                    continue
+                bar = round(width * phase.peak / largest)
+                cells.append(f'<td><span style="display:inline-block;width:{bar}px;height:8px;'
+                             f'background:{colours.get(phases.who, "#d9a441")}"></span> '
+                             f"{phase.peak / size:.2f} (+{(phase.peak - phase.start) / size:.2f}) {unit}</td>")
+        parts.append(f"<tr><td>{html.escape(_who(figure, phases.who))}</td>{''.join(cells)}</tr>")
+    return "".join(parts) + "</table>"

@@ -24,6 +24,7 @@ from grader.reports import figures, markdown, projection
 
 FIGURE = "saves · "  # a figure's line under its exercise: what the code saves
 PROJECTION = "      · "  # its projection's line under it (grader.reports.projection)
+PHASES = "      · "  # its phases' lines under it (records.Phases)
 REPEATING = (Status.NOT_STARTED, Status.MISSING, Status.IMPORT_ERROR, Status.USES_REFERENCE)
 
 
@@ -44,6 +45,7 @@ def terminal(result: TargetResult, verbose: bool = False) -> str:
         for figure in projection.attach(row.id, row.figures):
             lines.append(f"    {FIGURE}{figures.line(figure, verbose)}")
             lines += [f"    {PROJECTION}{figures.projection_line(figure.projection)}"] if figure.projection else []
+            lines += [f"    {PHASES}{line}" for line in figures.timeline(figure)]
     lines.append(f"{'total':<{width}}  {f'{result.score:g} / {result.max_score:g}':>13}".rstrip())
     if result.not_graded:
         lines.append(f"not graded (the grader's own failure, not yours): {', '.join(result.not_graded)}")

@@ -91,6 +91,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--torch-index", default=CPU_INDEX, help="where the CPU build comes from (a mirror)")
     parser.add_argument("--dry-run", action="store_true", help="print the pip commands, run none")
     args = parser.parse_args(argv)
+    if sys.version_info < (3, 10):  # noqa: UP036 - said in one line on the Python that cannot install the kit
+        print("install.py: the kit needs Python 3.10 or newer (this is %d.%d)" % sys.version_info[:2], file=sys.stderr)  # noqa: UP031
+        return 2
     system = _windows()
     if system:
         print(f"install.py: {system}", file=sys.stderr)

@@ -20,7 +20,7 @@ from tests.kit.harness import KIT_ROOT, SEED, grader, reference_source
 from tests.kit.stubs import stub_source
 
 PYTHONS = ("3.10", "3.11", "3.12", "3.13")
-SOURCES = ("grader", "tests", "exercises", "solutions", "benchmarks")
+SOURCES = ("grader", "tests", "exercises", "solutions", "benchmarks", "install.py")
 # What the issue names: the kit's direct dependencies and the libraries under them that change observations.
 PINNED = ("torch", "transformers", "accelerate", "datasets", "hypothesis", "pytest", "pytest-timeout", "psutil",
           "pillow", "tokenizers", "safetensors", "huggingface-hub", "numpy", "scikit-learn")

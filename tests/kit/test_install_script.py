@@ -104,3 +104,15 @@ def test_the_readmes_first_line_installs_the_cpu_build_and_grades(tmp_path):
     bytecode = sum(os.path.getsize(path) for path in files if path.endswith(".pyc"))
     print(f"the venv install.py built: {size / 2**30:.2f} GiB, {bytecode / 2**30:.2f} GiB of it bytecode pip compiled")
     assert size < 2 * 2**30  # the CUDA build's venv: about 6 GB
+
+
+def test_a_python_too_old_for_the_kit_is_told_so_in_one_line():
+    from tests.kit.test_environments import python
+
+    interpreter = python("3.9")
+    if interpreter is None:
+        pytest.skip("no Python 3.9 on this machine")
+    done = subprocess.run([interpreter, os.path.join(KIT_ROOT, "install.py"), "--dry-run"], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 2 and done.stderr.strip().splitlines() == [
+        "install.py: the kit needs Python 3.10 or newer (this is 3.9)"], done.stderr

@@ -37,6 +37,7 @@ VERSIONS = {
     "test_notebook_places.py": "a notebook's cells graded through the libraries' traceback",
     "test_notebooks.py": "Jupyter's kernels and nbformat",
     "test_observations.py": "what torch, transformers, accelerate and datasets build and return",
+    "test_phases.py": "what torch's operators allocate and free, and AdamW's state, as a TorchDispatchMode counts them",
     "test_projection.py": "transformers' BERT and GPT-2 classes, as built on the meta device and saving for backward",
     "test_old_apis.py": "the libraries' current and removed APIs",
     "test_warm.py": "check() in a real notebook kernel",

@@ -36,6 +36,15 @@ KNOWN = {
     "ex24_fsdp2": [(24960, 99840), (49920, 99840), (199680, 199680), (99840, 99840)],
     "ex25_optimizer_in_backward": [(262144, 2105344)],
 }
+# the peak live tensor bytes of each phase ((the first step's, the later steps'), grader.phases) the figures whose
+# probe counts a training step show, for the reference (yours: the same) and the naive version; none elsewhere
+KNOWN_PHASES = {
+    "ex14_gradient_checkpointing": [{"reference": ([5054216, 6922840], []), "naive": ([18489096, 18531672], [])}],
+    "ex17_optimizer_memory": [{"reference": ([144644, 274952, 663572], [409364, 539672, 663572])}],
+    # the optimizer steps inside the backward pass: no phase of their own, and AdamW's state made in the first one
+    "ex25_optimizer_in_backward": [{"reference": ([2211844, 7143492], [6422596, 7209028]),
+                                    "naive": ([2211840, 4259844, 8987712], [6430784, 8470596, 8987712])}],
+}
 
 
 def figure(yours=1593344, reference=1593344, naive=17387520, missing=""):
@@ -133,7 +142,9 @@ from grader.grading.session import resolve_target
 from grader.kit import Kit
 from grader.learner import demo_figures
 found = demo_figures.measure([catalog.get(name) for name in sys.argv[1:]], resolve_target("solutions", Kit.default()))
-print(json.dumps({name: [[f.yours, f.reference, f.naive] for f in figures] for name, figures in found.items()}))
+print(json.dumps({name: [[f.yours, f.reference, f.naive, {p.who: [[x.peak for x in p.first], [x.peak for x in p.later]]
+                                                            for p in f.phases}] for f in figures]
+                  for name, figures in found.items()}))
 """
 
 
@@ -145,8 +156,11 @@ def test_the_references_figures_are_the_known_ones():
     assert done.returncode == 0, done.stderr[-3000:]
     found = json.loads(done.stdout.splitlines()[-1])
     for exercise, known in KNOWN.items():
-        got = [(reference, naive) for _, reference, naive in found[exercise]]
-        assert [yours for yours, _, _ in found[exercise]] == [reference for reference, _ in got], exercise
+        got = [(reference, naive) for _, reference, naive, _ in found[exercise]]
+        assert [yours for yours, _, _, _ in found[exercise]] == [reference for reference, _ in got], exercise
+        phases = [{who: tuple(steps) for who, steps in each.items()} for *_, each in found[exercise]]
+        assert all(each.pop("yours", None) == each.get("reference") for each in phases), exercise
+        assert phases == KNOWN_PHASES.get(exercise, [{}] * len(known)), exercise
         for (reference, naive), (want, want_naive) in zip(got, known):
             assert math.isclose(reference, want, rel_tol=1e-12), (exercise, reference, want)
             assert naive == want_naive, (exercise, naive, want_naive)
@@ -182,6 +196,12 @@ def test_grading_measures_each_submission_after_its_checks(tmp_path):
     assert figures["raises"].yours is None
     assert figures["raises"].missing.startswith("failed: raised ")
     assert "RuntimeError: checkpointing is off today" in figures["raises"].missing
+    # each phase's timeline beside the figure: no checkpointing peaks as the naive version does, a raising one has none
+    phases = {name: {p.who: p for p in figure.phases} for name, figure in figures.items()}
+    assert phases["right"]["yours"].first == phases["right"]["reference"].first
+    assert phases["none"]["yours"].first == phases["none"]["naive"].first
+    assert phases["none"]["yours"].first[0].peak > 3 * phases["right"]["yours"].first[0].peak  # the forward's peak
+    assert list(phases["raises"]) == ["reference", "naive"]
 
 
 @pytest.mark.slow

@@ -1,6 +1,7 @@
 """The figures of what a submission's code saves (records.Figure), as a terminal line, text bars and an
 inline SVG chart: the submission's beside the reference's and the naive version's, never a missing figure
-shown as 0; and a figure's projection onto a real model's size (records.Projection), as a line of its own."""
+shown as 0; and a figure's projection onto a real model's size (records.Projection), as a line of its own; and
+its peaks per phase of a training step (records.Phases), as a timeline under it and a table of inline bars."""
 
 from __future__ import annotations
 

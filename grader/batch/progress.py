@@ -41,6 +41,8 @@ class Shown:
     now: tuple[str, ...]  # the students being graded now, as their checks come in (names escaped)
     seconds_left: float | None  # estimated from the pairs graded since the first check came in; None before one
     seconds: float  # since the batch began
+    exercises: tuple[str, ...] = ()  # the exercises being graded now (their short ids): a student is done after
+    # the last, so the line says which one the batch is at
 
     def description(self) -> str:
         return f"{self.done}/{self.total} students graded"
@@ -52,7 +54,8 @@ class Shown:
                                                      if len(self.now) > NAMES_SHOWN else "")
         left = "time left: estimating" if self.seconds_left is None else \
             f"about {tqdm.format_interval(self.seconds_left)} left"
-        return f"now: {names or '-'} | {left}"
+        at = f" on {', '.join(self.exercises)}" if self.exercises else ""
+        return f"now: {names or '-'}{at} | {left}"
 
 
 class _Bar(tqdm):
@@ -117,9 +120,10 @@ class Progress:
         done = [s for s in self.students if s in self.finished or len(self.ended.get(s, ())) >= self.exercises]
         pairs = self._pairs()
         names = tuple(dict.fromkeys(text.one_line(student) for student, _ in self.current.values()))
+        exercises = tuple(dict.fromkeys(text.one_line(exercise.split("_")[0]) for _, exercise in self.current.values()))
         at = self.clock()
         left = (at - (at if self.first is None else self.first)) * (self._total() - pairs) / pairs if pairs else None
-        return Shown(len(done), len(self.students), names, left, at - self.start)
+        return Shown(len(done), len(self.students), names, left, at - self.start, exercises)
 
     def _pairs(self) -> int:
         return sum(self.exercises if s in self.finished else min(len(self.ended.get(s, ())), self.exercises)

@@ -82,11 +82,11 @@ def test_a_student_is_done_once_every_exercise_is_and_each_lane_names_its_own():
     progress.checked("alice", "ex17_optimizer_memory", lane=0)
     progress.checked("carol", "ex17_optimizer_memory", lane=0)  # alice's second exercise ended: alice is done
     shown = progress.shown()
-    assert (shown.done, shown.now) == (1, ("carol", "bob"))
+    assert (shown.done, shown.now, shown.exercises) == (1, ("carol", "bob"), ("ex17", "ex04"))  # which, per lane
     assert shown.seconds_left == 30 * (6 - 3) / 3  # three pairs of six ended in 30 s
     progress.lane_ended(1, ["bob"])  # bob's process ended: bob is done, whatever came in
     assert (progress.shown().done, progress.shown().now) == (2, ("carol",))
-    assert "2/3 students graded" in lines(stream)[-1] and "now: carol |" in lines(stream)[-1]
+    assert "2/3 students graded" in lines(stream)[-1] and "now: carol on ex17 |" in lines(stream)[-1]
 
 
 def test_names_are_escaped_and_many_are_counted_not_listed():
@@ -96,7 +96,7 @@ def test_names_are_escaped_and_many_are_counted_not_listed():
     for lane, name in enumerate(names):
         progress.checked(name, EX, lane)
     assert "\x1b]0;" not in stream.getvalue() and "\x07" not in stream.getvalue()
-    assert "now: \\x1b]0;pwned\\x07eve, b, c +2 |" in lines(stream)[-1]
+    assert "now: \\x1b]0;pwned\\x07eve, b, c +2 on ex04 |" in lines(stream)[-1]
 
 
 def test_a_grading_cut_short_leaves_the_line_as_it_was_not_all_graded():

@@ -160,7 +160,8 @@ def chapter_cells(chapter: catalog.Chapter, code_from: str | None = None, kit_ur
     stubs = Kit.default().stubs
     code_folder = code_from or stubs
     intro = (f"# Chapter {chapter.number}: {chapter.topic}\n\n{chapter.about.capitalize()}. "
-             f"{len(chapter.exercises)} exercises, {chapter.points:g} points.\n\n"
+             f"{len(chapter.exercises)} exercise{'' if len(chapter.exercises) == 1 else 's'}, {chapter.points:g} "
+             "points.\n\n"
              "Read each lesson, write the functions in the code cells below it (replace each "
              "`raise NotImplementedError`), run them, then run the exercise's check cell: it grades "
              "what this kernel has run. Rerun a code cell after you change it; the last definition "

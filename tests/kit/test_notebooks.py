@@ -105,6 +105,15 @@ def test_one_valid_notebook_per_chapter_with_a_check_cell_per_exercise(built):
     assert "wrote " in done.stdout
 
 
+def test_a_chapter_says_how_many_exercises_it_has_in_words_that_fit_one():
+    import dataclasses
+
+    one = dataclasses.replace(CHAPTER, exercises=CHAPTER.exercises[:1])
+    intro = chapter_notebook(one).cells[0].source
+    assert f"1 exercise, {one.points:g} points." in intro, intro
+    assert f"{len(CHAPTER.exercises)} exercises, " in chapter_notebook(CHAPTER).cells[0].source
+
+
 def test_the_first_code_cell_is_the_setup_cell_and_a_url_is_named_only_as_a_url(built, tmp_path):
     out, _ = built
     for chapter in (c for c in catalog.default().chapters if c.exercises):

@@ -1,7 +1,7 @@
 """`python -m grader demo ex07|ex12 --nproc 2`: the learner's code training across processes; `demo ex14`: its saving.
 
-For ex13 to ex20 and ex23 (an exercise whose checks declare figures), the demo shows what the learner's code saves
-(grader.learner.demo_figures).
+For ex13 to ex20 and ex23 to ex25 (an exercise whose checks declare figures), the demo shows what the learner's
+code saves (grader.learner.demo_figures).
 
 The launcher checks that the exercises the demo runs on are solved, builds everything
 offline (a tiny DistilBERT-style checkpoint, a WordPiece tokenizer and a small sentiment
@@ -37,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = command_parser("demo", __doc__.splitlines()[0])
     parser.add_argument("exercise", metavar="EXERCISE",
                         help="ex07 or ex12: the exercise whose code the demo trains with; an exercise of chapters 3 "
-                             "to 5 (ex13 to ex20, ex23): what your code saves")
+                             "to 5 (ex13 to ex20, ex23 to ex25): what your code saves")
     parser.add_argument("--nproc", type=int, default=2, help="number of processes (ranks), 1 to 8")
     parser.add_argument("--steps", type=int, default=40, help="ex07: optimizer steps")
     parser.add_argument("--epochs", type=int, default=4, help="ex12: epochs")

@@ -4,7 +4,9 @@ when a figure's memory is used, the first step against the later ones (records.P
 A TorchDispatchMode sees every operator's outputs, in the forward and the backward pass alike (autograd's threads
 carry the mode): an output whose storage is none of the operator's inputs' (not in place, not a view) is new, and
 its bytes are added once; a finalizer on the storage subtracts them when it is freed. The tensors the probe names
-at the start (parameters, inputs) are the baseline, and their frees are subtracted too. The kit counts, not the
+at the start (parameters, inputs) are the baseline, and their frees are subtracted too. A wrapper subclass (a
+DTensor) counts as the storages of its inner tensors (a rank's local shard, not the whole tensor it stands for);
+the operators it runs on them inside its own dispatch are not seen, only what they return. The kit counts, not the
 allocator: no cache and no rounding, so the same operations give the same numbers on a CPU and a GPU.
 """
 
@@ -17,7 +19,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
 
 from grader.counting import _tensors
 
@@ -30,6 +32,17 @@ def _storage(tensor: torch.Tensor) -> torch.UntypedStorage | None:
         return tensor.untyped_storage()
     except (NotImplementedError, RuntimeError):
         return None
+
+
+def _storages(tensor: torch.Tensor) -> list[torch.UntypedStorage]:
+    """The storages that hold the tensor's data: a wrapper subclass's (a DTensor's) are its inner tensors' (its local
+    shard), its own standing for the whole logical tensor and holding nothing."""
+    if is_traceable_wrapper_subclass(tensor):
+        names, _ = tensor.__tensor_flatten__()
+        inner = [getattr(tensor, name) for name in names]
+        return [storage for item in inner if isinstance(item, torch.Tensor) for storage in _storages(item)]
+    storage = _storage(tensor)
+    return [] if storage is None else [storage]
 
 
 class PhaseMeter(TorchDispatchMode):
@@ -49,8 +62,7 @@ class PhaseMeter(TorchDispatchMode):
         self.current: list[Any] | None = None  # [name, live at its start, peak] of the phase under way
         self.done: list[list[Any]] = []  # [name, start, peak, live at its end] of each phase, in order
         for tensor in known:
-            storage = _storage(tensor)
-            if storage is not None:
+            for storage in _storages(tensor):
                 self._add(storage)
         self.baseline = self.live
 
@@ -72,12 +84,12 @@ class PhaseMeter(TorchDispatchMode):
     def __torch_dispatch__(self, func: Callable[..., Any], types: Any, args: tuple[Any, ...] = (),
                            kwargs: dict[str, Any] | None = None) -> Any:
         kwargs = kwargs or {}
-        given = set() if func in FRESH else {id(s) for s in map(_storage, _tensors((args, kwargs))) if s is not None}
+        given = set() if func in FRESH else {id(s) for t in _tensors((args, kwargs)) for s in _storages(t)}
         result = func(*args, **kwargs)
         for tensor in _tensors(result):
-            storage = _storage(tensor)
-            if storage is not None and id(storage) not in given:
-                self._add(storage)
+            for storage in _storages(tensor):
+                if id(storage) not in given:
+                    self._add(storage)
         return result
 
     def begin(self, name: str) -> None:

@@ -227,3 +227,24 @@ def test_phases_change_no_status_and_no_score(tmp_path, monkeypatch):
         assert [(c.check, c.status) for c in graded[0].checks] == [(c.check, c.status) for c in graded[1].checks]
         assert [f.phases != () for f in graded[0].figures] == [True] and graded[1].figures[0].phases == ()
     assert with_phases["wrong"].exercises[0].score < with_phases["right"].exercises[0].score
+
+
+def test_a_dtensor_counts_as_its_local_shard_not_the_whole_tensor(tmp_path):
+    """A DTensor stands for the whole tensor and holds a rank's shard: the meter counts the shard's storage, as it
+    is (here one rank's quarter of an 8 x 4 tensor, 2 x 4)."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Shard
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        mesh = init_device_mesh("cpu", (1,))
+        sharded = DTensor.from_local(torch.ones(2, 4), mesh, [Shard(0)], run_check=False, shape=torch.Size([8, 4]),
+                                     stride=(4, 1))
+        with PhaseMeter([sharded]) as meter:
+            with meter.phase("doubled"):
+                doubled = sharded * 2
+        assert meter.timeline()["first"] == [["doubled", 2 * 4 * FLOAT, 2 * 2 * 4 * FLOAT, 2 * 2 * 4 * FLOAT]]
+        assert doubled.to_local().shape == (2, 4)
+    finally:
+        dist.destroy_process_group()

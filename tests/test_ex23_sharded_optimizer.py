@@ -13,6 +13,7 @@ parameters as ZeroRedundancyOptimizer partitions them, another rank's slice), so
 
 import itertools
 import math
+import time
 
 import pytest
 import torch
@@ -516,32 +517,74 @@ class SentBytes(CollectiveTap):
         self.bytes += ring_bytes(name, args, kwargs, self.world_size)
 
 
-def figure_sharding(ctx):
-    """One step of ShardedAdamW on 4 ranks: rank 0's state bytes and the bytes it sent; beside them (trusted
-    plain torch) torch.optim.AdamW's state on the whole model and an all-reduce of the whole gradient."""
+STEPS = 3  # the figure's training steps: the first makes AdamW's state, the later ones keep it
+SETTLE = 0.05  # seconds: gloo's threads let go of a collective's tensors just after it ends, at a time that varies
+
+
+def _train(ctx, build, step, read):
+    """The figure's model trained STEPS steps on this rank's own inputs under a PhaseMeter counting live tensor
+    bytes: the optimizer built (a phase of its own: ShardedAdamW may make its state there, AdamW makes it in its
+    first step), then per step the forward, the backward and `step(optimizer)` (the optimizer step with its
+    collectives, the gradients then set to None, then a pause: SETTLE). Returns `read(optimizer)` after the first
+    step, the bytes sent in that step's optimizer step (SentBytes) and the timeline."""
+    from grader.phases import PhaseMeter
+
     model = _figure_model()
-    params = list(model.parameters())
-    optimizer = ctx.module.ShardedAdamW(model.parameters())
-    for i, param in enumerate(params):
-        param.grad = probing.seeded(100 * ctx.rank + i, param.shape, torch.float32, "cpu")
-    with SentBytes(ctx.module, ctx.world_size) as sent:
-        optimizer.step()
+    inputs = probing.seeded(100 + ctx.rank, (8, 64), torch.float32, "cpu")
+    with PhaseMeter([*model.parameters(), inputs]) as meter:
+        with meter.phase("optimizer built"):
+            optimizer = build(model)
+        for index in range(STEPS):
+            with meter.phase("forward"):
+                loss = model(inputs).sum()
+            with meter.phase("backward"):
+                loss.backward()
+            del loss
+            with meter.phase("optimizer step"), SentBytes(ctx.module, ctx.world_size) as sent:
+                step(optimizer)
+                for param in model.parameters():
+                    param.grad = None
+                time.sleep(SETTLE)  # so that the step's frees on gloo's threads land in the step, not in the next
+            if index == 0:
+                read_first, sent_first = read(optimizer), sent.bytes
+    return read_first, sent_first, meter.timeline()
+
+
+def _sharded_state(optimizer):
     state = getattr(optimizer, "state", None)
-    state_bytes = sum(_tensor_bytes(value) for value in state.values()) if isinstance(state, dict) else None
-    whole = _figure_model()
-    adamw = torch.optim.AdamW(whole.parameters())
-    for param in whole.parameters():
-        param.grad = torch.ones_like(param)
-    adamw.step()
-    gradient = sum(param.numel() * param.element_size() for param in params)
-    return {"state": state_bytes, "unsharded": sum(_tensor_bytes(list(s.values())) for s in adamw.state.values()),
-            "sent": sent.bytes, "all_reduce": 2 * (FIGURE_RANKS - 1) / FIGURE_RANKS * gradient}
+    return sum(_tensor_bytes(value) for value in state.values()) if isinstance(state, dict) else None
+
+
+def _data_parallel_step(optimizer):
+    """Trusted plain torch: the whole gradient all-reduced and averaged, then torch.optim.AdamW on every rank."""
+    import torch.distributed as dist
+
+    for group in optimizer.param_groups:
+        for param in group["params"]:
+            dist.all_reduce(param.grad)
+            param.grad.div_(dist.get_world_size())
+    optimizer.step()
+
+
+def figure_sharding(ctx):
+    """Three training steps with ShardedAdamW on 4 ranks, counted on rank 0: its state bytes and the bytes it sent
+    in the first optimizer step, and each phase's live tensor bytes (grader.phases: every tensor this rank holds,
+    ShardedAdamW's slice of the state, the flat gradient and the gathered pieces among them); beside them (trusted
+    plain torch) the same with torch.optim.AdamW on the whole model after an all-reduce of the whole gradient."""
+    state, sent, phases = _train(ctx, lambda model: ctx.module.ShardedAdamW(model.parameters()),
+                                 lambda optimizer: optimizer.step(), _sharded_state)
+    unsharded, _, naive_phases = _train(
+        ctx, lambda model: torch.optim.AdamW(model.parameters()), _data_parallel_step,
+        lambda optimizer: sum(_tensor_bytes(list(s.values())) for s in optimizer.state.values()))
+    gradient = sum(param.numel() * param.element_size() for param in _figure_model().parameters())
+    return {"state": state, "unsharded": unsharded, "sent": sent, "all_reduce": 2 * (FIGURE_RANKS - 1) /
+            FIGURE_RANKS * gradient, "phases": phases, "naive_phases": naive_phases}
 
 
 FIGURES = [
     Declared("AdamW's state on rank 0 of 4 (ShardedAdamW, a float32 model of 33,088 values, one step)", "bytes",
              figure_sharding, "state", naive="torch.optim.AdamW's on every rank", naive_key="unsharded",
-             device="cpu", world_size=FIGURE_RANKS),
+             device="cpu", world_size=FIGURE_RANKS, phases_key="phases", naive_phases_key="naive_phases"),
     Declared("bytes rank 0 sent in that step, as a ring algorithm sends them", "bytes", figure_sharding, "sent",
              naive="an all-reduce of the whole gradient (data parallelism)", naive_key="all_reduce", device="cpu",
              world_size=FIGURE_RANKS),

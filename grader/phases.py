@@ -61,6 +61,7 @@ class PhaseMeter(TorchDispatchMode):
         self.live = 0
         self.current: list[Any] | None = None  # [name, live at its start, peak] of the phase under way
         self.done: list[list[Any]] = []  # [name, start, peak, live at its end] of each phase, in order
+        self.resizes: list[Any] = []  # UntypedStorage's own resize_ (None: inherited) under each __enter__
         for tensor in known:
             for storage in _storages(tensor):
                 self._add(storage)
@@ -76,6 +77,37 @@ class PhaseMeter(TorchDispatchMode):
             if self.current is not None:
                 self.current[2] = max(self.current[2], self.live)
         weakref.finalize(storage, self._free, key).atexit = False
+
+    def _resized(self, storage: torch.UntypedStorage) -> None:
+        with self.lock:
+            key = id(storage)
+            if key in self.sizes:
+                self.live += storage.nbytes() - self.sizes[key]
+                self.sizes[key] = storage.nbytes()
+                if self.current is not None:
+                    self.current[2] = max(self.current[2], self.live)
+
+    def __enter__(self) -> PhaseMeter:
+        """Also follow a storage resized in place (no operator: FSDP frees a gathered parameter with
+        storage.resize_(0) and makes it again with resize_(n)), while active."""
+        resize, meter = torch.UntypedStorage.resize_, self
+
+        def resized(storage: torch.UntypedStorage, size: int) -> Any:
+            result = resize(storage, size)
+            meter._resized(storage)
+            return result
+
+        self.resizes.append(vars(torch.UntypedStorage).get("resize_"))
+        torch.UntypedStorage.resize_ = resized  # type: ignore[method-assign,assignment]
+        return super().__enter__()
+
+    def __exit__(self, *exc: Any) -> None:
+        saved = self.resizes.pop()
+        if saved is None:
+            del torch.UntypedStorage.resize_
+        else:
+            torch.UntypedStorage.resize_ = saved  # type: ignore[method-assign]
+        super().__exit__(*exc)
 
     def _free(self, key: int) -> None:
         with self.lock:

@@ -248,3 +248,18 @@ def test_a_dtensor_counts_as_its_local_shard_not_the_whole_tensor(tmp_path):
         assert doubled.to_local().shape == (2, 4)
     finally:
         dist.destroy_process_group()
+
+
+def test_a_storage_resized_in_place_is_followed_as_fsdp_frees_and_gathers_a_parameter():
+    """FSDP frees a gathered parameter with storage.resize_(0) and makes it again with resize_(n): no operator, so
+    the meter follows the resize itself (and puts UntypedStorage back as it was when it is left)."""
+    with PhaseMeter() as meter:
+        with meter.phase("made"):
+            flat = torch.zeros(100)
+        with meter.phase("freed"):
+            flat.untyped_storage().resize_(0)
+        with meter.phase("gathered"):
+            flat.untyped_storage().resize_(100 * FLOAT)
+            flat.copy_(torch.ones(100))
+    assert meter.timeline()["first"] == [["made", 0, 400, 400], ["freed", 400, 400, 0], ["gathered", 0, 800, 400]]
+    assert "resize_" not in vars(torch.UntypedStorage)

@@ -15,6 +15,8 @@ gathered is a plain tensor on its module, one at rest a DTensor); the full value
 A wrong model after the first step is compared with what each usual mistake leaves (the optimizer built before
 sharding, the loss divided by the world size as well, the gradients summed, each rank alone), for its hint."""
 
+import time
+
 import pytest
 import torch
 from hypothesis import given
@@ -379,6 +381,7 @@ def test_training_equals_adamw_on_the_whole_batch(grade, case):
 
 FIGURE_RANKS = 4
 FIGURE_COLLECTIVES = (*COLLECTIVES, "all_gather_single", "reduce_scatter_single")
+SETTLE = 0.05  # seconds: gloo's threads let go of a collective's tensors just after it ends, at a time that varies
 
 
 def _figure_net():
@@ -404,24 +407,47 @@ class Traffic(CollectiveTap):
             self.scattered += tensors[1].numel() * tensors[1].element_size()
 
 
+def _pass(model, inputs, meter):
+    """One forward and backward pass, a phase each, each ended by a pause (SETTLE); the gradients then set to None."""
+    with meter.phase("forward"):
+        loss = model(inputs).sum()
+        time.sleep(SETTLE)
+    with meter.phase("backward"):
+        loss.backward()
+        del loss
+        time.sleep(SETTLE)
+    for param in model.parameters():
+        param.grad = None
+
+
 def _one_step(model, shard, module):
     """`shard(model)`, then one forward and backward pass: the bytes held at rest (a DTensor's local piece, any
-    other parameter whole), the most held unsharded at a leaf module's forward, and the collectives' bytes."""
+    other parameter whole), the most held unsharded at a leaf module's forward, and the collectives' bytes; then a
+    second pass, and both passes' live tensor bytes phase by phase (grader.phases: every tensor this rank holds, a
+    DTensor as its local shard, the gathered parameters, activations and gradients among them)."""
     from torch.distributed.tensor import DTensor
+
+    from grader.phases import PhaseMeter
 
     shard(model)
     rest = sum((p.to_local() if isinstance(p, DTensor) else p).numel() * p.element_size() for p in model.parameters())
     seen = []
-    for leaf in [module for module in model.modules() if not any(True for _ in module.children())]:
-        leaf.register_forward_pre_hook(lambda _, args: seen.append(_unsharded_bytes(model)))
-    with Traffic(module) as traffic:
-        model(probing.seeded(1, (2, 64), torch.float32, "cpu")).sum().backward()
-    return {"rest": rest, "peak": max(seen, default=0), "gathered": traffic.gathered, "scattered": traffic.scattered}
+    handles = [leaf.register_forward_pre_hook(lambda _, args: seen.append(_unsharded_bytes(model)))
+               for leaf in [module for module in model.modules() if not any(True for _ in module.children())]]
+    inputs = probing.seeded(1, (2, 64), torch.float32, "cpu")
+    with PhaseMeter([*model.parameters(), inputs]) as meter:
+        with Traffic(module) as traffic:
+            _pass(model, inputs, meter)
+        for handle in handles:
+            handle.remove()
+        _pass(model, inputs, meter)
+    return {"rest": rest, "peak": max(seen, default=0), "gathered": traffic.gathered, "scattered": traffic.scattered,
+            "phases": meter.timeline()}
 
 
 def figure_fsdp(ctx):
-    """shard_model on 4 ranks, then one forward and backward pass, counted on rank 0; beside it (trusted: plain
-    fully_shard of the root alone) the same for one group of the whole model."""
+    """shard_model on 4 ranks, then one forward and backward pass (and a second for the phases), counted on rank 0;
+    beside it (trusted: plain fully_shard of the root alone) the same for one group of the whole model."""
     from torch.distributed.fsdp import fully_shard
 
     mesh = _mesh(ctx)
@@ -440,7 +466,7 @@ FIGURES = [
     Declared("the most parameter bytes rank 0 holds unsharded during the forward pass", "bytes", figure_fsdp, "peak",
              naive="the root alone sharded: one group of the whole model", naive_key="root_peak",
              graded_by="the forward pass gathers one block at a time", tolerance="no more than the reference's",
-             device="cpu", world_size=FIGURE_RANKS),
+             device="cpu", world_size=FIGURE_RANKS, phases_key="phases", naive_phases_key="root_phases"),
     Declared("bytes rank 0 all-gathered in one forward and backward pass", "bytes", figure_fsdp, "gathered",
              naive="the root alone sharded", naive_key="root_gathered", device="cpu", world_size=FIGURE_RANKS),
     Declared("bytes rank 0 reduce-scattered in that pass (its whole gradient)", "bytes", figure_fsdp, "scattered",

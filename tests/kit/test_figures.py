@@ -45,6 +45,11 @@ KNOWN_PHASES = {
     # later steps peak as its first; its step gathers the whole flat vector, so it peaks above AdamW's step
     "ex23_sharded_optimizer": [{"reference": ([200576, 210820, 341128, 928512], [210820, 341128, 928512]),
                                 "naive": ([134400, 144644, 274952, 663568], [409364, 539672, 663568])}, {}],
+    # each block gathered in its turn, the root alone gathered whole: a forward pass peaks at 125,824 bytes against
+    # 228,224, from 25,472 (rank 0's quarter of the weights and the input); both end holding their quarter of the
+    # gradient (24,960 bytes), the gathered weights freed (FSDP resizes their storage to 0)
+    "ex24_fsdp2": [{}, {"reference": ([125824, 152328], [125824, 152328]),
+                        "naive": ([228224, 227720], [228224, 227720])}, {}, {}],
     # the optimizer steps inside the backward pass: no phase of their own, and AdamW's state made in the first one
     "ex25_optimizer_in_backward": [{"reference": ([2211844, 7143492], [6422596, 7209028]),
                                     "naive": ([2211840, 4259844, 8987712], [6430784, 8470596, 8987712])}],

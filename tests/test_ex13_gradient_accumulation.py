@@ -18,6 +18,7 @@ These run on the cpu only: several ranks on one GPU is no setup accelerate suppo
 """
 
 import math
+import time
 
 import pytest
 import torch
@@ -500,15 +501,36 @@ def test_train_with_accumulation_syncs_only_on_boundaries(grade, case):
 FIGURE_LOOP = loop(2, 4, 2, 64, "mse_loss", "sgd", in_features=16, hidden=64, out_features=4)
 
 
+SETTLE = 0.05  # seconds: gloo's threads let go of a collective's tensors just after it ends, at a time that varies
+
+
 def figure_all_reduces(ctx):
     """train_with_accumulation on 2 ranks: the backward passes that all-reduced and the bytes they sent (a DDP
-    communication hook counts each bucket), and the bytes if every backward pass all-reduced."""
+    communication hook counts each bucket), and the bytes if every backward pass all-reduced; and rank 0's live
+    tensor bytes per accumulation window (grader.phases), marked by hooks of the kit's: a phase per micro-batch
+    (its forward and backward, begun by the model's forward pre-hook) and the optimizer step (begun by the
+    optimizer's step pre-hook, lasting until the next forward), each begun after a pause (SETTLE)."""
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
+    from grader.phases import PhaseMeter
+
     accelerator, model, optimizer, dataloader = _prepared(ctx, FIGURE_LOOP)
-    counts = {"forwards": 0, "reduced": set(), "bytes": 0}
-    getattr(model, "module", model).register_forward_pre_hook(
-        lambda *_: counts.__setitem__("forwards", counts["forwards"] + 1))
+    counts = {"forwards": 0, "reduced": set(), "bytes": 0, "window": 0}
+    meter = PhaseMeter(model.parameters())
+
+    def forward(*_):
+        counts["forwards"] += 1
+        counts["window"] += 1
+        time.sleep(SETTLE)
+        meter.begin(f"micro-batch {counts['window']}")
+
+    def step(*_):
+        counts["window"] = 0
+        time.sleep(SETTLE)
+        meter.begin("optimizer step")
+
+    getattr(model, "module", model).register_forward_pre_hook(forward)
+    getattr(optimizer, "optimizer", optimizer).register_step_pre_hook(step)
 
     def hook(state, bucket):
         counts["reduced"].add(counts["forwards"])
@@ -516,17 +538,19 @@ def figure_all_reduces(ctx):
         return default_hooks.allreduce_hook(None, bucket)
 
     model.register_comm_hook(None, hook)
-    ctx.module.train_with_accumulation(accelerator, model, optimizer, dataloader, training.loss_fn("mse_loss"))
+    with meter:
+        ctx.module.train_with_accumulation(accelerator, model, optimizer, dataloader, training.loss_fn("mse_loss"))
+        time.sleep(SETTLE)
     gradients = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
     return {"all_reduces": len(counts["reduced"]), "bytes": counts["bytes"], "batches": counts["forwards"],
-            "bytes_every_batch": counts["forwards"] * gradients}
+            "bytes_every_batch": counts["forwards"] * gradients, "phases": meter.timeline()}
 
 
 FIGURES = [
     Declared("backward passes that all-reduced the gradients (train_with_accumulation, 16 batches a rank, "
              "gradient_accumulation_steps=4, 2 ranks)", "", figure_all_reduces, "all_reduces",
              naive="all-reducing every batch", naive_key="batches", graded_by="train with accumulation syncs only "
-             "on boundaries", tolerance="exactly the reference's", device="cpu", world_size=2),
+             "on boundaries", tolerance="exactly the reference's", device="cpu", world_size=2, phases_key="phases"),
     Declared("bytes all-reduced by each rank (the same run)", "bytes", figure_all_reduces, "bytes",
              naive="all-reducing every batch", naive_key="bytes_every_batch", device="cpu", world_size=2),
 ]

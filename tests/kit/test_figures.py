@@ -59,6 +59,23 @@ KNOWN_PHASES = {
                                     "naive": ([2211840, 4259844, 8987712], [6430784, 8470596, 8987712])}],
 }
 
+# A figure whose probe runs a group of ranks counts, after its first collective, frees that gloo's threads make at a
+# time of their own (a pause ends each phase, and a collective's buffers still landed in the next one in one run of
+# four): of those, the count of phases of each step is known, and the values of the phases before the first
+# collective (ex13's first three micro-batches, ex23's optimizer built, forward and backward; ex24 gathers in its
+# first forward pass). The single-process figures' phases are known exactly.
+BEFORE_COLLECTIVES = {"ex13_gradient_accumulation": 3, "ex23_sharded_optimizer": 3, "ex24_fsdp2": 0}
+
+
+def known_phases(exercise, phases):
+    """`phases` (per figure, {who: (first, later)}) as test_the_references_figures_are_the_known_ones reads them:
+    whole, or for a figure of ranks its phases' count and those before its first collective."""
+    settled = BEFORE_COLLECTIVES.get(exercise)
+    if settled is None:
+        return phases
+    return [{who: (len(first), len(later), tuple(first[:settled])) for who, (first, later) in each.items()}
+            for each in phases]
+
 
 def figure(yours=1593344, reference=1593344, naive=17387520, missing=""):
     return Figure("activations kept for the backward pass", "bytes", yours, reference, naive, True,
@@ -171,9 +188,10 @@ def test_the_references_figures_are_the_known_ones():
     for exercise, known in KNOWN.items():
         got = [(reference, naive) for _, reference, naive, _ in found[exercise]]
         assert [yours for yours, _, _, _ in found[exercise]] == [reference for reference, _ in got], exercise
-        phases = [{who: tuple(steps) for who, steps in each.items()} for *_, each in found[exercise]]
+        phases = known_phases(exercise, [{who: tuple(steps) for who, steps in each.items()}
+                                         for *_, each in found[exercise]])
         assert all(each.pop("yours", None) == each.get("reference") for each in phases), exercise
-        assert phases == KNOWN_PHASES.get(exercise, [{}] * len(known)), exercise
+        assert phases == known_phases(exercise, KNOWN_PHASES.get(exercise, [{}] * len(known))), exercise
         for (reference, naive), (want, want_naive) in zip(got, known):
             assert math.isclose(reference, want, rel_tol=1e-12), (exercise, reference, want)
             assert naive == want_naive, (exercise, naive, want_naive)

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from grader.records import CheckResult
 
 NAMES_SHOWN = 3  # the students named on the line; more are counted
+READ_AT_ONCE = 1 << 16  # bytes of a part's progress file read at a time
 
 
 @dataclass(frozen=True)
@@ -184,14 +185,17 @@ class Progress:
                 time.sleep(interval)
 
     def _read(self, lane: int, part: Part, offset: int) -> int:
-        """Feed the whole lines written past `offset`; the offset after them."""
+        """Feed the whole lines written past `offset`, READ_AT_ONCE bytes at most a time (a line is a few dozen:
+        the work stays bounded whatever the file holds); the offset after them."""
         try:
             with open(part.progress_file, "rb") as handle:
                 handle.seek(offset)
-                written = handle.read()
+                written = handle.read(READ_AT_ONCE)
         except OSError:
             return offset
         lines = written.split(b"\n")[:-1]  # the last is not whole yet
+        if not lines and len(written) == READ_AT_ONCE:  # no line ends within it: not a part's, skipped whole
+            return offset + len(written)
         for line in lines:
             try:
                 data = json.loads(line)

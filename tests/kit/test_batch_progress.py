@@ -212,3 +212,20 @@ def test_a_batch_with_jobs_shows_its_progress_on_a_terminal_and_nothing_in_a_pip
     assert "== carol" in piped.stdout
     assert "students graded" not in piped.stderr + piped.stdout
     assert not any(c in piped.stderr for c in "\r\x1b"), piped.stderr[-2000:]
+
+
+def test_a_part_file_is_read_a_bounded_piece_at_a_time_and_junk_is_skipped(tmp_path):
+    """Where workers share the grader's user and no Landlock holds them (macOS), code under test could write to a
+    part's progress file: the parent reads it READ_AT_ONCE bytes at a time, skips a piece with no line end in it,
+    and still reads the lines after it."""
+    from grader.batch import progress as module
+
+    path = tmp_path / "part-0.progress"
+    path.write_bytes(b"x" * (module.READ_AT_ONCE * 3) + b"\n" + b'{"target": 0, "exercise": "ex04_sharding"}\n')
+    part = Part((Target("alice", "/a"),), str(path), Ended())
+    progress = Progress(["alice"], 1, stream=Terminal(), clock=Clock())
+    offsets = [0]
+    while offsets[-1] < path.stat().st_size and len(offsets) < 10:
+        offsets.append(progress._read(0, part, offsets[-1]))
+    assert all(b - a <= module.READ_AT_ONCE for a, b in zip(offsets, offsets[1:])), offsets
+    assert offsets[-1] == path.stat().st_size and progress.current == {0: ("alice", "ex04_sharding")}

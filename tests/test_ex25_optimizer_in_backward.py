@@ -114,12 +114,28 @@ def _batch(case, step, device, dtype=torch.float64):
             probing.seeded(seed + 2, (case["rows"], case["out_features"]), dtype, device))
 
 
+class _Bound:
+    """The torch the watch reads with, bound when the worker loads this file, before it imports any submission:
+    code that patches torch in its worker (torch.equal, a Tensor method or property, Module.named_parameters) to
+    hide its gradients or fake its steps changes what its own calls see, not what the kit reads."""
+
+    equal = torch.equal
+    grad = torch.Tensor.grad.__get__
+    detach = torch.Tensor.detach
+    clone = torch.Tensor.clone
+    storage = torch.Tensor.untyped_storage
+    nbytes = torch.UntypedStorage.nbytes
+    requires_grad = torch.Tensor.requires_grad.__get__
+    register = torch.Tensor.register_post_accumulate_grad_hook
+    named_parameters = torch.nn.Module.named_parameters
+
+
 class GradientWatch:
     """Post-accumulate-grad hooks of the kit's, on every trainable parameter, registered before the code's own
     so that each runs as its gradient arrives, before the code's hook: weak references to the gradients'
     storages, the most bytes alive at once, the parameters that had moved before their own gradient arrived in
     the current pass (a step taken before accumulation) and those that had moved when any gradient arrived (a
-    step taken during the backward pass)."""
+    step taken during the backward pass). It reads through `_Bound`'s torch alone."""
 
     def __init__(self, model, snapshots=True):
         import weakref
@@ -127,22 +143,28 @@ class GradientWatch:
         self.weakref = weakref
         self.model, self.snapshots = model, snapshots
         self.tracked, self.peak, self.start, self.early, self.during = [], 0, {}, set(), set()
-        for name, param in model.named_parameters():
-            if param.requires_grad:
-                param.register_post_accumulate_grad_hook(lambda param, name=name: self._arrived(name, param))
+        for name, param in self._parameters():
+            if _Bound.requires_grad(param):
+                _Bound.register(param, lambda param, name=name: self._arrived(name, param))
+
+    def _parameters(self):
+        return list(_Bound.named_parameters(self.model))
 
     def begin_pass(self):
         self.early, self.during = set(), set()
         if self.snapshots:
-            self.start = {name: p.detach().clone() for name, p in self.model.named_parameters() if p.requires_grad}
+            self.start = {name: _Bound.clone(_Bound.detach(p)) for name, p in self._parameters()
+                          if _Bound.requires_grad(p)}
 
     def _arrived(self, name, param):
-        if type(param.grad) is torch.Tensor:
-            self.tracked.append(self.weakref.ref(param.grad.untyped_storage()))
-        if name in self.start and not torch.equal(param.detach(), self.start[name]):
+        grad = _Bound.grad(param)
+        if type(grad) is torch.Tensor:
+            self.tracked.append(self.weakref.ref(_Bound.storage(grad)))
+        if name in self.start and not _Bound.equal(_Bound.detach(param), self.start[name]):
             self.early.add(name)
-        params = dict(self.model.named_parameters())
-        self.during.update(other for other, value in self.start.items() if not torch.equal(params[other], value))
+        params = dict(self._parameters())
+        self.during.update(other for other, value in self.start.items()
+                           if not _Bound.equal(_Bound.detach(params[other]), value))
         self.measure()
 
     def measure(self):
@@ -150,7 +172,7 @@ class GradientWatch:
         for ref in self.tracked:
             storage = ref()
             if storage is not None:
-                alive[id(storage)] = storage.nbytes()
+                alive[id(storage)] = _Bound.nbytes(storage)
         self.peak = max(self.peak, sum(alive.values()))
         self.tracked = [ref for ref in self.tracked if ref() is not None]
 

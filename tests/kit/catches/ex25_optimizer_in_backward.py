@@ -169,6 +169,49 @@ def train_step(model, batch, loss_fn):
     return loss.item()
 '''
 
+# the ordinary loop again, with torch patched during backward so that the kit's watch would see no gradient kept
+# (a storage that dies at once) and every parameter moved (torch.equal never true): the watch reads a torch bound
+# before the submission was imported
+PATCHES_TORCH = '''
+import torch
+
+OPTIMIZERS = {}
+_equal = torch.equal
+_storage = torch.Tensor.untyped_storage
+
+
+def _never_equal(a, b):
+    return False
+
+
+def _fresh_storage(self):
+    return _storage(torch.empty(0))
+
+
+def attach_optimizer_in_backward(model, lr, weight_decay):
+    handles = []
+    for param in model.parameters():
+        if param.requires_grad:
+            OPTIMIZERS[param] = torch.optim.AdamW([param], lr=lr, weight_decay=weight_decay)
+            handles.append(param.register_post_accumulate_grad_hook(lambda param: None))
+    return handles
+
+
+def train_step(model, batch, loss_fn):
+    inputs, targets = batch
+    torch.equal, torch.Tensor.untyped_storage = _never_equal, _fresh_storage
+    try:
+        loss = loss_fn(model(inputs), targets)
+        loss.backward()
+    finally:
+        torch.equal, torch.Tensor.untyped_storage = _equal, _storage
+    for param in model.parameters():
+        if param in OPTIMIZERS:
+            OPTIMIZERS[param].step()
+            param.grad = None
+    return loss.item()
+'''
+
 WRONG = [
     Wrong("steps_after_backward_on_copies", AFTER_BACKWARD_ON_COPIES, PEAK, diagnosis="moved only after the backward "
           "pass", passes=(VALUES, FREED, OWN, HANDLES)),
@@ -204,6 +247,8 @@ WRONG = [
     Wrong("gradients_kept_for_later", KEPT, PEAK, diagnosis="keep no reference to a gradient",
           passes=(VALUES, FREED, OWN)),
     Wrong("views_of_gradients_kept", KEPT_VIEW, PEAK, diagnosis="keep no reference to a gradient"),
+    Wrong("ordinary_loop_with_torch_patched", PATCHES_TORCH, PEAK, diagnosis="moved only after the backward pass",
+          passes=(VALUES, FREED, OWN, HANDLES)),
 ]
 
 # PyTorch's tutorial's shape: a dict of optimizers (foreach=False), one hook function reading it, zero_grad()

@@ -127,11 +127,36 @@ def _full(param):
     return value.detach().cpu().clone()
 
 
+class _Bound:
+    """The torch the kit measures with, bound when the worker loads this file, before it imports any submission:
+    code that patches torch in its worker (Module.register_forward_pre_hook made a no-op for leaf modules,
+    Module.parameters, a Tensor method) changes what its own calls see, not what the kit's hooks are and read."""
+
+    register_forward_pre_hook = torch.nn.Module.register_forward_pre_hook
+    parameters = torch.nn.Module.parameters
+    modules = torch.nn.Module.modules
+    children = torch.nn.Module.children
+    numel = torch.Tensor.numel
+    element_size = torch.Tensor.element_size
+
+
+def _leaves(model):
+    """Every module with no child: where the kit's forward pre-hooks go."""
+    return [module for module in _Bound.modules(model) if not any(True for _ in _Bound.children(module))]
+
+
+def _watch_forward(model, seen):
+    """A forward pre-hook of the kit's on every leaf module: the unsharded bytes as each one is about to run."""
+    return [_Bound.register_forward_pre_hook(leaf, lambda module, args: seen.append(_unsharded_bytes(model)))
+            for leaf in _leaves(model)]
+
+
 def _unsharded_bytes(model):
     """The bytes of the parameters now gathered: FSDP2 puts a plain tensor on a module while it is unsharded."""
     from torch.distributed.tensor import DTensor
 
-    return sum(p.numel() * p.element_size() for p in model.parameters() if not isinstance(p, DTensor))
+    return sum(_Bound.numel(p) * _Bound.element_size(p) for p in _Bound.parameters(model)
+               if not isinstance(p, DTensor))
 
 
 def _placements(param):
@@ -166,9 +191,7 @@ def probe_forward(ctx, case):
     model = _model(case, device)
     ctx.module.shard_model(model, mesh, reshard_after_forward=case["reshard"])
     seen = []
-    leaves = [module for module in model.modules() if not any(True for _ in module.children())]
-    handles = [leaf.register_forward_pre_hook(lambda module, args: seen.append(_unsharded_bytes(model)))
-               for leaf in leaves]
+    handles = _watch_forward(model, seen)
     inputs, _ = _batch(case, 0, ctx.rank, device)
     model(inputs)
     after = _unsharded_bytes(model)
@@ -432,8 +455,7 @@ def _one_step(model, shard, module):
     shard(model)
     rest = sum((p.to_local() if isinstance(p, DTensor) else p).numel() * p.element_size() for p in model.parameters())
     seen = []
-    handles = [leaf.register_forward_pre_hook(lambda _, args: seen.append(_unsharded_bytes(model)))
-               for leaf in [module for module in model.modules() if not any(True for _ in module.children())]]
+    handles = _watch_forward(model, seen)
     inputs = probing.seeded(1, (2, 64), torch.float32, "cpu")
     with PhaseMeter([*model.parameters(), inputs]) as meter:
         with Traffic(module) as traffic:

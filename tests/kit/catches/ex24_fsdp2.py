@@ -48,11 +48,34 @@ def train_steps(model, mesh, batches, loss_fn, lr, weight_decay=1e-2):
     return losses
 '''
 
+# the root alone sharded, with register_forward_pre_hook made a no-op for leaf modules once fully_shard has put its
+# own hooks on: the kit's hooks, registered after shard_model returns, would count nothing. The kit registers through
+# a torch bound before the submission was imported.
+PATCHES_THE_HOOKS = mutate(EX, (BLOCKS, ""), (ROOT, ROOT + "    torch.nn.Module.register_forward_pre_hook = _no_hook\n"),
+                           ("\ndef train_steps(", """
+_register = torch.nn.Module.register_forward_pre_hook
+
+
+class _Handle:
+    def remove(self):
+        pass
+
+
+def _no_hook(self, hook, *args, **kwargs):
+    if any(True for _ in self.children()):  # FSDP's own hooks go on the sharded (non-leaf) modules
+        return _register(self, hook, *args, **kwargs)
+    return _Handle()
+
+
+def train_steps("""))
+
 WRONG = [
     Wrong("fsdp1_wrapper", FSDP1, SHARD, diagnosis="FullyShardedDataParallel is FSDP1, the old API"),
     # the root sharded first: its group takes every parameter, and fully_shard on a block then raises
     Wrong("root_first", mutate(EX, (BLOCKS + ROOT, ROOT + BLOCKS)), SHARD, diagnosis="in shard_model"),
     Wrong("blocks_only", mutate(EX, (ROOT, "")), SHARD, diagnosis="not a DTensor after shard_model"),
+    Wrong("root_only_with_the_kits_hooks_patched_away", PATCHES_THE_HOOKS, PEAK, diagnosis="the root alone",
+          passes=(SHARD, RESHARD, TRAIN)),
     # inp and head each a group of their own: a tied weight is split in two (FSDP2 refuses a block of it later)
     Wrong("tied_weight_split", mutate(EX, (BLOCKS, BLOCKS.replace("model.blocks", "[model.inp, model.head]"))),
           SHARD, diagnosis="a tied weight was split"),

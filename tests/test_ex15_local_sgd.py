@@ -23,6 +23,7 @@ is told so, with its cause.
 """
 
 import math
+import time
 
 import pytest
 import torch
@@ -31,7 +32,7 @@ from hypothesis import strategies as st
 
 from grader import probing, training
 from grader.checks import NEEDS_GLOO, expect_equal, explicit_examples, fail
-from grader.counting import CollectiveTap
+from grader.counting import Collectives, CollectiveTap
 from grader.grading.figures import Declared
 
 LOSSES = ["mse_loss", "cross_entropy"]
@@ -431,26 +432,97 @@ def test_buffers_and_optimizer_state_stay_each_ranks_own(grade, case):
 # --- figures: what local SGD saves (grader.grading.figures) --------------------------------------------
 
 FIGURE_CASE = case(2, 16, 4, "mse_loss", "sgd", rows=4, in_features=16, hidden=64, out_features=4)
+SETTLE = 0.05  # seconds: gloo's threads let go of a collective's tensors just after it ends, at a time that varies
+
+
+def _settled_begin(meter, name):
+    """Begin phase `name` unless it is under way; after an averaging, once gloo's threads have had a pause."""
+    current = meter.current
+    if current is not None and current[0] == name:
+        return
+    if current is not None and current[0] == "averaging":
+        time.sleep(SETTLE)
+    meter.begin(name)
+
+
+class _PhasedCollectives(Collectives):
+    """This rank's collectives and their bytes (grader.counting.Collectives); the first of a round begins the
+    meter's "averaging" phase."""
+
+    def __init__(self, module, meter):
+        super().__init__(module)
+        self.meter = meter
+
+    def _count(self, name, args, kwargs):
+        _settled_begin(self.meter, "averaging")
+        super()._count(name, args, kwargs)
+
+
+def _figure_run(device, rank):
+    """The figure's model, SGD and this rank's batches, and a PhaseMeter that knows them."""
+    from grader.phases import PhaseMeter
+
+    model = training.tiny_mlp(FIGURE_CASE["in_features"], FIGURE_CASE["hidden"], FIGURE_CASE["out_features"],
+                              FIGURE_CASE["seed"], device, batch_norm=True)
+    batches = _batches(FIGURE_CASE, rank, device)
+    known = [*model.parameters(), *model.buffers(), *(t for batch in batches for t in batch)]
+    return model, training.optimizer(FIGURE_CASE["optimizer"], model), batches, PhaseMeter(known)
+
+
+def _averaging_every_step(device, rank):
+    """Trusted, not the module: the naive version's live tensor bytes phase by phase, each step's parameters
+    all-reduced (summed, then divided) after its optimizer step; a phase lasts until the next begins, so the
+    gradients are cleared in the averaging before it, as the reference's are."""
+    import torch.distributed as dist
+
+    model, optimizer, batches, meter = _figure_run(device, rank)
+    with meter:
+        for inputs, targets in batches:
+            optimizer.zero_grad(set_to_none=True)
+            _settled_begin(meter, "forward")
+            loss = torch.nn.functional.mse_loss(model(inputs), targets)
+            meter.begin("backward")
+            loss.backward()
+            del loss
+            meter.begin("optimizer step")
+            optimizer.step()
+            meter.begin("averaging")
+            with torch.no_grad():
+                for param in model.parameters():
+                    dist.all_reduce(param, op=dist.ReduceOp.SUM)
+                    param.div_(dist.get_world_size())
+        time.sleep(SETTLE)
+    return meter.timeline()
 
 
 def figure_bytes(ctx):
     """local_sgd_train on 2 ranks, 16 steps, local_steps=4: the bytes this rank's collectives were given, and
-    the bytes of averaging every parameter after every step (data parallelism's share)."""
-    from grader.counting import Collectives
-
+    the bytes of averaging every parameter after every step (data parallelism's share). And this rank's live tensor
+    bytes phase by phase (grader.phases; rank 0's are shown), begun by hooks of the kit's: the forward pass (the
+    model's forward pre-hook, the loss included), the backward pass (a hook on the loss), the optimizer step (its
+    step pre-hook) and the averaging (the round's first collective); against a loop of the kit's that averages
+    after every step."""
     device = ctx.torch_device()
-    model = training.tiny_mlp(FIGURE_CASE["in_features"], FIGURE_CASE["hidden"], FIGURE_CASE["out_features"],
-                              FIGURE_CASE["seed"], device, batch_norm=True)
-    optimizer = training.optimizer(FIGURE_CASE["optimizer"], model)
-    with Collectives(ctx.module) as counted:
-        ctx.module.local_sgd_train(model, optimizer, _batches(FIGURE_CASE, ctx.rank, device),
-                                   torch.nn.functional.mse_loss, FIGURE_CASE["local_steps"])
+    model, optimizer, batches, meter = _figure_run(device, ctx.rank)
+
+    def loss_fn(output, target):
+        loss = torch.nn.functional.mse_loss(output, target)
+        if loss.requires_grad:
+            loss.register_hook(lambda grad: _settled_begin(meter, "backward"))
+        return loss
+
+    model.register_forward_pre_hook(lambda *_: _settled_begin(meter, "forward"))
+    optimizer.register_step_pre_hook(lambda *_: _settled_begin(meter, "optimizer step"))
+    with _PhasedCollectives(ctx.module, meter) as counted, meter:
+        ctx.module.local_sgd_train(model, optimizer, batches, loss_fn, FIGURE_CASE["local_steps"])
+        time.sleep(SETTLE)
     parameters = sum(p.numel() * p.element_size() for p in model.parameters())
-    return {"bytes": counted.bytes, "every_step": FIGURE_CASE["batches"] * parameters}
+    return {"bytes": counted.bytes, "every_step": FIGURE_CASE["batches"] * parameters, "phases": meter.timeline(),
+            "every_step_phases": _averaging_every_step(device, ctx.rank)}
 
 
 FIGURES = [
     Declared("bytes each rank sent in collectives (local_sgd_train, 16 steps, local_steps=4, 2 ranks)", "bytes",
              figure_bytes, "bytes", naive="averaging after every step", naive_key="every_step", device="cpu",
-             world_size=2),
+             world_size=2, phases_key="phases", naive_phases_key="every_step_phases"),
 ]

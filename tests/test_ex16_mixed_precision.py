@@ -674,25 +674,70 @@ def test_scaled_step_clears_gradients_and_keeps_float32_weights(grade, case):
 
 # --- figures: what mixed precision saves (grader.grading.figures) --------------------------------------
 
+# the matmuls' batch (16 rows of 64 float32 values); the training steps' (256 rows): their activations outweigh the
+# bfloat16 copies of the weights that autocast keeps for the backward pass, as a real batch's do (below about 80
+# rows the copies weigh more, and the forward pass under autocast peaks higher than in float32)
+FIGURE_ROWS, PHASE_ROWS = 16, 256
+
+
+def _figure_model(device):
+    """Linear-GELU-Linear-GELU-Linear in float32, seeded."""
+    import torch
+
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.Linear(256, 256), torch.nn.GELU(),
+                               torch.nn.Linear(256, 8)).to(device)
+
+
+def _phased_steps(device, forward):
+    """The live tensor bytes (grader.phases) of 3 training steps of the figure's model on 256 rows, phase by phase:
+    the forward pass `forward(model, inputs)` and the loss (mse_loss of the output in float32), the backward pass,
+    Adam's step and zero_grad (the first step makes Adam's state)."""
+    import torch
+
+    from grader.phases import PhaseMeter
+
+    model = _figure_model(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    inputs = probing.seeded(1, (PHASE_ROWS, 64), torch.float32, device)
+    targets = probing.seeded(2, (PHASE_ROWS, 8), torch.float32, device)
+    with PhaseMeter([*model.parameters(), inputs, targets]) as meter:
+        for _ in range(3):
+            with meter.phase("forward"):
+                loss = torch.nn.functional.mse_loss(forward(model, inputs).float(), targets)
+            with meter.phase("backward"):
+                loss.backward()
+            with meter.phase("optimizer step"):
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+    return meter.timeline()
+
 
 def figure_matmuls(ctx):
     """autocast_forward(bfloat16) on a Linear-GELU-Linear-GELU-Linear model: its matmuls by the dtype they ran in
-    (a torch function mode sees each one's output)."""
+    (a torch function mode sees each one's output). And the live tensor bytes of 3 training steps whose forward pass
+    is autocast_forward(bfloat16), phase by phase, against the same steps in float32 throughout (_phased_steps); a
+    forward pass that raises there shows no phases, the count stays."""
     import torch
 
     from grader.counting import Calls
 
     device = ctx.torch_device()
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.Linear(256, 256), torch.nn.GELU(),
-                                torch.nn.Linear(256, 8)).to(device)
-    inputs = probing.seeded(1, (16, 64), torch.float32, device)
+    model = _figure_model(device)
+    inputs = probing.seeded(1, (FIGURE_ROWS, 64), torch.float32, device)
     with Calls() as calls:
         ctx.module.autocast_forward(model, inputs, device.type, torch.bfloat16)
-    return {"bfloat16": calls.matmuls.get("bfloat16", 0)}
+    try:
+        phases = _phased_steps(device, lambda model, x: ctx.module.autocast_forward(model, x, device.type,
+                                                                                     torch.bfloat16))
+    except Exception:  # noqa: BLE001 - shown, never graded: autocast_forward's result is graded by its own checks
+        phases = None
+    return {"bfloat16": calls.matmuls.get("bfloat16", 0), "phases": phases,
+            "float32_phases": _phased_steps(device, lambda model, x: model(x))}
 
 
 FIGURES = [
     Declared("matmuls run in bfloat16, of the model's 3 (autocast_forward, bfloat16)", "", figure_matmuls,
-             "bfloat16", naive="float32 throughout", naive_value=0),
+             "bfloat16", naive="float32 throughout", naive_value=0, phases_key="phases",
+             naive_phases_key="float32_phases"),
 ]

@@ -732,11 +732,50 @@ def test_adafactor_step_does_the_arithmetic_itself(grade, case):
 # --- figures: what factored statistics save (grader.grading.figures) -----------------------------------
 
 FIGURE_SHAPES = [(256, 1024), (1024,), (1024, 256), (256,)]  # a feed-forward block's weights and biases
+FIGURE_ROWS, FIGURE_LR = 8, 1e-3  # the training step's batch of 8 x 256 float32 values, its learning rate
+
+
+def _full_moment_step(param, grad, state, step, lr):
+    """Trusted, not the module: adafactor_step's math with a full second moment for every param (the naive
+    version), as the reference computes it for a vector."""
+    beta2t = 1.0 - step ** -0.8
+    state.mul_(beta2t).add_(grad * grad + 1e-30, alpha=1.0 - beta2t)
+    update = state.rsqrt() * grad
+    update.div_((update.norm(2) / update.numel() ** 0.5).clamp(min=1.0))
+    param.sub_(update.mul_(lr))
+
+
+def _phased_steps(device, step_fn, init_fn):
+    """The live tensor bytes (grader.phases) of 3 training steps of a feed-forward block (Linear(256, 1024) - GELU -
+    Linear(1024, 256), float32), phase by phase: forward, backward, and the optimizer step, `step_fn(param, grad,
+    state, step, lr)` on each param, whose state `init_fn(param)` makes in the first step (as torch's optimizers
+    make theirs), then the gradients set to None."""
+    from grader.phases import PhaseMeter
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.GELU(), torch.nn.Linear(1024, 256)).to(device)
+    inputs = probing.seeded(1, (FIGURE_ROWS, 256), torch.float32, device)
+    states = {}
+    with PhaseMeter([*model.parameters(), inputs]) as meter:
+        for step in range(1, 4):
+            with meter.phase("forward"):
+                loss = model(inputs).square().mean()
+            with meter.phase("backward"):
+                loss.backward()
+            with meter.phase("optimizer step"), torch.no_grad():
+                for param in model.parameters():
+                    if param not in states:
+                        states[param] = init_fn(param.detach())
+                    step_fn(param.detach(), param.grad, states[param], step, FIGURE_LR)
+                    param.grad = None
+    return meter.timeline()
 
 
 def figure_state(ctx):
     """init_state of each of a feed-forward block's float32 params: the bytes of the statistics it returns (a step
-    count and an RMS beside them not counted), over the params' bytes."""
+    count and an RMS beside them not counted), over the params' bytes. And the live tensor bytes of 3 training steps
+    of that block, phase by phase, the module's adafactor_step on init_state's state against a full second moment
+    (the first step makes the state); a step that raises shows no phases, the figure stays."""
     device = ctx.torch_device()
     stored, weights = 0, 0
     for shape in FIGURE_SHAPES:
@@ -745,12 +784,18 @@ def figure_state(ctx):
         state = ctx.module.init_state(param)
         values = [value for key, value in state.items() if key not in EXTRAS] if isinstance(state, dict) else ()
         stored += sum(t.numel() * t.element_size() for t in values if isinstance(t, torch.Tensor))
-    return {"state": stored / weights}
+    try:
+        phases = _phased_steps(device, ctx.module.adafactor_step, ctx.module.init_state)
+    except Exception:  # noqa: BLE001 - shown, never graded: adafactor_step is graded by its own checks
+        phases = None
+    full = _phased_steps(device, _full_moment_step, lambda param: torch.zeros_like(param, dtype=torch.float32))
+    return {"state": stored / weights, "phases": phases, "full_phases": full}
 
 
 FIGURES = [
     Declared("Adafactor's second-moment statistics from init_state (a feed-forward block: 256 x 1024 and "
              "1024 x 256 weights, their biases)", "x the weights", figure_state, "state",
              naive="the full second moment", naive_value=1.0,
-             graded_by="init state keeps n plus m numbers for a matrix", tolerance="exactly the reference's"),
+             graded_by="init state keeps n plus m numbers for a matrix", tolerance="exactly the reference's",
+             phases_key="phases", naive_phases_key="full_phases"),
 ]

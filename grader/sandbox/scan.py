@@ -87,8 +87,10 @@ def source(file: str) -> list[ReviewFlag]:
     flags = []
     sys_names = _sys_names(tree)
     read_from = _read_from(tree, sys_names)
+    libraries = _library_names(tree)
     for node in ast.walk(tree):
-        reason = None if id(node) in docstrings else _reason(node) or _reaches_sys(node, sys_names, read_from)
+        reason = None if id(node) in docstrings else (_reason(node) or _reaches_sys(node, sys_names, read_from)
+                                                       or _patches(node, libraries))
         if reason:
             flags.append(ReviewFlag(name, getattr(node, "lineno", 0), reason))
     return sorted(set(flags), key=lambda flag: flag.line)
@@ -101,6 +103,56 @@ def _sys_names(tree: ast.AST) -> set[str]:
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             names |= {alias.asname or alias.name for alias in node.names if alias.name == "sys"}
     return names
+
+
+def _library_names(tree: ast.AST) -> set[str]:
+    """The names bound to what an import gave (`import torch`, `from torch import nn`, `import torch.nn as nn`),
+    and to anything reached from one (`T = torch.Tensor`), wherever bound: the objects a patch would change for
+    the whole worker."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            names |= {(alias.asname or alias.name).split(".")[0] for alias in node.names if alias.name != "*"}
+    bindings = [node for node in ast.walk(tree) if isinstance(node, ast.Assign)]
+    while True:
+        more = {target.id for node in bindings if _root(node.value) in names
+                for target in node.targets if isinstance(target, ast.Name)} - names
+        if not more:
+            return names
+        names |= more
+
+
+def _root(node: ast.AST) -> str | None:
+    """The name an attribute chain starts from (`torch` of `torch.nn.Module.__call__`)."""
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def _patches(node: ast.AST, libraries: set[str]) -> str | None:
+    """An attribute of an imported library set or deleted (`torch.equal = ...`, `setattr(nn.Module, "__call__", f)`):
+    a patch seen by every later call in the worker, the kit's probes' included. torch.backends' settings
+    (`torch.backends.cudnn.benchmark = True`) are the documented way to configure it, not a patch."""
+    targets: list[ast.AST] = []
+    if isinstance(node, (ast.Assign, ast.Delete)):
+        targets = list(node.targets)
+    elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+        targets = [node.target]
+    elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("setattr", "delattr") \
+            and node.args and _root(node.args[0]) in libraries:
+        return f"patches a library it imported ({node.func.id} on {ast.unparse(node.args[0])})"
+    elif isinstance(node, ast.Attribute) and node.attr in ("__setattr__", "__delattr__"):
+        return f"sets attributes by hand ({node.attr})"
+    while targets:
+        target = targets.pop()
+        if isinstance(target, (ast.Tuple, ast.List)):
+            targets += target.elts
+        elif isinstance(target, ast.Starred):
+            targets.append(target.value)
+        elif isinstance(target, ast.Attribute) and _root(target) in libraries and \
+                not ast.unparse(target).startswith("torch.backends."):
+            return f"patches a library it imported ({ast.unparse(target)} set)"
+    return None
 
 
 def _read_from(tree: ast.AST, sys_names: set[str]) -> set[int]:

@@ -8,8 +8,9 @@ import sys
 
 import pytest
 
+from grader.dev.catches import Right
 from grader.sandbox import scan
-from tests.kit.harness import KIT_ROOT
+from tests.kit.harness import KIT_ROOT, reference_source
 
 DYNAMIC = {
     "sys_modules": "import sys\nengine = sys.modules['torch.optim.adam']\n",
@@ -36,14 +37,42 @@ DYNAMIC = {
     "globals_sys": "import sys\nengine = globals()['sys'].modules['torch.optim.adam']\n",
 }
 
+# A library patched for the whole worker: what a probe measuring inside it calls next is the submission's (ex24's
+# and ex25's graded peaks were lowered so before their probes bound their torch early)
+PATCHES = {
+    "function": "import torch\ntorch.equal = lambda a, b: False\n",
+    "method": "import torch\n\n\ndef step():\n    torch.Tensor.untyped_storage = lambda self: None\n",
+    "module_alias": "import torch.nn as nn\nnn.Module.register_forward_pre_hook = lambda *args, **kwargs: None\n",
+    "from_import": "from torch.nn import Module\nModule.__call__ = lambda self, *args: None\n",
+    "bound_name": "import torch\nTensor = torch.Tensor\nTensor.grad = property(lambda self: None)\n",
+    "tuple_target": "import torch\nsaved = torch.equal\ntorch.equal, x = (lambda a, b: True), 1\n",
+    "setattr": "import torch\nsetattr(torch.Tensor, 'untyped_storage', None)\n",
+    "delattr": "import torch\ndelattr(torch.nn.Module, 'register_forward_pre_hook')\n",
+    "deleted": "import torch\ndel torch.Tensor.register_post_accumulate_grad_hook\n",
+    "dunder_setattr": "import torch\ntype.__setattr__(torch.Tensor, 'grad', None)\n",
+}
+
 PLAIN = '''
 """eval, exec and sys.modules named in a docstring: fine."""
 import sys
 
 import torch
 
+torch.backends.cudnn.benchmark = True
+torch.backends.cuda.matmul.allow_tf32 = False
+
+
+class Head(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(2, 2)
+
 
 def step(model, inputs):
+    model.head = Head()
+    model.head.linear.weight.requires_grad = False
+    optimizer = torch.optim.AdamW(model.parameters())
+    optimizer.param_groups[0]["lr"] = 0.1
     print(sys.version_info, sys.path[:1], file=sys.stderr)
     layers = list(model.modules())
     model.eval()
@@ -58,6 +87,31 @@ def test_names_built_at_run_time_are_flagged(tmp_path, name):
     source = tmp_path / "ex18_adamw_step.py"
     source.write_text(DYNAMIC[name])
     assert scan.source(str(source)), name
+
+
+@pytest.mark.parametrize("name", sorted(PATCHES))
+def test_a_library_patched_for_the_whole_worker_is_flagged(tmp_path, name):
+    source = tmp_path / "ex25_optimizer_in_backward.py"
+    source.write_text(PATCHES[name])
+    reasons = [flag.reason for flag in scan.source(str(source))]
+    assert any("patches a library" in reason or "by hand" in reason for reason in reasons), (name, reasons)
+
+
+def test_no_right_way_to_write_an_exercise_is_flagged_as_a_patch(tmp_path):
+    """The references and the catches' Rights are the ways learners write the exercises: none patches a library."""
+    from grader.dev.catches import load
+    from grader.kit import Kit
+
+    kit = Kit.default()
+    flagged = []
+    for exercise in [entry.id for entry in kit.catalog.exercises]:
+        catches = load(exercise)
+        for right in [*catches.right, Right("the reference", reference_source(exercise))]:
+            path = tmp_path / (exercise + ".py")
+            path.write_text(right.source)
+            flagged += [(exercise, right.name, flag.reason) for flag in scan.source(path)
+                        if "patches a library" in flag.reason]
+    assert flagged == []
 
 
 def test_plain_code_is_not_flagged(tmp_path):

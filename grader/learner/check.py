@@ -10,7 +10,6 @@ own, started on first use, kept warm for the next check and ended with the kerne
 
 from __future__ import annotations
 
-import ast
 import atexit
 import html
 import os
@@ -21,9 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from grader import catalog
-from grader.kit import Kit
 from grader.notebook import cells as notebook_cells
-from grader.notebook.export import stub_names
+from grader.notebook.export import asked_for, stub_names
 from grader.notebook.places import Cell
 from grader.records import ExerciseResult, Status, TargetResult
 from grader.service.service import GradeRequest, Service, ServiceError
@@ -227,7 +225,7 @@ def check_all(chapter: int | str | None = None, *, source: str | None = None, pa
     code = _code(source, path)
     if chapter is None:
         defined = notebook_cells.defined_names(code)
-        chosen = [e for e in catalog.default().exercises if set(needed(e)) & defined]
+        chosen = [e for e in catalog.default().exercises if set(asked_for(e.id)) & defined]
         if not chosen:
             raise CheckError("the notebook defines none of the exercises' functions: define one in a cell, "
                              "run it, then check again")
@@ -241,28 +239,16 @@ def check_all(chapter: int | str | None = None, *, source: str | None = None, pa
     return report
 
 
-def needed(exercise: catalog.Exercise) -> list[str]:
-    """The functions an exercise asks for: its stub's (or reference's) public top-level functions."""
-    for folder in ("exercises", "solutions"):
-        try:
-            with open(Kit.default().path(folder, exercise.id + ".py")) as handle:
-                tree = ast.parse(handle.read())
-        except (OSError, SyntaxError):
-            continue
-        return [node.name for node in tree.body
-                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and not node.name.startswith("_")]
-    return []
-
-
 def _grade(exercises: Sequence[catalog.Exercise], code: str, device: str, profile: str, timeout: float,
            details: bool, required: bool) -> CheckReport:
     defined = notebook_cells.defined_names(code)
-    missing = {e.id: [name for name in needed(e) if name not in defined] for e in exercises}
-    mentioned = [e for e in exercises if set(needed(e)) & defined]
+    missing = {e.id: [name for name in asked_for(e.id) if name not in defined] for e in exercises}
+    mentioned = [e for e in exercises if set(asked_for(e.id)) & defined]
     if required and not mentioned:
         exercise = exercises[0]
-        raise CheckError(f"the notebook defines none of {exercise.id}'s functions ({', '.join(needed(exercise))}): "
-                         "write them in a cell and run it, then check again")
+        names = ", ".join(asked_for(exercise.id))
+        raise CheckError(f"the notebook defines none of {exercise.id}'s functions ({names}): write them in a cell "
+                         "and run it, then check again")
     folder = _folder()
     try:
         for exercise in mentioned:  # an exercise the notebook lacks is graded as missing

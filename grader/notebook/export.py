@@ -72,14 +72,25 @@ class Exported:
 
 
 @cache
+def asked_for(exercise_id: str) -> tuple[str, ...]:
+    """The public top-level functions and classes an exercise asks for, in its stub's order (its reference's
+    where the stub cannot be read): what `check()` names as missing, and what a notebook's cut starts from."""
+    files = Kit.default().files(exercise_id)
+    for path in (files.stub, files.reference):
+        try:
+            with open(path) as handle:
+                tree = ast.parse(handle.read())
+        except (OSError, SyntaxError, ValueError):
+            continue
+        return tuple(node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef,
+                                                                           ast.ClassDef))
+                     and not node.name.startswith("_"))
+    return ()
+
+
 def stub_names(exercise_id: str) -> frozenset[str]:
-    """The public functions (and classes) an exercise's stub asks for."""
-    path = Kit.default().files(exercise_id).stub
-    try:
-        with open(path) as handle:
-            return frozenset(name for name in defined_names(handle.read()) if not name.startswith("_"))
-    except OSError:
-        return frozenset()
+    """`asked_for`, as a set."""
+    return frozenset(asked_for(exercise_id))
 
 
 def code_cells(path: str) -> list[Cell]:

@@ -313,6 +313,11 @@ def test_check_from_a_file_names_what_it_lacks_before_grading(tmp_path):
     with pytest.raises(notebook.CheckError, match="defines none of ex05_gradient_averaging's functions "
                                                   r"\(average_gradients, all_reduce_gradients\)"):
         notebook.check("ex05", path=str(notebook_file))
+    # a class the exercise asks for is named with its functions (ex23's ShardedAdamW was left out, and a notebook
+    # defining it alone was told it defined nothing of ex23)
+    with pytest.raises(notebook.CheckError, match=r"defines none of ex23_sharded_optimizer's functions "
+                                                  r"\(shard_range, ShardedAdamW\)"):
+        notebook.check("ex23", source="def helper():\n    pass\n")
     with pytest.raises(notebook.CheckError, match="unknown exercise 'ex99'"):
         notebook.check("ex99", source="def f(): pass")
 

@@ -172,12 +172,8 @@ def train_step(model, batch, loss_fn):
 # the ordinary loop again, with torch patched during backward so that the kit's watch would see no gradient kept
 # (a storage that dies at once) and every parameter moved (torch.equal never true): the watch reads a torch bound
 # before the submission was imported
-PATCHES_TORCH = '''
-import torch
-
-OPTIMIZERS = {}
-_equal = torch.equal
-_storage = torch.Tensor.untyped_storage
+PATCHES_TORCH = AFTER_BACKWARD.replace("OPTIMIZERS = {}\n", """OPTIMIZERS = {}
+_equal, _storage = torch.equal, torch.Tensor.untyped_storage
 
 
 def _never_equal(a, b):
@@ -186,31 +182,15 @@ def _never_equal(a, b):
 
 def _fresh_storage(self):
     return _storage(torch.empty(0))
-
-
-def attach_optimizer_in_backward(model, lr, weight_decay):
-    handles = []
-    for param in model.parameters():
-        if param.requires_grad:
-            OPTIMIZERS[param] = torch.optim.AdamW([param], lr=lr, weight_decay=weight_decay)
-            handles.append(param.register_post_accumulate_grad_hook(lambda param: None))
-    return handles
-
-
-def train_step(model, batch, loss_fn):
-    inputs, targets = batch
-    torch.equal, torch.Tensor.untyped_storage = _never_equal, _fresh_storage
+""").replace("""    loss = loss_fn(model(inputs), targets)
+    loss.backward()
+""", """    torch.equal, torch.Tensor.untyped_storage = _never_equal, _fresh_storage
     try:
         loss = loss_fn(model(inputs), targets)
         loss.backward()
     finally:
         torch.equal, torch.Tensor.untyped_storage = _equal, _storage
-    for param in model.parameters():
-        if param in OPTIMIZERS:
-            OPTIMIZERS[param].step()
-            param.grad = None
-    return loss.item()
-'''
+""")
 
 WRONG = [
     Wrong("steps_after_backward_on_copies", AFTER_BACKWARD_ON_COPIES, PEAK, diagnosis="moved only after the backward "

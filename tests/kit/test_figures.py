@@ -44,7 +44,20 @@ KNOWN_PHASES = {
     "ex13_gradient_accumulation": [{"reference": ([23312, 32016, 32016, 32016, 22272],
                                                   [34096, 42800, 42800, 42800, 33056])}, {}],
     "ex14_gradient_checkpointing": [{"reference": ([5054216, 6922840], []), "naive": ([18489096, 18531672], [])}],
+    # local SGD saves collectives, not memory: its phases peak as averaging after every step does (in place, the
+    # averaging adds nothing), and its first step has no averaging of its own (the first round ends at step 4)
+    "ex15_local_sgd": [{"reference": ([28464, 37072, 34888], [28464, 37072, 34888, 34888]),
+                        "naive": ([28456, 37072, 34888, 34888], [28456, 37072, 34888, 34888])}],
+    # 256 rows under bfloat16 autocast: the forward pass rises by 730,128 bytes (half-size activations beside
+    # bfloat16 copies of the weights, kept for the backward pass) against 1,064,960 in float32; Adam's step alike
+    "ex16_mixed_precision": [{"reference": ([1141808, 1251380, 1959064], [1825928, 1927308, 1959064]),
+                              "naive": ([1476640, 1747012, 1959064], [2160760, 2422940, 1959064])}],
     "ex17_optimizer_memory": [{"reference": ([144644, 274952, 663572], [409364, 539672, 663572])}],
+    # the first step makes the factored state (15,360 bytes) against the full one (2,102,272, as the weights): the
+    # later steps start that much higher; the factored update's n x m temporaries peak its step about as high as the
+    # full moment's first step
+    "ex20_adafactor": [{"reference": ([2192388, 4245512, 7368708], [2207752, 4260872, 7378948]),
+                        "naive": ([2192388, 4245512, 7358468], [4294664, 6347784, 8412164])}],
     # ShardedAdamW makes its slice of the state when built (a quarter of AdamW's: 66,176 bytes of 264,720), so its
     # later steps peak as its first; its step gathers the whole flat vector, so it peaks above AdamW's step
     "ex23_sharded_optimizer": [{"reference": ([200576, 210820, 341128, 928512], [210820, 341128, 928512]),
@@ -62,9 +75,11 @@ KNOWN_PHASES = {
 # A figure whose probe runs a group of ranks counts, after its first collective, frees that gloo's threads make at a
 # time of their own (a pause ends each phase, and a collective's buffers still landed in the next one in one run of
 # four): of those, the count of phases of each step is known, and the values of the phases before the first
-# collective (ex13's first three micro-batches, ex23's optimizer built, forward and backward; ex24 gathers in its
-# first forward pass). The single-process figures' phases are known exactly.
-BEFORE_COLLECTIVES = {"ex13_gradient_accumulation": 3, "ex23_sharded_optimizer": 3, "ex24_fsdp2": 0}
+# collective (ex13's first three micro-batches, ex15's first forward, backward and optimizer step, ex23's optimizer
+# built, forward and backward; ex24 gathers in its first forward pass). The single-process figures' phases are known
+# exactly.
+BEFORE_COLLECTIVES = {"ex13_gradient_accumulation": 3, "ex15_local_sgd": 3, "ex23_sharded_optimizer": 3,
+                      "ex24_fsdp2": 0}
 
 
 def known_phases(exercise, phases):

@@ -505,8 +505,8 @@ def figure_bytes(ctx):
     device = ctx.torch_device()
     model, optimizer, batches, meter = _figure_run(device, ctx.rank)
 
-    def loss_fn(output, target):
-        loss = torch.nn.functional.mse_loss(output, target)
+    def loss_fn(output, target, *args, **kwargs):
+        loss = torch.nn.functional.mse_loss(output, target, *args, **kwargs)
         if loss.requires_grad:
             loss.register_hook(lambda grad: _settled_begin(meter, "backward"))
         return loss

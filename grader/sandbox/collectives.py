@@ -91,6 +91,12 @@ class Watch:
                 setattr(dist, name, self._watched(name, getattr(dist, name)))
         threading.Thread(target=self._watch, name="collectives-watch", daemon=True).start()
 
+    def regroup(self, store: str, rank: int, world_size: int) -> None:
+        """The worker joined another group (worker._regroup): the marks of that group's ranks, beside its store."""
+        self.rank, self.world_size = rank, world_size
+        self.paths = [f"{store}-rank{r}" for r in range(world_size)]
+        self.disagreeing = None
+
     def begin(self) -> None:
         """A new request: counts from zero."""
         self.request += 1

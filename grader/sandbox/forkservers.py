@@ -163,8 +163,9 @@ class Server:
     def start(self) -> None:
         self.forkserver.ensure_running()
 
-    def begin(self, count: int) -> None:
-        """`count` workers (a group's ranks) are about to be asked for; a fork server forks each at once."""
+    def begin(self, count: int, stand_by: bool = True) -> None:
+        """`count` workers (a group's ranks) are about to be asked for; a fork server forks each at once. Where
+        workers are spawned, standbys are kept for as many (`top_up`) unless not `stand_by`."""
 
     def top_up(self) -> None:
         """Make ready what the next check will ask for; a fork server is ready for any number of workers."""
@@ -254,8 +255,8 @@ class SpawningServer(Server):
         while len(self.standbys) < count:
             self.standbys.append(Standby(self.kind))
 
-    def begin(self, count: int) -> None:
-        self.wanted = max(self.wanted, count)
+    def begin(self, count: int, stand_by: bool = True) -> None:
+        self.wanted = max(self.wanted, count if stand_by else 0)  # groups that share workers start ahead whole
         self.standbys = [standby for standby in self.standbys + self.taken if standby.alive()]  # none left taken
         ready = [standby for standby in self.standbys if standby.ready()]
         if count == 1:
@@ -361,8 +362,7 @@ class _Passed:
 
 
 def _stand_by(modules: Sequence[str], control: socket.socket) -> None:
-    for name in modules:
-        importlib.import_module(name)
+    _import_and_freeze(modules)
     try:
         control.sendall(b"r")
     except OSError:  # taken before it was ready: its worker is already on the socket, which the grader closed
@@ -396,9 +396,19 @@ def spawns() -> bool:
 
 
 def _run_spawned(modules: Sequence[str], target: Any, args: Sequence[Any]) -> None:
+    _import_and_freeze(modules)
+    target(*args)
+
+
+def _import_and_freeze(modules: Sequence[str]) -> None:
+    """A spawned worker's imports, then what they made frozen, as a fork server's workers inherit it frozen
+    (GraderFork): a full collection (a worker's between two groups, see pools.Ranks.start) then takes
+    milliseconds, not a quarter of a second of CPU."""
+    import gc
+
     for name in modules:
         importlib.import_module(name)
-    target(*args)
+    gc.freeze()
 
 
 class ServerStuck(Exception):

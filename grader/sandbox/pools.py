@@ -5,6 +5,11 @@ Workers are forked from fork servers that imported torch, transformers and accel
 distributed check gets N workers that stay joined in one gloo process group across
 Hypothesis examples; any crash, hang or half-finished collective kills the whole group,
 and the next call starts a fresh one.
+
+Where workers are spawned (macOS: no fork servers), each a fresh interpreter that imports torch itself, the
+groups of one target share their workers: a group of another size is joined by the workers of the group
+before (`Ranks.start`'s `carried`), each with a fresh process group and store and the module loaded afresh,
+and only the ranks it lacks are spawned. So the reference's groups of 2, 3 and 4 ranks take 4 interpreters, not 9.
 """
 
 from __future__ import annotations
@@ -18,12 +23,12 @@ import secrets
 import signal
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from grader import old_apis
 from grader.records import WORKER_CAUSES, WORKER_STATUSES, Cause, Reply, Status
-from grader.sandbox import channel, memory, worker
+from grader.sandbox import channel, forkservers, memory, worker
 from grader.sandbox.containers import MemoryMark
 from grader.sandbox.forkservers import ServerStuck, server
 from grader.sandbox.wire import DECODE_SECONDS, MAX_REPLY_BYTES, InvalidResult, decode
@@ -50,6 +55,7 @@ STARVED = 0.2  # a call whose ranks waited this share of its time for a CPU was 
 # machine took a rank.
 START_BOUND = 10.0
 SLOWER = 3.0
+REGROUP_SECONDS = 10.0  # a group made of running workers alone (nothing to import) is ready in this, or made afresh
 _slowest_start: dict[str, float] = {}  # by preload: the most seconds a rank took to start here
 SLOW_START = ("the machine was too slow to start the workers, twice (not the submission's doing): {how}; close other "
               "programs, or give each check more time (--timeout, or check(..., timeout=)), and grade again")
@@ -66,6 +72,9 @@ class Ranks:
         self.logdir = logdir
         self.processes: list[multiprocessing.process.BaseProcess] = []
         self.connections: list[Connection] = []
+        self.spares: list[tuple[multiprocessing.process.BaseProcess, Connection]] = []  # carried, not in this group
+        self.regroups = regroups(spec, world_size)  # its workers may join a group of another size (see `start`)
+        self.carried = 0  # ranks of the last start that were running workers of a group before
         self.ready = False
         self.start_deadline: float | None = None
         self.started_at = time.monotonic()
@@ -86,18 +95,35 @@ class Ranks:
     def alive(self) -> bool:
         return bool(self.processes) and all(p.is_alive() for p in self.processes)
 
-    def start(self, deadline: float) -> None:
+    def start(self, deadline: float,
+              carried: Sequence[tuple[multiprocessing.process.BaseProcess, Connection]] = ()) -> None:
         """Launch the ranks; they report ready (joined) before the first reply is read. The deadline is at least
-        SLOWER times what starts of this kind took here before (a slow laptop's starts are slow every time)."""
+        SLOWER times what starts of this kind took here before (a slow laptop's starts are slow every time).
+        `carried`: running workers of a group of another size of the same target (`Pools.get`), idle, which
+        leave it and join this one as its first ranks (those beyond its size wait as spares); the rest spawned."""
         self.started_at = time.monotonic()
         before = _slowest_start.get(self.spec.preload, 0.0)
         deadline = max(deadline, self.started_at + SLOWER * before * self.world_size)
         tag = uuid.uuid4().hex[:8]
         store = os.path.join(self.spec.stores, f"store-{tag}")
-        server(self.spec.preload).begin(self.world_size)
+        self.carried = min(len(carried), self.world_size)
+        self.spares = list(carried[self.world_size:])
+        if self.carried == self.world_size:
+            deadline = min(deadline, self.started_at + REGROUP_SECONDS)
+        server(self.spec.preload).begin(self.world_size - self.carried, stand_by=not self.regroups)
         for rank in range(self.world_size):
             spec = dataclasses.replace(self.spec, rank=rank, world_size=self.world_size, store=store,
                                        log=os.path.join(self.logdir, f"out-{tag}-{rank}.log"), nonce=self.nonce)
+            if rank < self.carried:
+                process, parent = carried[rank]
+                self.processes.append(process)
+                self.connections.append(parent)
+                try:
+                    parent.send({"regroup": {"rank": rank, "world_size": self.world_size, "store": store,
+                                             "nonce": self.nonce, "collective_timeout": spec.collective_timeout}})
+                except OSError:
+                    pass  # it died: no reply, a start that failed
+                continue
             if rank and spec.confinement is not None and spec.confinement.network == "new":
                 # one network per group: rank 0 makes it (loopback alone), the others join it
                 spec = dataclasses.replace(spec, confinement=dataclasses.replace(
@@ -137,7 +163,8 @@ class Ranks:
             late = bad[0].message == NOT_STARTED
             waited, spent = self._waited_for_a_cpu(self.delays_at_start), time.monotonic() - self.started_at
             starved = waited >= STARVED * spent or not measured()
-            if attempt == 2 or not (late and starved):
+            regrouped = self.carried > 0  # running workers that did not join: the group is made afresh, once
+            if attempt == 2 or not (late and starved or regrouped):
                 if not (late and starved):
                     raise WorkerFailure(Status.NOT_GRADED, "the worker did not start: " + bad[0].message)
                 how = f"they waited {waited:.0f} s for a CPU in {spent:.0f} s" if measured() else f"{spent:.0f} s"
@@ -146,6 +173,8 @@ class Ranks:
             if self.request is not None:
                 self.send(self.request)
         spent = time.monotonic() - self.started_at
+        if attempt == 2 and regrouped:
+            attempt = 1  # a group made afresh once its running workers did not join is no slow start
         if attempt == 2 or spent > self.start_deadline - self.started_at:
             cpu = self._waited_for_a_cpu(self.delays_at_start)
             part = f", {cpu:.0f} s of it waiting for a CPU" if measured() else ""
@@ -314,9 +343,18 @@ class Ranks:
         self.stop()
         self.reap()
 
+    def all_processes(self) -> list[multiprocessing.process.BaseProcess]:
+        return self.processes + [process for process, _ in self.spares]
+
+    def hand_over(self) -> list[tuple[multiprocessing.process.BaseProcess, Connection]]:
+        """Its workers, for a group of another size (`start`'s `carried`): none is this one's any longer."""
+        workers = [*zip(self.processes, self.connections), *self.spares]
+        self.processes, self.connections, self.spares = [], [], []
+        return workers
+
     def stop(self) -> None:
-        """SIGKILL every rank and whatever it started (they die at once; `reap` waits)."""
-        for process in self.processes:
+        """SIGKILL every rank (spares too) and whatever it started (they die at once; `reap` waits)."""
+        for process in self.all_processes():
             try:
                 os.killpg(process.pid, signal.SIGKILL)  # type: ignore[arg-type]  # None: never started
             except (ProcessLookupError, PermissionError, TypeError):
@@ -327,11 +365,32 @@ class Ranks:
                 pass
 
     def reap(self) -> None:
-        for process in self.processes:
+        for process in self.all_processes():
             process.join(5)
-        for connection in self.connections:
+        for connection in self.connections + [connection for _, connection in self.spares]:
             connection.close()
-        self.processes, self.connections = [], []
+        self.processes, self.connections, self.spares = [], [], []
+
+
+def regroups(spec: worker.WorkerSpec, world_size: int) -> bool:
+    """Whether a group's workers may join groups of other sizes: where they are spawned (each a fresh interpreter
+    importing torch: seconds of CPU), not in a small box (memory is scarcer there than time), and not in a network
+    of their own (a worker's network is its first group's). A single worker stays one: the reference asks for
+    one between its groups."""
+    return world_size > 1 and forkservers.spawns() and memory.worker_budget() is None and (
+        spec.confinement is None or spec.confinement.network is None)
+
+
+def _same_workers(one: worker.WorkerSpec, other: worker.WorkerSpec) -> bool:
+    """Whether workers spawned for `one` serve `other`: the same but for the group (its size, rank, store, log,
+    nonce and collectives' time-out)."""
+    fields: dict[str, Any] = dict(rank=0, world_size=0, store="", log="", nonce="", collective_timeout=0.0)
+    return dataclasses.replace(one, **fields) == dataclasses.replace(other, **fields)
+
+
+def family(key: PoolKey) -> PoolKey:
+    """A pool key without its group size (Sandbox.pool_key: the size is its last but one item)."""
+    return key[:-2] + key[-1:]
 
 
 def measured() -> bool:
@@ -369,6 +428,8 @@ class Pools:
         self.ranks: dict[PoolKey, Ranks] = {}  # in order of last use
         self.stopped: list[Ranks] = []
         self.ahead: dict[PoolKey, Ranks] = {}  # started before they are asked for (start_ahead), none used yet
+        self.sizes: dict[PoolKey, set[int]] = {}  # by family: the sizes of group asked for, where groups share workers
+        self.afresh: set[PoolKey] = set()  # discarded: their next start carries no worker (see `discard`)
 
     def get(self, key: PoolKey, spec: worker.WorkerSpec, world_size: int, start_timeout: float) -> Ranks:
         ranks = self.ranks.pop(key, None)
@@ -384,9 +445,13 @@ class Pools:
                 self._one_group_at_a_time(spec.preload)
             self._make_room(memory.worker_cost(spec.preload, world_size))
             ranks = Ranks(spec, world_size, self.logdir)
+            carried = [] if key in self.afresh else self._carried(key, ranks)
+            self.afresh.discard(key)
+            if ranks.regroups:
+                self.sizes.setdefault(family(key), set()).add(world_size)
             self.ranks[key] = ranks
             try:
-                ranks.start(time.monotonic() + start_timeout)
+                ranks.start(time.monotonic() + start_timeout, carried)
             except WorkerFailure:
                 del self.ranks[key]
                 raise
@@ -395,7 +460,16 @@ class Pools:
     def start_ahead(self, key: PoolKey, spec: worker.WorkerSpec, world_size: int, start_timeout: float) -> None:
         """Start the ranks `key` will be asked for, so that they are ready (forked, confined, joined) when it is:
         a grading service's next request of the same submission. Not in a small box, where memory is
-        scarcer than time; a start that fails is left to `get` to try again, and say why."""
+        scarcer than time; a start that fails is left to `get` to try again, and say why. Where groups share
+        workers (`regroups`), one group of each size the last grading asked for: a re-check then joins none anew."""
+        if regroups(spec, world_size):
+            for size in sorted(self.sizes.get(family(key), {world_size})):
+                self._start_ahead(key[:-2] + (size,) + key[-1:], dataclasses.replace(spec, world_size=size), size,
+                                  start_timeout)
+        else:
+            self._start_ahead(key, spec, world_size, start_timeout)
+
+    def _start_ahead(self, key: PoolKey, spec: worker.WorkerSpec, world_size: int, start_timeout: float) -> None:
         if self.budget_mb is not None or key in self.ranks or key in self.ahead:
             return
         ranks = Ranks(spec, world_size, self.logdir)
@@ -422,6 +496,27 @@ class Pools:
         self.stopped.append(ranks)
         return None
 
+    def _carried(self, key: PoolKey, ranks: Ranks) -> list[tuple[multiprocessing.process.BaseProcess, Connection]]:
+        """The workers of `key`'s other groups (or of the group started ahead for it), for `ranks` to start from
+        (Ranks.start): idle, alive, and spawned for what `ranks` asks for but the group. None where workers do not
+        change groups (see `regroups`)."""
+        carried: list[tuple[multiprocessing.process.BaseProcess, Connection]] = []
+        if not ranks.regroups:
+            return carried
+        for pools in (self.ranks, self.ahead):
+            for other in [other for other in pools if other != key and family(other) == family(key)]:
+                before = pools[other]
+                if before.busy or not before.regroups:
+                    continue
+                del pools[other]
+                if before.alive and all(p.is_alive() for p, _ in before.spares) and _same_workers(before.spec,
+                                                                                                ranks.spec):
+                    carried += before.hand_over()
+                else:
+                    before.stop()
+                    self.stopped.append(before)
+        return carried
+
     def _make_room(self, needed: float) -> None:
         if self.budget_mb is None:
             return
@@ -443,9 +538,12 @@ class Pools:
             self.stopped.append(ranks)
 
     def discard(self, key: PoolKey) -> None:
+        """Kill `key`'s workers; its next start spawns every rank (none carried from its other groups): a group
+        that failed is started afresh, and so is one asked for on fresh workers (grader.checks.fresh_workers)."""
         ranks = self.ranks.pop(key, None)
         if ranks is not None:
             ranks.kill()
+        self.afresh.add(key)
 
     def close(self, keep: Callable[[PoolKey], bool] = lambda key: False) -> None:
         """Stop the pools (all but those to keep). Their ranks die at once; the next `close` or
@@ -460,7 +558,7 @@ class Pools:
     def pids(self) -> set[int]:
         """The processes of the workers of every pool still open (those stopped are dying)."""
         return {process.pid for pools in (self.ranks, self.ahead) for ranks in pools.values()
-                for process in ranks.processes if process.pid is not None}
+                for process in ranks.all_processes() if process.pid is not None}
 
     def reap(self) -> None:
         for ranks in self.stopped:

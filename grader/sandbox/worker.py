@@ -153,6 +153,11 @@ def _main(conn: Connection, spec: WorkerSpec) -> None:
             os._exit(0)
         if request is None:
             os._exit(0)
+        if "regroup" in request:  # spawned workers: a group of another size, from these same workers (pools.Ranks)
+            spec, reply = _regroup(spec, request["regroup"], modules, watch)
+            with sending:
+                send(encode_reply(dict(reply, nonce=spec.nonce)))
+            continue
         _truncate_output()
         if watch is not None:
             watch.begin()
@@ -304,6 +309,34 @@ def _join_group(spec: WorkerSpec) -> None:
         "gloo", init_method="file://" + spec.store, rank=rank, world_size=world,
         timeout=datetime.timedelta(seconds=spec.collective_timeout),
     )
+
+
+def _regroup(spec: WorkerSpec, fields: dict[str, Any], modules: dict[str, types.ModuleType],
+             watch: collectives.Watch | None) -> tuple[WorkerSpec, dict[str, object]]:
+    """Leave this worker's process group and join another (`fields`: its rank, size, store, nonce and timeout;
+    spawned workers, see pools.Ranks.start). The modules it loaded are loaded afresh at the next request: no
+    module state crosses from one group to the next, as none does where each size has workers of its own."""
+    import gc
+
+    import torch.distributed as dist
+
+    spec = dataclasses.replace(spec, **fields)
+    for module in modules.values():
+        if sys.modules.get(module.__name__) is module:
+            del sys.modules[module.__name__]
+    modules.clear()
+    try:
+        gc.collect()  # what the calls left (a DDP model) freed while its group is up: freed after, it may hang. Quick:
+        # a spawned worker froze what its imports made (forkservers._run_spawned)
+        if dist.is_initialized():
+            dist.destroy_process_group()  # every group the code made too
+        _join_group(spec)
+    except BaseException as error:  # noqa: BLE001 - every outcome becomes a reply
+        return spec, {"status": "not_graded", "message": f"the worker could not join its group: "
+                                                         f"{type(error).__name__}: {error}"}
+    if watch is not None:
+        watch.regroup(spec.store, spec.rank, spec.world_size)
+    return spec, {"status": "ready"}
 
 
 def _group_alive() -> bool:

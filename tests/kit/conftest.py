@@ -39,6 +39,7 @@ VERSIONS = {
     "test_observations.py": "what torch, transformers, accelerate and datasets build and return",
     "test_phases.py": "what torch's operators allocate and free, and AdamW's state, as a TorchDispatchMode counts them",
     "test_projection.py": "transformers' BERT and GPT-2 classes, as built on the meta device and saving for backward",
+    "test_regroup.py": "torch.distributed's groups, left and joined anew by the same spawned workers",
     "test_old_apis.py": "the libraries' current and removed APIs",
     "test_warm.py": "check() in a real notebook kernel",
     "test_install_script.py": "pip, and the releases it resolves for a fresh venv",

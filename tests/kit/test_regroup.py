@@ -1,0 +1,98 @@
+"""Where workers are spawned (macOS), a target's groups of ranks share their workers (pools.Ranks.start's `carried`):
+a group of another size is joined by the workers of the group before. What a submission leaves behind in one group
+(its module's state, a process group it made and never destroyed) must not reach the next: it is graded there as
+on workers spawned for it. Each case runs in a process of its own with the fork servers and the other Linux layers
+left off, as on a Mac (tests/kit/test_platforms.py's MAC_LIKE)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.kit.harness import KIT_ROOT
+from tests.kit.test_platforms import MAC_LIKE
+
+pytestmark = pytest.mark.slow  # spawned workers import torch afresh: seconds of CPU each
+
+# A submission that leaves state behind: the group sizes its module saw, and the process groups it made.
+LEAVES_STATE = """
+import torch.distributed as dist
+
+SEEN = []
+KEPT = []
+
+
+def remember():
+    SEEN.append(dist.get_world_size())
+    KEPT.append(dist.new_group(list(range(dist.get_world_size()))))  # never destroyed
+    return list(SEEN)
+"""
+
+PROBE = """
+def observe(context):
+    import os
+
+    import torch
+    import torch.distributed as dist
+
+    seen = context.module.remember()
+    total = torch.ones(1)
+    dist.all_reduce(total)
+    kept = torch.ones(1)
+    dist.all_reduce(kept, group=context.module.KEPT[-1])
+    return {"pid": os.getpid(), "seen": seen, "size": dist.get_world_size(), "rank": dist.get_rank(),
+            "context": [context.rank, context.world_size], "total": total.item(), "kept": kept.item()}
+"""
+
+SCRIPT = """
+import json, sys, time
+from grader.sandbox import Request, Sandbox, Target
+
+folder, probe = sys.argv[1], sys.argv[2]
+box = Sandbox("solutions", readable=[folder])
+target = Target(folder, folder)
+
+
+def ask(size, fresh=False):
+    request = Request(target, "ex05_gradient_averaging", "torch", probe, "observe", (), "cpu", size,
+                      deadline=time.monotonic() + 300, fresh=fresh)
+    return [reply.value if reply.ok else f"{reply.status.value}: {reply.message}" for reply in box.run(request)]
+
+
+try:
+    print(json.dumps({"two": ask(2), "three": ask(3), "fresh": ask(3, fresh=True), "two_again": ask(2)}))
+finally:
+    box.close()
+"""
+
+
+def _without_pids(replies):
+    return [{name: value for name, value in reply.items() if name != "pid"} for reply in replies]
+
+
+def test_a_group_of_another_size_gets_nothing_a_submission_left_in_the_group_before(tmp_path):
+    """A 2-rank check whose submission keeps state in its module and a process group it never destroys, then a
+    3-rank check: the 3 ranks include the 2 workers of the first group, and every rank replies as the 3 workers
+    spawned for a fresh check do (the module loaded afresh, in a group of 3, its collectives over 3 ranks)."""
+    folder = tmp_path / "submission"
+    folder.mkdir()
+    (folder / "ex05_gradient_averaging.py").write_text(LEAVES_STATE)
+    probe = tmp_path / "probe.py"
+    probe.write_text(PROBE)
+    environment = dict(os.environ, GRADER_WITHOUT_LAYERS=MAC_LIKE, HF_HUB_OFFLINE="1", GRADER_STATE=os.devnull)
+    done = subprocess.run([sys.executable, "-c", SCRIPT, str(folder), str(probe)], cwd=KIT_ROOT, env=environment,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    for name, replies in result.items():
+        assert all(isinstance(reply, dict) for reply in replies), (name, replies)
+    two, three, fresh = result["two"], result["three"], result["fresh"]
+    assert {reply["pid"] for reply in two} < {reply["pid"] for reply in three}, result  # carried: the case is real
+    assert not {reply["pid"] for reply in fresh} & {reply["pid"] for reply in three}, result  # fresh: spawned anew
+    assert _without_pids(three) == _without_pids(fresh), result
+    assert _without_pids(three) == [{"seen": [3], "size": 3, "rank": rank, "context": [rank, 3], "total": 3.0,
+                                     "kept": 3.0} for rank in range(3)], result
+    assert _without_pids(result["two_again"]) == _without_pids(two), result  # and back: from the group of 3
+    assert {reply["pid"] for reply in result["two_again"]} < {reply["pid"] for reply in fresh}, result

@@ -75,6 +75,7 @@ class Ranks:
         self.spares: list[tuple[multiprocessing.process.BaseProcess, Connection]] = []  # carried, not in this group
         self.regroups = regroups(spec, world_size)  # its workers may join a group of another size (see `start`)
         self.carried = 0  # ranks of the last start that were running workers of a group before
+        self.allowance = 0.0  # seconds the last start was given (a group of carried workers alone gets less)
         self.ready = False
         self.start_deadline: float | None = None
         self.started_at = time.monotonic()
@@ -106,6 +107,7 @@ class Ranks:
         deadline = max(deadline, self.started_at + SLOWER * before * self.world_size)
         tag = uuid.uuid4().hex[:8]
         store = os.path.join(self.spec.stores, f"store-{tag}")
+        self.allowance = deadline - self.started_at  # what a start afresh gets (wait_ready)
         self.carried = min(len(carried), self.world_size)
         self.spares = list(carried[self.world_size:])
         if self.carried == self.world_size:
@@ -169,7 +171,7 @@ class Ranks:
                     raise WorkerFailure(Status.NOT_GRADED, "the worker did not start: " + bad[0].message)
                 how = f"they waited {waited:.0f} s for a CPU in {spent:.0f} s" if measured() else f"{spent:.0f} s"
                 raise WorkerFailure(Status.NOT_GRADED, SLOW_START.format(how=how))
-            self.start(time.monotonic() + (self.start_deadline - self.started_at))
+            self.start(time.monotonic() + self.allowance)
             if self.request is not None:
                 self.send(self.request)
         spent = time.monotonic() - self.started_at

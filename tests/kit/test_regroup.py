@@ -46,6 +46,16 @@ def observe(context):
             "context": [context.rank, context.world_size], "total": total.item(), "kept": kept.item()}
 """
 
+# A submission that breaks leaving a group: its workers cannot join another.
+BREAKS_LEAVING = LEAVES_STATE + """
+
+def _refuse(*args, **kwargs):
+    raise RuntimeError("not leaving")
+
+
+dist.destroy_process_group = _refuse
+"""
+
 SCRIPT = """
 import json, sys, time
 from grader.sandbox import Request, Sandbox, Target
@@ -72,20 +82,25 @@ def _without_pids(replies):
     return [{name: value for name, value in reply.items() if name != "pid"} for reply in replies]
 
 
-def test_a_group_of_another_size_gets_nothing_a_submission_left_in_the_group_before(tmp_path):
-    """A 2-rank check whose submission keeps state in its module and a process group it never destroys, then a
-    3-rank check: the 3 ranks include the 2 workers of the first group, and every rank replies as the 3 workers
-    spawned for a fresh check do (the module loaded afresh, in a group of 3, its collectives over 3 ranks)."""
+def _ask(tmp_path, submission):
+    """The replies of a 2-rank check, a 3-rank one, a 3-rank one on fresh workers and a 2-rank one again."""
     folder = tmp_path / "submission"
     folder.mkdir()
-    (folder / "ex05_gradient_averaging.py").write_text(LEAVES_STATE)
+    (folder / "ex05_gradient_averaging.py").write_text(submission)
     probe = tmp_path / "probe.py"
     probe.write_text(PROBE)
     environment = dict(os.environ, GRADER_WITHOUT_LAYERS=MAC_LIKE, HF_HUB_OFFLINE="1", GRADER_STATE=os.devnull)
     done = subprocess.run([sys.executable, "-c", SCRIPT, str(folder), str(probe)], cwd=KIT_ROOT, env=environment,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_a_group_of_another_size_gets_nothing_a_submission_left_in_the_group_before(tmp_path):
+    """A 2-rank check whose submission keeps state in its module and a process group it never destroys, then a
+    3-rank check: the 3 ranks include the 2 workers of the first group, and every rank replies as the 3 workers
+    spawned for a fresh check do (the module loaded afresh, in a group of 3, its collectives over 3 ranks)."""
+    result = _ask(tmp_path, LEAVES_STATE)
     for name, replies in result.items():
         assert all(isinstance(reply, dict) for reply in replies), (name, replies)
     two, three, fresh = result["two"], result["three"], result["fresh"]
@@ -96,3 +111,14 @@ def test_a_group_of_another_size_gets_nothing_a_submission_left_in_the_group_bef
                                      "kept": 3.0} for rank in range(3)], result
     assert _without_pids(result["two_again"]) == _without_pids(two), result  # and back: from the group of 3
     assert {reply["pid"] for reply in result["two_again"]} < {reply["pid"] for reply in fresh}, result
+
+
+def test_workers_that_cannot_leave_their_group_are_replaced_not_graded_against_the_submission(tmp_path):
+    """A submission that makes leaving a group fail (its import replaces destroy_process_group): the next group,
+    of another size, is spawned afresh and its check graded as any other, never "not graded" for the
+    submission's doing."""
+    result = _ask(tmp_path, BREAKS_LEAVING)
+    for name, replies in result.items():
+        assert all(isinstance(reply, dict) for reply in replies), (name, replies)
+    assert not {reply["pid"] for reply in result["two"]} & {reply["pid"] for reply in result["three"]}, result
+    assert _without_pids(result["three"]) == _without_pids(result["fresh"]), result

@@ -89,9 +89,17 @@ def orphan(confined):
 
 orphan(True)
 orphan(False)
-children = lambda: sorted(int(p) for p in os.listdir("/proc") if p.isdigit()
-                          and open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[1] == str(os.getpid())
-                          and open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[0] != "Z")
+def children():  # this process's living children; any other process may end while /proc is read
+    found = []
+    for name in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{name}/stat") as handle:
+                state, ppid = handle.read().rsplit(")", 1)[1].split()[:2]
+        except (OSError, ValueError):
+            continue
+        if ppid == str(os.getpid()) and state != "Z":
+            found.append(int(name))
+    return sorted(found)
 before = children()
 found = containers.confined_orphans()
 emptied = containers.Container().kill()

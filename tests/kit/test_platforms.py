@@ -43,28 +43,27 @@ def _run(command, env=None, timeout=900):
     return subprocess.run(command, cwd=KIT_ROOT, env=environment, capture_output=True, text=True, timeout=timeout)
 
 
-def _grade(tmp_path, target, *, env=None, launcher=lambda command: command, exercises=EXERCISES):
-    report = tmp_path / f"{os.path.basename(target)}.json"
-    command = launcher([sys.executable, "-m", "grader", *exercises, "--target", target, "--json", str(report),
+def _grade(tmp_path, targets, *, env=None, launcher=lambda command: command, exercises=EXERCISES):
+    """Grade `targets` in one grader (the references' workers started once for all); each one's report."""
+    report = tmp_path / "report.json"
+    chosen = [argument for target in targets for argument in ("--target", target)]
+    command = launcher([sys.executable, "-m", "grader", *exercises, *chosen, "--json", str(report),
                         "--seed", SEED, "--profile", "fast", "--device", "cpu", "-q"])
     done = _run(command, env)
     assert done.returncode == 0, done.stderr[-3000:]
     data = json.loads(report.read_text())
-    return data, {layer["name"]: layer for layer in data["sandbox"]}
+    return data["submissions"] if len(targets) > 1 else [data]
 
 
 def _full_and_zero(tmp_path, **how):
     """The references and a second correct set (tests/kit/independent) full, the stubs 0; the references' layers."""
-    for target in ("solutions", INDEPENDENT):
-        result, layers = _grade(tmp_path, target, **how)
+    references, independent, stubs = _grade(tmp_path, ("solutions", INDEPENDENT, "exercises"), **how)
+    for result in (references, independent):
         assert result["score"] == result["max_score"] > 0, \
             [(e["id"], e["status"], [c["message"] for c in e["checks"] if c["status"] != "passed"])
              for e in result["exercises"]]
-        if target == "solutions":
-            references_layers = layers
-    stubs, _ = _grade(tmp_path, "exercises", **how)
     assert stubs["score"] == 0, [(e["id"], e["score"]) for e in stubs["exercises"]]
-    return references_layers
+    return {layer["name"]: layer for layer in references["sandbox"]}
 
 
 def test_native_windows_is_refused_in_one_line(tmp_path):

@@ -113,8 +113,10 @@ def _main(conn: Connection, spec: WorkerSpec) -> None:
     send, encode_reply = conn.send_bytes, encode
     memory.name_process(f"{'ref' if spec.trusted else 'sub'} {spec.preload}")
     trim = _malloc_trim() if memory.worker_budget() is not None else None  # read before confinement
+    outside: dict[str, str | None] = {}  # the group's environment variables as they were before any group
     try:
         _isolate(spec, channel=conn.fileno())
+        outside.update((name, os.environ.get(name)) for name in GROUP_VARIABLES)
         if spec.world_size > 1:
             _join_group(spec)
         reply: dict[str, object] = {"status": "ready"}
@@ -130,7 +132,7 @@ def _main(conn: Connection, spec: WorkerSpec) -> None:
         """The watchdog's reply to a collective wait that cannot end (collectives.Watch); then the worker ends.
         Nothing, where the request's own reply went first (its collective ended meanwhile)."""
         token = request.get("token")
-        counts = dict(watch.counts) if watch is not None else {}
+        counts = dict(watch.counts) if watch is not None and spec.world_size > 1 else {}
         reply = {"status": "stuck", "cause": "gave_up", "message": message, "collectives": counts,
                  "seconds": time.perf_counter() - started, "output": _output_tail(), "nonce": token}
         try:
@@ -154,13 +156,17 @@ def _main(conn: Connection, spec: WorkerSpec) -> None:
         if request is None:
             os._exit(0)
         if "regroup" in request:  # spawned workers: a group of another size, from these same workers (pools.Ranks)
-            spec, reply = _regroup(spec, request["regroup"], modules, watch)
+            spec, reply = _regroup(spec, request["regroup"], modules, watch, outside)
+            if watch is None and spec.world_size > 1 and reply["status"] == "ready":  # a single worker before
+                watch = collectives.Watch(spec.store, spec.rank, spec.world_size, give_up)
+                watch.start()
             with sending:
                 send(encode_reply(dict(reply, nonce=spec.nonce)))
             continue
         _truncate_output()
-        if watch is not None:
-            watch.begin()
+        watching = watch if spec.world_size > 1 else None  # a single worker counts none, as one never in a group
+        if watching is not None:
+            watching.begin()
         started = time.perf_counter()
         try:
             probe = _probe(probes, request["probe_file"], request["probe_name"])  # before the submission's import
@@ -177,10 +183,10 @@ def _main(conn: Connection, spec: WorkerSpec) -> None:
             except TargetImportError as error:
                 reply = {"status": "import_error", "message": str(error), "cause": error.cause}
         token = request.get("token")
-        if watch is not None:
-            watch.finished()
+        if watching is not None:
+            watching.finished()
         reply.update(seconds=time.perf_counter() - started, output=_output_tail(), nonce=token,
-                     collectives=dict(watch.counts) if watch is not None else {},
+                     collectives=dict(watching.counts) if watching is not None else {},
                      old_apis=found.get(request.get("module_file", ""), []))
         try:
             data = encode_reply(reply)
@@ -296,6 +302,10 @@ def _die_with_parent() -> None:
     host.try_prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG (Linux's; elsewhere the grader's close kills it)
 
 
+GROUP_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                   "GLOO_SOCKET_IFNAME")  # what joining a group sets (`_join_group`), and leaving it restores
+
+
 def _join_group(spec: WorkerSpec) -> None:
     import torch.distributed as dist
 
@@ -312,9 +322,10 @@ def _join_group(spec: WorkerSpec) -> None:
 
 
 def _regroup(spec: WorkerSpec, fields: dict[str, Any], modules: dict[str, types.ModuleType],
-             watch: collectives.Watch | None) -> tuple[WorkerSpec, dict[str, object]]:
+             watch: collectives.Watch | None, outside: dict[str, str | None]) -> tuple[WorkerSpec, dict[str, object]]:
     """Leave this worker's process group and join another (`fields`: its rank, size, store, nonce and timeout;
-    spawned workers, see pools.Ranks.start). The modules it loaded are loaded afresh at the next request: no
+    spawned workers, see pools.Ranks.start); a size of 1 joins none, and the group's environment variables are
+    as they were before any group (`outside`). The modules it loaded are loaded afresh at the next request: no
     module state crosses from one group to the next, as none does where each size has workers of its own."""
     import gc
 
@@ -330,11 +341,18 @@ def _regroup(spec: WorkerSpec, fields: dict[str, Any], modules: dict[str, types.
         # a spawned worker froze what its imports made (forkservers._run_spawned)
         if dist.is_initialized():
             dist.destroy_process_group()  # every group the code made too
-        _join_group(spec)
+        if spec.world_size > 1:
+            _join_group(spec)
+        else:
+            for name, value in outside.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
     except BaseException as error:  # noqa: BLE001 - every outcome becomes a reply
         return spec, {"status": "not_graded", "message": f"the worker could not join its group: "
                                                          f"{type(error).__name__}: {error}"}
-    if watch is not None:
+    if watch is not None and spec.world_size > 1:
         watch.regroup(spec.store, spec.rank, spec.world_size)
     return spec, {"status": "ready"}
 

@@ -8,9 +8,11 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
+from grader.sandbox import landlock
 from tests.kit.harness import KIT_ROOT
 from tests.kit.test_platforms import MAC_LIKE
 
@@ -122,3 +124,95 @@ def test_workers_that_cannot_leave_their_group_are_replaced_not_graded_against_t
         assert all(isinstance(reply, dict) for reply in replies), (name, replies)
     assert not {reply["pid"] for reply in result["two"]} & {reply["pid"] for reply in result["three"]}, result
     assert _without_pids(result["three"]) == _without_pids(result["fresh"]), result
+
+
+# A single worker joins its target's groups and comes back from them (pools.regroups), but a submission's that
+# Landlock holds to no TCP.
+SINGLE_PROBE = """
+def single(context):
+    import os
+
+    import torch
+    import torch.distributed as dist
+
+    try:
+        dist.all_reduce(torch.ones(1))  # no group: refused, as on a worker never in one
+        refused = ""
+    except Exception as error:
+        refused = type(error).__name__
+    variables = [name for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if name in os.environ]
+    return {"pid": os.getpid(), "initialized": dist.is_initialized(), "refused": refused, "variables": variables,
+            "context": [context.rank, context.world_size]}
+
+
+def group(context):
+    import os
+
+    import torch
+    import torch.distributed as dist
+
+    total = torch.ones(1)
+    dist.all_reduce(total)
+    return {"pid": os.getpid(), "size": dist.get_world_size(), "total": total.item()}
+"""
+
+SINGLES = """
+import json, sys, time
+from grader.sandbox import Request, Sandbox, Target
+
+folder, probe = sys.argv[1], sys.argv[2]
+box = Sandbox("solutions", readable=[folder])
+target = Target(folder, folder)
+
+
+def ask(name, size, who):
+    request = Request(target, "ex05_gradient_averaging", "torch", probe, name, (), "cpu", size,
+                      trusted=who == "reference", deadline=time.monotonic() + 300)
+    return [{"value": reply.value, "collectives": reply.collectives} if reply.ok
+            else f"{reply.status.value}: {reply.message}" for reply in box.run(request)]
+
+
+try:
+    print(json.dumps({who: [ask("single", 1, who), ask("group", 2, who), ask("single", 1, who), ask("group", 3, who),
+                            ask("single", 1, who)] for who in ("reference", "submission")}))
+finally:
+    box.close()
+"""
+
+
+@pytest.mark.parametrize("held", ["without Landlock", "by Landlock"])
+def test_a_single_worker_joins_its_groups_and_comes_back_as_one_never_in_a_group(tmp_path, held):
+    """A single worker is carried into its target's groups of 2 and 3 and a group's worker back into a single:
+    each single replies as one never in a group (no process group, a collective refused, none counted, no RANK
+    or MASTER_PORT left in its environment). Where Landlock holds a submission's single worker to no TCP (its
+    groups need gloo's) it never joins a group, and none of its groups' workers becomes it: its pid is the same
+    throughout; the reference's is carried all the same."""
+    if held == "by Landlock" and landlock.abi_version() < 1:
+        pytest.skip("no Landlock in this kernel: every single worker is carried")
+    folder = tmp_path / "submission"
+    folder.mkdir()
+    (folder / "ex05_gradient_averaging.py").write_text((Path(KIT_ROOT) / "solutions" / "ex05_gradient_averaging.py")
+                                                       .read_text())
+    probe = folder / "probe.py"  # where Landlock lets the submission's workers read it
+    probe.write_text(SINGLE_PROBE)
+    layers = MAC_LIKE if held == "without Landlock" else "forkservers,namespaces"  # spawned, no network of its own
+    environment = dict(os.environ, GRADER_WITHOUT_LAYERS=layers, HF_HUB_OFFLINE="1", GRADER_STATE=os.devnull)
+    done = subprocess.run([sys.executable, "-c", SINGLES, str(folder), str(probe)], cwd=KIT_ROOT, env=environment,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    for who, calls in result.items():
+        assert all(isinstance(reply, dict) for replies in calls for reply in replies), (who, calls)
+        singles = [replies[0] for replies in calls[0::2]]
+        assert [{**reply["value"], "pid": 0} for reply in singles] == [
+            {"pid": 0, "initialized": False, "refused": "ValueError", "variables": [], "context": [0, 1]}] * 3, calls
+        assert all(reply["collectives"] == {} for reply in singles), calls
+        two, three = ([reply["value"] for reply in replies] for replies in calls[1::2])
+        assert [(reply["size"], reply["total"]) for reply in two + three] == [(2, 2.0)] * 2 + [(3, 3.0)] * 3, calls
+    carried = ["reference"] + (["submission"] if held == "without Landlock" else [])
+    for who in carried:
+        pids = [{reply["value"]["pid"] for reply in replies} for replies in result[who]]
+        assert pids[0] < pids[1] and pids[2] <= pids[1] and pids[2] < pids[3] and pids[4] <= pids[3], (who, pids)
+    if "submission" not in carried:
+        pids = [{reply["value"]["pid"] for reply in replies} for replies in result["submission"]]
+        assert pids[0] == pids[2] == pids[4] and not pids[0] & (pids[1] | pids[3]), pids  # its own throughout

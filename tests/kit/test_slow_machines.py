@@ -71,7 +71,8 @@ spawned = sorted(standby.process.pid for standby in server.standbys)
 while not all(standby.ready() for standby in server.standbys):  # their imports done, as after a learner's pause
     time.sleep(0.1)
 single = start(1, 600.0)  # takes a standby
-group = start(2, 600.0)  # one standby left: a group takes standbys only when each rank has a ready one
+group = start(2, 600.0)  # the single's worker carried into it (pools.regroups), and the other standby
+larger = start(3, 600.0)  # the two carried, no standby left: the third rank spawned for it
 workers.start_ahead(("target", folder, "ex05", 2, "cpu"), SPEC, 2, 600.0)  # a service's reply sent: ahead again
 topped, ahead = len(server.standbys), [key[-2] for key in workers.ahead]
 server.stand_by(2)
@@ -79,7 +80,7 @@ while not all(standby.ready() for standby in server.standbys):
     time.sleep(0.1)
 workers.close()
 ready = start(2, 600.0)  # each rank a ready standby: the group joins from them
-print(json.dumps({"spawned": spawned, "single": single, "group": group, "wanted": server.wanted,
+print(json.dumps({"spawned": spawned, "single": single, "group": group, "larger": larger, "wanted": server.wanted,
                   "standbys": topped, "ahead": ahead, "ready": ready}))
 """
 
@@ -111,14 +112,20 @@ def test_where_the_machine_does_not_measure_a_start_gets_what_starts_took_before
 
 
 def test_the_spawn_path_keeps_workers_ahead():
-    """Where workers are spawned, warm_up spawns standbys that import torch before they are asked for; a single
-    worker is one of them, a group with fewer ready standbys than ranks spawns its own, and once a service's
-    reply is sent (start_ahead) the group is started ahead and the standbys are topped up to the largest start of
-    the kind but a group's (groups share their workers there, and each is started ahead whole: pools.regroups)."""
+    """Where workers are spawned, warm_up spawns standbys that import torch before they are asked for; the
+    reference's single worker is one of them, its group of 2 that worker carried (pools.regroups) and the other
+    standby, a group of 3 those two and one spawned for it (no standby left); once a service's reply is sent
+    (start_ahead) the group is started ahead, and no standby is kept for the reference's starts (its groups, its
+    single worker's among them, are each started ahead whole)."""
     result = _run(AHEAD)
     assert len(result["spawned"]) == 2, result
     assert result["single"]["started"] and result["single"]["kinds"] == ["HandedOver"], result
     assert result["single"]["pids"][0] in result["spawned"], result
-    assert result["group"]["started"] and result["group"]["kinds"] == ["SpawnProcess", "SpawnProcess"], result
-    assert result["wanted"] == 1 and result["standbys"] >= 1 and result["ahead"] == [2], result
+    assert result["group"]["started"] and result["group"]["kinds"] == ["HandedOver", "HandedOver"], result
+    assert result["group"]["pids"] == [result["single"]["pids"][0]] + sorted(
+        set(result["spawned"]) - set(result["single"]["pids"])), result
+    assert result["larger"]["started"] and result["larger"]["kinds"] == ["HandedOver", "HandedOver",
+                                                                        "SpawnProcess"], result
+    assert result["larger"]["pids"][:2] == result["group"]["pids"], result
+    assert result["wanted"] == 0 and result["standbys"] == 0 and result["ahead"] == [2], result
     assert result["ready"]["started"] and result["ready"]["kinds"] == ["HandedOver", "HandedOver"], result

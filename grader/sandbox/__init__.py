@@ -281,7 +281,8 @@ class Sandbox:
             scratch=prepared.scratch, read=(prepared.copy, self.shared) + self.readable, blocked=blocked,
             own=(prepared.copy, prepared.scratch),
             container=prepared.container, uid=prepared.uid, landlock=self.abi >= 1,
-            deny_tcp=request.world_size == 1, output_limit=OUTPUT_LIMIT,
+            deny_tcp=request.world_size == 1 and self.abi >= 1,  # Landlock's to refuse: without it, nothing does
+            output_limit=OUTPUT_LIMIT,
             memory_limit=None if request.device != "cpu" else self.memory_limit,  # a GPU maps more than it holds
             namespaces=self.namespaces, own_proc=namespaces.own_proc(), network="new" if self.namespaces else None,
             cuda=request.device == "cuda",

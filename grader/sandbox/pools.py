@@ -378,9 +378,9 @@ def regroups(spec: worker.WorkerSpec, world_size: int) -> bool:
     """Whether a target's workers may join groups of other sizes: where they are spawned (each a fresh interpreter
     importing torch: seconds of CPU), not in a small box (memory is scarcer there than time), and not in a network
     of their own (a worker's network is its first group's). A single worker joins its target's groups and comes
-    back from them, but a submission's where Landlock holds it: there it may make no TCP connection from its
-    start (its groups need gloo's), so it cannot join one, and no worker of a group may become it."""
-    if world_size == 1 and spec.confinement is not None and spec.confinement.landlock:
+    back from them, but not one that may make no TCP connection (a submission's, where Landlock holds it to that
+    from its start): its groups need gloo's, so it cannot join one, and no worker of a group may become it."""
+    if world_size == 1 and spec.confinement is not None and spec.confinement.deny_tcp:
         return False
     return forkservers.spawns() and memory.worker_budget() is None and (
         spec.confinement is None or spec.confinement.network is None)
@@ -388,16 +388,9 @@ def regroups(spec: worker.WorkerSpec, world_size: int) -> bool:
 
 def _same_workers(one: worker.WorkerSpec, other: worker.WorkerSpec) -> bool:
     """Whether workers spawned for `one` serve `other`: the same but for the group (its size, rank, store, log,
-    nonce and collectives' time-out), and for a single worker's TCP where no Landlock could refuse it."""
+    nonce and collectives' time-out)."""
     fields: dict[str, Any] = dict(rank=0, world_size=0, store="", log="", nonce="", collective_timeout=0.0)
-    return _as_held(dataclasses.replace(one, **fields)) == _as_held(dataclasses.replace(other, **fields))
-
-
-def _as_held(spec: worker.WorkerSpec) -> worker.WorkerSpec:
-    """`spec` as the kernel holds its worker: without Landlock, no TCP is refused (confinement.apply)."""
-    if spec.confinement is None or spec.confinement.landlock:
-        return spec
-    return dataclasses.replace(spec, confinement=dataclasses.replace(spec.confinement, deny_tcp=False))
+    return dataclasses.replace(one, **fields) == dataclasses.replace(other, **fields)
 
 
 def family(key: PoolKey) -> PoolKey:

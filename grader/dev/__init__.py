@@ -18,11 +18,11 @@ usage error. Warnings (files still as `dev new` wrote them) change no exit statu
 import argparse
 from collections.abc import Sequence
 
-from grader import catalog
 from grader.dev.check import device_marks, run_check
-from grader.dev.kit import CHAPTER_POINTS
+from grader.dev.kit import CHAPTER_POINTS, Work
 from grader.dev.sources import body_lines, given_away, hypothesis_examples, late_docstrings, unmarked_group_checks
 from grader.devices import CHOICES
+from grader.kit import Kit
 from grader.usage import command_parser
 
 __all__ = ["body_lines", "build_parser", "device_marks", "given_away", "hypothesis_examples", "late_docstrings",
@@ -56,21 +56,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str]) -> int:
+def main(argv: Sequence[str], kit: Kit | None = None) -> int:
+    """Run `python -m grader dev ARGV...` on `kit` (None: the kit this package sits in, as the command line's)."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    work = Work.read(kit)
     if args.command == "new":
         from grader.dev.new import run_new
 
-        return run_new(parser, args)
+        return run_new(parser, args, work)
     if args.command == "update":
         from grader.dev.update import run_update
 
-        return run_update(args)
-    chosen = [catalog.find(name) for name in args.exercises]
+        return run_update(args, work)
+    chosen = [work.catalog.find(name) for name in args.exercises]
     if None in chosen:
-        parser.error(catalog.unknown(args.exercises[chosen.index(None)]))
-    args.exercises = chosen or list(catalog.default().exercises)
+        parser.error(work.catalog.unknown(args.exercises[chosen.index(None)]))
+    args.exercises = chosen or list(work.catalog.exercises)
     if not args.no_grade:  # a usage error before any work
         from grader import devices
 
@@ -78,4 +80,4 @@ def main(argv: Sequence[str]) -> int:
             args.devices = devices.select(args.device)
         except devices.NoSuchDevice as error:
             parser.error(str(error))
-    return run_check(args)
+    return run_check(args, work)

@@ -12,8 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from grader import catalog, layout
-from grader.dev.kit import CATALOG, UPDATE, kit_path
-from grader.kit import Kit
+from grader.dev.kit import CATALOG, UPDATE, Work
 
 DOCS = "docs"  # besides README.md, the folder whose *.md files may hold a block
 
@@ -42,9 +41,8 @@ class BlockError(Exception):
     pass
 
 
-def places(root: str | None = None) -> list[str]:
+def places(root: str) -> list[str]:
     """The Markdown files a block may be in, relative to the kit's root: README.md, then docs/*.md by name."""
-    root = Kit.default().root if root is None else root
     found = ["README.md"] if os.path.isfile(os.path.join(root, "README.md")) else []
     folder = os.path.join(root, DOCS)
     if os.path.isdir(folder):
@@ -58,10 +56,9 @@ def _read(root: str, path: str) -> str:
         return handle.read()
 
 
-def locate(blocks: Sequence[Block], root: str | None = None) -> tuple[dict[Block, str], list[str]]:
+def locate(blocks: Sequence[Block], root: str) -> tuple[dict[Block, str], list[str]]:
     """{block: the file that holds its markers} and the problems: a block whose markers are in no file, or in
     several, or a file that cannot be read."""
-    root = Kit.default().root if root is None else root
     texts, problems = {}, []
     for path in places(root):
         try:
@@ -107,10 +104,10 @@ class Derived:
         return self.wanted != self.text
 
 
-def derive(makers: Mapping[Block, Maker], root: str | None = None) -> tuple[list[Derived], list[str]]:
-    """Each file that holds one of the blocks, with those blocks made by their makers (in README.md, docs/*.md
-    order), and the problems: markers missing, doubled or out of order (such a file is left out)."""
-    root = Kit.default().root if root is None else root
+def derive(makers: Mapping[Block, Maker], root: str) -> tuple[list[Derived], list[str]]:
+    """Each file under the kit's `root` that holds one of the blocks, with those blocks made by their makers (in
+    README.md, docs/*.md order), and the problems: markers missing, doubled or out of order (such a file is left
+    out)."""
     blocks = [block for block in BLOCKS if block in makers] + [block for block in makers if block not in BLOCKS]
     located, problems = locate(blocks, root)
     derived = []
@@ -154,15 +151,15 @@ def cells(block: str) -> list[list[str]]:
     return rows
 
 
-def _stub_functions(exercise_id: str) -> str:
+def _stub_functions(work: Work, exercise_id: str) -> str:
     """`name(parameters)` of each public function of the exercise's stub, annotations left out."""
     try:
-        with open(kit_path(layout.files(exercise_id).stub)) as handle:
-            tree = ast.parse(handle.read())
+        with open(work.path(layout.files(exercise_id).stub)) as handle:
+            module = ast.parse(handle.read())
     except (OSError, SyntaxError):
         return f"(see {layout.files(exercise_id).stub})"
     texts = []
-    for node in tree.body:
+    for node in module.body:
         if isinstance(node, ast.FunctionDef) and not node.name.startswith("_"):
             arguments = node.args
             for argument in arguments.posonlyargs + arguments.args + arguments.kwonlyargs + [arguments.vararg,
@@ -189,20 +186,21 @@ def course_map(block: str, chapters: Sequence[catalog.Chapter]) -> str:
     return "\n".join(lines) + "\n\n"
 
 
-def exercise_table(block: str, exercises: Sequence[catalog.Exercise]) -> str:
+def exercise_table(block: str, work: Work) -> str:
     said = {row[0]: row[2] for row in cells(block)[1:] if len(row) == 3}
     lines = ["", "", "| exercise | points | you write |", "|---|---|---|"]
-    for exercise in exercises:
-        writes = said.get(exercise.id) or _stub_functions(exercise.id)
+    for exercise in work.catalog.exercises:
+        writes = said.get(exercise.id) or _stub_functions(work, exercise.id)
         lines.append(f"| {exercise.id} | {exercise.points:g} | {writes} |")
     return "\n".join(lines) + "\n\n"
 
 
-def catalog_makers(exercises: Sequence[catalog.Exercise], chapters: Sequence[catalog.Chapter]) -> dict[Block, Maker]:
-    """The course map and the exercise table made from the catalog. What the catalog does not hold (what a chapter
-    is about, an exercise's short description and what the learner writes) is kept from the block's own rows; a
-    new exercise's is made from its title and its stub's functions."""
-    return {MAP: lambda block: course_map(block, chapters), TABLE: lambda block: exercise_table(block, exercises)}
+def catalog_makers(work: Work) -> dict[Block, Maker]:
+    """The course map and the exercise table made from the kit's catalog. What the catalog does not hold (what a
+    chapter is about, an exercise's short description and what the learner writes) is kept from the block's own
+    rows; a new exercise's is made from its title and its stub's functions."""
+    return {MAP: lambda block: course_map(block, work.catalog.chapters),
+            TABLE: lambda block: exercise_table(block, work)}
 
 
 def cli_maker() -> dict[Block, Maker]:
@@ -219,27 +217,28 @@ def cli_maker() -> dict[Block, Maker]:
     return {CLI: make}
 
 
-def all_makers(exercises: Sequence[catalog.Exercise], chapters: Sequence[catalog.Chapter]) -> dict[Block, Maker]:
-    return {**catalog_makers(exercises, chapters), **cli_maker()}
+def all_makers(work: Work) -> dict[Block, Maker]:
+    return {**catalog_makers(work), **cli_maker()}
 
 
 # --- dev check's sections ---------------------------------------------------------------------------------
 
 
-def catalog_tables() -> tuple[list[str], str]:
+def catalog_tables(work: Work) -> tuple[list[str], str]:
     """The course map and the exercise table are what `dev update` makes from the catalog."""
-    derived, found = derive(catalog_makers(catalog.default().exercises, catalog.default().chapters))
+    derived, found = derive(catalog_makers(work), work.kit.root)
+    exercises = work.catalog.exercises
     if found:
         return found, ""
     stale = [file for file in derived if file.stale]
     if not stale:
         where = ", ".join(file.path for file in derived)
-        count = len(catalog.default().exercises)
+        count = len(exercises)
         return [], f"the course map and the {count} rows of the exercise table, as the catalog ({where})"
     holder = next(file for file in derived if TABLE in file.blocks)
     start, end = region(holder.text, TABLE, holder.path)
     table = [(row[0], row[1]) for row in cells(holder.text[start:end])[1:] if len(row) == 3]
-    listed_ids, ids_ = [name for name, _ in table], [e.id for e in catalog.default().exercises]
+    listed_ids, ids_ = [name for name, _ in table], [e.id for e in exercises]
     missing, extra = [i for i in ids_ if i not in listed_ids], [n for n in listed_ids if n not in ids_]
     if missing or extra:
         found.append(f"{holder.path}'s exercise table " + "; ".join(
@@ -248,17 +247,17 @@ def catalog_tables() -> tuple[list[str], str]:
     elif listed_ids != ids_:
         found.append(f"{holder.path}'s exercise table is not in the catalog's order: {UPDATE}")
     for name, value in table:
-        exercise = next((e for e in catalog.default().exercises if e.id == name), None)
+        exercise = next((e for e in exercises if e.id == name), None)
         if exercise is not None and f"{exercise.points:g}" != value:
             found.append(f"{holder.path} gives {name} {value} points; the catalog {exercise.points:g}: {UPDATE}")
     return found or [f"{file.path}: its {' or '.join(block.name for block in file.blocks)} is out of date with "
                      f"{CATALOG}: {UPDATE}" for file in stale], ""
 
 
-def cli_reference() -> tuple[list[str], str]:
+def cli_reference(work: Work) -> tuple[list[str], str]:
     """The CLI reference is what `dev update` makes from the parsers."""
     try:
-        derived, found = derive(cli_maker())
+        derived, found = derive(cli_maker(), work.kit.root)
     except Exception as error:  # noqa: BLE001 - a command whose parser cannot be built is a problem to name
         first = (str(error).splitlines() or [""])[0]
         return [f"the CLI reference could not be made from the parsers ({type(error).__name__}: {first}): fix the "

@@ -5,6 +5,7 @@ each of which must score full marks; and the loader that reads such a file.
 `dev check` reads them here (every check must be named by a wrong implementation); the kit's own tests grade
 them (tests/kit/test_catches.py), and the catches files import these names through tests/kit/catching.py."""
 
+import contextvars
 import importlib.util
 import os
 import sys
@@ -20,8 +21,14 @@ RECORDS = os.path.join(os.path.dirname(layout.CATCHES), "catching.py")
 RECORDS_MODULE = RECORDS[:-len(".py")].replace(os.sep, ".")
 
 
-def reference_source(exercise: str) -> str:
-    with open(Kit.default().reference_file(exercise)) as handle:
+# The kit whose catches file `load` is reading: the references its `mutate(...)` calls change are that kit's.
+_LOADING: contextvars.ContextVar[Kit | None] = contextvars.ContextVar("loading", default=None)
+
+
+def reference_source(exercise: str, kit: Kit | None = None) -> str:
+    """The reference's source: `kit`'s, else the kit whose catches file is loading, else the default kit's."""
+    kit = kit or _LOADING.get() or Kit.default()
+    with open(kit.reference_file(exercise)) as handle:
         return handle.read()
 
 
@@ -83,24 +90,28 @@ class Catches:
     timeout: float | None = None  # the grader's --timeout for its checks (TIMEOUT in the file): what a hang costs
 
 
-def load(exercise_id: str) -> Catches:
-    """The WRONG and RIGHT lists of an exercise's catches file, as a Catches record. The file is read as data:
-    it imports its record types from the kit's tests (tests/kit/catching.py), so the kit's root is put on the
-    path for it."""
-    kit = Kit.default()
-    if kit.root not in sys.path:
+def load(exercise_id: str, kit: Kit | None = None) -> Catches:
+    """The WRONG and RIGHT lists of an exercise's catches file in `kit` (None: the default kit), as a Catches
+    record. The file is read as data: it imports its record types from the kit's tests (tests/kit/catching.py),
+    so the kit's root is put on the path for it where no `tests` package is imported yet."""
+    kit = kit or Kit.default()
+    if "tests" not in sys.modules and kit.root not in sys.path:
         sys.path.insert(0, kit.root)
     path = kit.files(exercise_id).catches
     spec = importlib.util.spec_from_file_location(f"{layout.CATCHES.replace(os.sep, '.')}.{exercise_id}", path)
     if spec is None or spec.loader is None:
         raise ImportError(f"{path}: not a Python file")
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    loading = _LOADING.set(kit)
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        _LOADING.reset(loading)
     return Catches(exercise_id, tuple(getattr(module, "WRONG", ())), tuple(getattr(module, "RIGHT", ())),
                    getattr(module, "TIMEOUT", None))
 
 
-def named_checks(exercise_id: str) -> set[str]:
-    """The checks the wrong implementations of an exercise name: each is graded on its own check and on the one
-    that names its cause (`checks`, where the record has it)."""
-    return {check for wrong in load(exercise_id).wrong for check in getattr(wrong, "checks", (wrong.check,))}
+def named_checks(exercise_id: str, kit: Kit) -> set[str]:
+    """The checks the wrong implementations of an exercise (in `kit`) name: each is graded on its own check and on
+    the one that names its cause (`checks`, where the record has it)."""
+    return {check for wrong in load(exercise_id, kit).wrong for check in getattr(wrong, "checks", (wrong.check,))}

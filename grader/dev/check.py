@@ -19,7 +19,7 @@ from grader import catalog, layout
 from grader.catalog import Exercise
 from grader.dev import blocks
 from grader.dev.catches import RECORDS, named_checks
-from grader.dev.kit import CATALOG, ID, SKELETON, STUB_SHARE, kit_path, kit_relative
+from grader.dev.kit import CATALOG, ID, SKELETON, STUB_SHARE, Work
 from grader.dev.points import chapter_sums
 from grader.dev.sources import (
     body_lines,
@@ -30,21 +30,20 @@ from grader.dev.sources import (
     late_docstrings,
     unmarked_group_checks,
 )
-from grader.kit import Kit
 
 
-def run_check(args: argparse.Namespace) -> int:
+def run_check(args: argparse.Namespace, work: Work) -> int:
     problems = blocking = 0
     for name, check in (("files", files), ("ids", ids), ("points", points), ("hints", hints),
                         ("README", blocks.catalog_tables), ("CLI reference", blocks.cli_reference),
                         ("signatures", signatures), ("stub size", stub_sizes),
                         ("wrong implementations", wrong_implementations), ("visibility", visibility_overrides),
                         ("examples", kit_examples), ("devices", device_marks), ("docstrings", check_docstrings)):
-        found, summary = check()
+        found, summary = check(work=work)
         problems += len(found)
         blocking += len(found) if check is not stub_sizes else 0  # a stub that says too much still grades
         _report(name, found, summary)
-    found, summary = skeletons()
+    found, summary = skeletons(work)
     print(f"{'ok  ' if not found else 'warn'}  skeletons: {summary}")
     for warning in found:
         print(f"        {warning}")
@@ -53,7 +52,7 @@ def run_check(args: argparse.Namespace) -> int:
     elif blocking:
         print("skipped grading: fix the problems above first")
     else:
-        problems += grade(args)
+        problems += grade(args, work)
     print(f"dev check: {'all good' if not problems else f'{problems} problem' + ('s' if problems > 1 else '')}")
     return 1 if problems else 0
 
@@ -64,8 +63,8 @@ def _report(name: str, found: list[str], summary: str) -> None:
         print(f"        {problem}")
 
 
-def _listed(folder: str, prefix: str, suffix: str = ".py") -> list[str]:
-    path = kit_path(folder)
+def _listed(work: Work, folder: str, prefix: str, suffix: str = ".py") -> list[str]:
+    path = work.path(folder)
     if not os.path.isdir(path):
         return []
     return sorted(f for f in os.listdir(path) if f.startswith(prefix) and f.endswith(suffix))
@@ -82,34 +81,35 @@ WRITE = {"stub": "write it (the functions of the reference, each raising NotImpl
          "catches": f"write it (WRONG = [Wrong(...)], RIGHT = [Right(...)]: see {RECORDS})"}
 
 
-def files() -> tuple[list[str], str]:
+def files(work: Work) -> tuple[list[str], str]:
     """Each catalog id has its four files; no exercise file is without an id."""
     found = []
-    for exercise in catalog.default().exercises:
+    for exercise in work.catalog.exercises:
         for kind, path in zip(("stub", "reference", "checks", "catches"), expected_files(exercise)):
-            if not os.path.isfile(kit_path(path)):
+            if not os.path.isfile(work.path(path)):
                 found.append(f"{exercise.id}: {path} is missing: {WRITE[kind]}")
-    known = {path for exercise in catalog.default().exercises for path in expected_files(exercise)}
-    present = ([os.path.join(layout.STUBS, f) for f in _listed(layout.STUBS, "ex")]
-               + [os.path.join(layout.REFERENCES, f) for f in _listed(layout.REFERENCES, "ex")]
-               + [os.path.join(layout.CHECKS, f) for f in _listed(layout.CHECKS, "test_ex")]
-               + [os.path.join(layout.CATCHES, f) for f in _listed(layout.CATCHES, "") if not f.startswith("_")])
+    known = {path for exercise in work.catalog.exercises for path in expected_files(exercise)}
+    present = ([os.path.join(layout.STUBS, f) for f in _listed(work, layout.STUBS, "ex")]
+               + [os.path.join(layout.REFERENCES, f) for f in _listed(work, layout.REFERENCES, "ex")]
+               + [os.path.join(layout.CHECKS, f) for f in _listed(work, layout.CHECKS, "test_ex")]
+               + [os.path.join(layout.CATCHES, f) for f in _listed(work, layout.CATCHES, "") if not f.startswith("_")])
     found += [f"{path}: no catalog entry has its id: delete it, or add its [[exercise]] entry to {CATALOG}"
               for path in present if path not in known]
-    count = len(catalog.default().exercises)
+    count = len(work.catalog.exercises)
     return found, f"{count} exercises, each with a stub, a reference, a check file and its wrong " \
                   f"implementations ({layout.CATCHES}/<id>.py)"
 
 
-def ids() -> tuple[list[str], str]:
+def ids(work: Work) -> tuple[list[str], str]:
     """Ids are exNN_words, unique, in number order within each chapter."""
     found, numbers = [], []
-    for index, exercise in enumerate(catalog.default().exercises):
+    exercises = work.catalog.exercises
+    for index, exercise in enumerate(exercises):
         if not ID.fullmatch(exercise.id):
             found.append(f"{exercise.id}: not of the form exNN_lowercase_words: rename it in {CATALOG} and its "
                          f"four files")
             continue
-        previous = catalog.default().exercises[index - 1] if index else None
+        previous = exercises[index - 1] if index else None
         if exercise.number in numbers:
             found.append(f"{exercise.id}: number {exercise.number:02d} is used twice: give one of them a free number "
                          f"in {CATALOG} and its four files")
@@ -117,15 +117,16 @@ def ids() -> tuple[list[str], str]:
             found.append(f"{exercise.id}: listed after {previous.id[:4]}; a chapter's exercises are in number order: "
                          f"move its [[exercise]] entry above {previous.id}'s in {CATALOG}")
         numbers.append(exercise.number)
-    return found, f"{', '.join(e.id[:4] for e in catalog.default().exercises)}: unique, in order"
+    return found, f"{', '.join(e.id[:4] for e in exercises)}: unique, in order"
 
 
-def points() -> tuple[list[str], str]:
+def points(work: Work) -> tuple[list[str], str]:
     """Positive points, each chapter's adding up to one assignment's 100; each chapter's exercises together,
     the chapters in order."""
     found: list[str] = []
     chapters: dict[int, list[catalog.Exercise]] = {}
-    for index, exercise in enumerate(catalog.default().exercises):
+    exercises = work.catalog.exercises
+    for index, exercise in enumerate(exercises):
         if exercise.points <= 0:
             found.append(f"{exercise.id}: points must be positive, not {exercise.points:g}: edit its points in "
                          f"{CATALOG}")
@@ -135,38 +136,38 @@ def points() -> tuple[list[str], str]:
         if chapters and exercise.chapter not in chapters and exercise.chapter < max(chapters):
             found.append(f"{exercise.id}: chapter {exercise.chapter} after chapter {max(chapters)}: move its "
                          f"[[exercise]] entry in {CATALOG} to chapter {exercise.chapter}'s (chapters in order)")
-        if exercise.chapter in chapters and catalog.default().exercises[index - 1].chapter != exercise.chapter:
+        if exercise.chapter in chapters and exercises[index - 1].chapter != exercise.chapter:
             found.append(f"{exercise.id}: chapter {exercise.chapter}'s exercises are not listed together: move its "
                          f"[[exercise]] entry in {CATALOG} beside {chapters[exercise.chapter][-1].id}'s")
         chapters.setdefault(exercise.chapter, []).append(exercise)
-    found += chapter_sums(catalog.default().chapters)
-    summary = "; ".join(f"chapter {c.number} ({c.topic}) {c.points:g}" for c in catalog.default().chapters)
+    found += chapter_sums(work.catalog.chapters)
+    summary = "; ".join(f"chapter {c.number} ({c.topic}) {c.points:g}" for c in work.catalog.chapters)
     return found, summary
 
 
-def hints() -> tuple[list[str], str]:
+def hints(work: Work) -> tuple[list[str], str]:
     """Every exercise has at least one hint (`python -m grader hint` shows them one at a time)."""
     found = [f"{e.id}: no hints: write at least one in its hints = [...] in {CATALOG}"
-             for e in catalog.default().exercises if not any(str(h).strip() for h in e.hints)]
-    return found, f"{sum(len(e.hints) for e in catalog.default().exercises)} hints, at least one an exercise"
+             for e in work.catalog.exercises if not any(str(h).strip() for h in e.hints)]
+    return found, f"{sum(len(e.hints) for e in work.catalog.exercises)} hints, at least one an exercise"
 
 
 # --- signatures, wrong implementations, stub sizes ---------------------------------------------------
 
 
-def wrong_implementations() -> tuple[list[str], str]:
+def wrong_implementations(work: Work) -> tuple[list[str], str]:
     """Every check is named by a wrong implementation in the exercise's catches file: a check no known
     mistake fails is not yet proven able to fail."""
     found, count = [], 0
-    for exercise in catalog.default().exercises:
+    for exercise in work.catalog.exercises:
         checks_file, catches = expected_files(exercise)[2:]
-        if not (os.path.isfile(kit_path(checks_file)) and os.path.isfile(kit_path(catches))):
+        if not (os.path.isfile(work.path(checks_file)) and os.path.isfile(work.path(catches))):
             continue  # `files` names it
         try:
-            checks = check_names(checks_file)
-            named = named_checks(exercise.id)
+            checks = check_names(work.path(checks_file))
+            named = named_checks(exercise.id, work.kit)
         except SyntaxError as error:
-            found.append(f"{kit_relative(error.filename or checks_file)}:{error.lineno}: syntax error: "
+            found.append(f"{work.relative(error.filename or work.path(checks_file))}:{error.lineno}: syntax error: "
                          f"fix it")
             continue
         except Exception as error:  # noqa: BLE001 - a catches file that fails to load is a problem to name
@@ -183,16 +184,18 @@ def wrong_implementations() -> tuple[list[str], str]:
     return found, f"each of the {count} checks is named by a wrong implementation that must fail it"
 
 
-def visibility_overrides(exercises: Sequence[Exercise] | None = None) -> tuple[list[str], str]:
+def visibility_overrides(exercises: Sequence[Exercise] | None = None,
+                         work: Work | None = None) -> tuple[list[str], str]:
     """Each check a [visibility.<id>] table of the catalog (or of `exercises`) names is a check of that exercise's
-    file."""
+    file (the kit's: `work`, None for the kit this package sits in)."""
+    work = Work.read() if work is None else work
     found, count = [], 0
-    for exercise in catalog.default().exercises if exercises is None else exercises:
+    for exercise in work.catalog.exercises if exercises is None else exercises:
         checks_file = layout.files(exercise.id).checks
-        if not exercise.visibility or not os.path.isfile(kit_path(checks_file)):
+        if not exercise.visibility or not os.path.isfile(work.path(checks_file)):
             continue
         try:
-            checks = check_names(checks_file)
+            checks = check_names(work.path(checks_file))
         except SyntaxError:
             continue  # `wrong implementations` names it
         for check, word in exercise.visibility:
@@ -205,16 +208,16 @@ def visibility_overrides(exercises: Sequence[Exercise] | None = None) -> tuple[l
     return found, f"{count} check(s) made public or hidden by the catalog, each a check of its file"
 
 
-def _scan_check_files(scan: Callable[[str, str], list[str]]) -> tuple[list[str], int]:
+def _scan_check_files(work: Work, scan: Callable[[str, str], list[str]]) -> tuple[list[str], int]:
     """What `scan(source, path)` finds in every check file, and how many it read (one that does not parse is
     left to `wrong implementations`, which names it)."""
     found: list[str] = []
     count = 0
-    for exercise in catalog.default().exercises:
+    for exercise in work.catalog.exercises:
         checks_file = layout.files(exercise.id).checks
-        if not os.path.isfile(kit_path(checks_file)):
+        if not os.path.isfile(work.path(checks_file)):
             continue
-        with open(kit_path(checks_file)) as handle:
+        with open(work.path(checks_file)) as handle:
             source = handle.read()
         try:
             found += scan(source, checks_file)
@@ -224,36 +227,37 @@ def _scan_check_files(scan: Callable[[str, str], list[str]]) -> tuple[list[str],
     return found, count
 
 
-def kit_examples() -> tuple[list[str], str]:
+def kit_examples(work: Work) -> tuple[list[str], str]:
     """No check file uses Hypothesis's `example` directly (hypothesis_examples)."""
-    found, count = _scan_check_files(hypothesis_examples)
+    found, count = _scan_check_files(work, hypothesis_examples)
     return found, f"the {count} check files use the kit's example (grader.checks), not Hypothesis's"
 
 
-def device_marks() -> tuple[list[str], str]:
-    """Every check that forms a process group is kept off MPS (unmarked_group_checks)."""
-    found, count = _scan_check_files(unmarked_group_checks)
+def device_marks(work: Work | None = None) -> tuple[list[str], str]:
+    """Every check that forms a process group is kept off MPS (unmarked_group_checks); `work` None: the kit this
+    package sits in."""
+    found, count = _scan_check_files(Work.read() if work is None else work, unmarked_group_checks)
     return found, f"the {count} check files keep their process-group checks off mps (device_free or NEEDS_GLOO)"
 
 
-def check_docstrings() -> tuple[list[str], str]:
+def check_docstrings(work: Work) -> tuple[list[str], str]:
     """Every check's docstring is its first statement (late_docstrings)."""
-    found, count = _scan_check_files(late_docstrings)
+    found, count = _scan_check_files(work, late_docstrings)
     return found, f"the {count} check files give each check's docstring first, where the reports read it"
 
 
-def signatures() -> tuple[list[str], str]:
+def signatures(work: Work) -> tuple[list[str], str]:
     """Stubs and references define the same public functions with the same signatures."""
     found, count = [], 0
-    for exercise in catalog.default().exercises:
+    for exercise in work.catalog.exercises:
         paths = layout.files(exercise.id)
-        stub, reference = kit_path(paths.stub), kit_path(paths.reference)
+        stub, reference = work.path(paths.stub), work.path(paths.reference)
         if not (os.path.isfile(stub) and os.path.isfile(reference)):
             continue  # `files` names it
         try:
             mine, theirs = functions(stub), functions(reference)
         except SyntaxError as error:
-            found.append(f"{kit_relative(error.filename or stub)}:{error.lineno}: syntax error: fix it")
+            found.append(f"{work.relative(error.filename or stub)}:{error.lineno}: syntax error: fix it")
             continue
         for name in sorted(set(mine) | set(theirs)):
             if name not in mine:
@@ -269,15 +273,15 @@ def signatures() -> tuple[list[str], str]:
     return found, f"{count} functions, the same in exercises/ and solutions/"
 
 
-def stub_sizes() -> tuple[list[str], str]:
+def stub_sizes(work: Work) -> tuple[list[str], str]:
     """No stub gives away more than a third of its reference: of the reference's lines of code in function
     bodies, at most a third may occur in the stub's text (TODOs, docstrings and examples included)."""
     found, count = [], 0
-    for exercise in catalog.default().exercises:
+    for exercise in work.catalog.exercises:
         paths = layout.files(exercise.id)
         try:
-            reference = kit_path(paths.reference)
-            lines, shown = body_lines(reference), given_away(kit_path(paths.stub), reference)
+            reference = work.path(paths.reference)
+            lines, shown = body_lines(reference), given_away(work.path(paths.stub), reference)
         except (OSError, SyntaxError, tokenize.TokenError):
             continue  # `files` and `signatures` name it
         count += 1
@@ -290,13 +294,13 @@ def stub_sizes() -> tuple[list[str], str]:
     return found, f"each of the {count} stubs holds at most a third of its reference's lines of code"
 
 
-def skeletons() -> tuple[list[str], str]:
+def skeletons(work: Work) -> tuple[list[str], str]:
     """A warning: files `dev new` wrote and nobody has filled in yet."""
     found = []
-    for exercise in catalog.default().exercises:
+    for exercise in work.catalog.exercises:
         for path in layout.files(exercise.id).all():
             try:
-                with open(kit_path(path)) as handle:
+                with open(work.path(path)) as handle:
                     if SKELETON in handle.read():
                         found.append(f"{path}: still the skeleton of dev new: write it, then delete the line "
                                      f"that says \"{SKELETON}\"")
@@ -305,7 +309,7 @@ def skeletons() -> tuple[list[str], str]:
     return found, (f"{len(found)} file(s) still as dev new wrote them" if found else "no file is still a skeleton")
 
 
-def grade(args: argparse.Namespace) -> int:
+def grade(args: argparse.Namespace, work: Work) -> int:
     """Grade solutions/ and exercises/ in one run: every reference passes, every stub is 'not started'."""
     from grader.grading import engine
     from grader.grading.options import Options
@@ -315,7 +319,7 @@ def grade(args: argparse.Namespace) -> int:
     seed = args.seed if args.seed is not None else random.randrange(2**31)
     print(f"grading solutions/ and exercises/ (profile {args.profile}, devices {', '.join(args.devices)}, "
           f"seed {seed})", flush=True)
-    kit = Kit.default()
+    kit = work.kit
     targets = tuple(target for name in ("solutions", "exercises")
                     if (target := resolve_target(name, kit)) is not None)
     options = Options(targets=targets, profile=args.profile, seed=seed)

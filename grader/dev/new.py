@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from grader import catalog, layout
 from grader.dev.catches import RECORDS_MODULE
-from grader.dev.kit import CATALOG, CHAPTER_POINTS, ID, POINTS_STEP, SKELETON, catalog_file, kit_path, write
+from grader.dev.kit import CATALOG, CHAPTER_POINTS, ID, POINTS_STEP, SKELETON, Work, write
 
 
 def _function_name(words: str) -> str:
@@ -132,12 +132,12 @@ def insert_entry(text: str, exercises: Sequence[catalog.Exercise], entry: str, c
     return head + ("\n" if head else "") + entry + ("\n" + tail.lstrip("\n") if tail.strip() else "")
 
 
-def run_new(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    exercise_id, chapters = args.id, {c.number: c for c in catalog.default().chapters}
+def run_new(parser: argparse.ArgumentParser, args: argparse.Namespace, work: Work) -> int:
+    exercise_id, chapters = args.id, {c.number: c for c in work.catalog.chapters}
     if not ID.fullmatch(exercise_id):
         parser.error(f"{exercise_id!r} is not an id of the form exNN_lowercase_words (ex29_topk_compression)")
     number = int(exercise_id[2:4])
-    taken = next((e for e in catalog.default().exercises if e.id == exercise_id or e.number == number), None)
+    taken = next((e for e in work.catalog.exercises if e.id == exercise_id or e.number == number), None)
     if taken is not None:
         parser.error(f"{exercise_id}: {'the id' if taken.id == exercise_id else f'number {number:02d}'} is taken by "
                      f"{taken.id}")
@@ -147,7 +147,7 @@ def run_new(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if not title.strip() or "\n" in title:
         parser.error("--title must be one line of text")
     written = skeleton_files(exercise_id, title, args.chapter)
-    there = [path for path in written if os.path.exists(kit_path(path))]
+    there = [path for path in written if os.path.exists(work.path(path))]
     if there:
         parser.error(f"{', '.join(there)} already exist{'s' if len(there) == 1 else ''}: dev new writes only new files")
     chapter = chapters[args.chapter]
@@ -156,14 +156,14 @@ def run_new(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         points = max(POINTS_STEP, POINTS_STEP * round(CHAPTER_POINTS / (len(chapter.exercises) + 1) / POINTS_STEP))
     if points <= 0:
         parser.error(f"--points must be positive, not {points:g}")
-    with open(catalog_file()) as handle:
+    with open(work.catalog.path) as handle:
         text = handle.read()
-    text = insert_entry(text, catalog.default().exercises, catalog_entry(exercise_id, title, args.chapter, points),
+    text = insert_entry(text, work.catalog.exercises, catalog_entry(exercise_id, title, args.chapter, points),
                         args.chapter, number)
     for path, content in written.items():
-        os.makedirs(os.path.dirname(kit_path(path)), exist_ok=True)
-        write(kit_path(path), content)
-    write(catalog_file(), text)
+        os.makedirs(os.path.dirname(work.path(path)), exist_ok=True)
+        write(work.path(path), content)
+    write(work.catalog.path, text)
     for path, what in zip(written, ("the stub: one function raising NotImplementedError under a TODO",
                                     "the reference: a placeholder to replace",
                                     "the check file: one check against the reference",

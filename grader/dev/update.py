@@ -9,31 +9,29 @@ import sys
 
 from grader import catalog
 from grader.dev import blocks
-from grader.dev.kit import CATALOG, POINTS_STEP, catalog_file, write
+from grader.dev.kit import CATALOG, POINTS_STEP, Work, write
 from grader.dev.points import chapter_sums, rebalanced, set_points, unbalanced
-from grader.kit import Kit
 
 
-def rebalance(chapters: list[catalog.Chapter]) -> None:
-    """Write the proposed points of each chapter that does not add up into catalog.toml, and say so."""
+def rebalance(work: Work, chapters: list[catalog.Chapter]) -> None:
+    """Write the proposed points of each chapter that does not add up into the kit's catalog.toml, and say so."""
     proposal = {key: value for c in chapters for key, value in rebalanced(c.exercises).items()}
-    with open(catalog_file()) as handle:
+    with open(work.catalog.path) as handle:
         text = handle.read()
-    write(catalog_file(), set_points(text, proposal))
+    write(work.catalog.path, set_points(text, proposal))
     for chapter in chapters:
         print(f"{CATALOG}: chapter {chapter.number}'s points rebalanced in proportion, in multiples of "
               f"{POINTS_STEP}: " + ", ".join(f"{e.id[:4]} {e.points:g} -> {proposal[e.id]:g}"
                                              for e in chapter.exercises if proposal[e.id] != e.points))
 
 
-def rewrite_blocks(exercises: list[catalog.Exercise], chapters: list[catalog.Chapter],
-                   root: str | None = None) -> list[str]:
+def rewrite_blocks(work: Work) -> list[str]:
     """Rewrite every generated block in the file that holds it, saying for each such file what was rewritten
     (or that it is up to date); the problems (markers missing, a parser that cannot be built) are returned, and
     a file with one is left as it is."""
-    root = Kit.default().root if root is None else root
+    root = work.kit.root
     try:
-        derived, problems = blocks.derive(blocks.all_makers(exercises, chapters), root)
+        derived, problems = blocks.derive(blocks.all_makers(work), root)
     except Exception as error:  # noqa: BLE001 - a command whose parser cannot be built is a problem to name
         first = (str(error).splitlines() or [""])[0]
         return [f"the CLI reference could not be made from the parsers ({type(error).__name__}: {first}): "
@@ -47,16 +45,15 @@ def rewrite_blocks(exercises: list[catalog.Exercise], chapters: list[catalog.Cha
     return problems
 
 
-def run_update(args: argparse.Namespace) -> int:
-    exercises, chapters, _ = catalog.load()
-    left_over = unbalanced(chapters)
+def run_update(args: argparse.Namespace, work: Work) -> int:
+    left_over = unbalanced(work.catalog.chapters)
     if args.rebalance and left_over:
-        rebalance(left_over)
-        exercises, chapters, _ = catalog.load()
-    errors = rewrite_blocks(exercises, chapters)
+        rebalance(work, left_over)
+        work = Work.read(work.kit)
+    errors = rewrite_blocks(work)
     for error in errors:
         print(f"python -m grader dev update: {error}", file=sys.stderr)
-    left = chapter_sums(chapters)
+    left = chapter_sums(work.catalog.chapters)
     for problem in left:
         print(problem)
     return 1 if left or errors else 0

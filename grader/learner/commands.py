@@ -64,10 +64,11 @@ def list_exercises(argv: Sequence[str]) -> int:
     return 0
 
 
-def hint(argv: Sequence[str]) -> int:
+def hint(argv: Sequence[str], kit: Kit | None = None) -> int:
+    """Run `python -m grader hint ARGV...` on `kit`'s catalog (None: the kit this package sits in)."""
     parser = build_parser("hint")
     args = parser.parse_args(argv)
-    exercise = find(args.exercise)
+    exercise = find(args.exercise, (kit or Kit.default()).catalog)
     hints = exercise.hints
     if not hints:
         print(f"{exercise.id} has no hints yet: its checks' messages say what went wrong")
@@ -175,10 +176,11 @@ def _mtime(path: str) -> int | None:
         return None
 
 
-def find(name: str) -> catalog.Exercise:
-    exercise = catalog.find(name)
+def find(name: str, book: catalog.Catalog | None = None) -> catalog.Exercise:
+    book = catalog.default() if book is None else book
+    exercise = book.find(name)
     if exercise is None:
-        raise SystemExit(usage_error(catalog.unknown(name)))
+        raise SystemExit(usage_error(book.unknown(name)))
     return exercise
 
 

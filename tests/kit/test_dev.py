@@ -1,6 +1,13 @@
 """`python -m grader dev`: dev check (the kit against itself, run on copies of the kit with known faults),
 dev new (an exercise's four files and catalog entry) and dev update (the generated blocks: the course map and the
-exercise table from the catalog, the CLI reference from the parsers, wherever their markers are)."""
+exercise table from the catalog, the CLI reference from the parsers, wherever their markers are).
+
+What dev reports and writes is tested in this process: `grader.dev.main([...], kit=Kit(copy))`, its output read
+with capsys, on a copy of what dev reads of the kit (the catalog, the references, the check and catches files,
+README.md and docs/*.md, stubs made from the references). Three tests start a grader process, where the process is
+the subject: one usage error (exit status 2 and one line from the real command line, no traceback), and the two that
+grade (`dev check` without --no-grade: a grade runs the kit's checks in workers, on a whole copy of the kit; the
+second's subject is what a fork server forked from the grader inherits of its descriptors)."""
 
 import argparse
 import ast
@@ -17,20 +24,35 @@ import pytest
 
 from grader import layout
 from grader.dev import blocks
+from grader.dev import main as dev_main
+from grader.kit import Kit
 from tests.kit.harness import KIT_ROOT, SEED, grader, reference_source
 from tests.kit.stubs import write_stubs
 
 TABLE_END = blocks.TABLE.markers[1]
+READ = ("solutions", "tests", layout.CATCHES)  # the folders whose files dev reads (of tests/: its check files)
 
 
-def kit_copy(folder):
-    """The kit's files in `folder`, with stubs made from the references as its exercises/."""
-    for name in ("grader", "solutions", "tests", "docs"):
-        if os.path.isdir(os.path.join(KIT_ROOT, name)):
-            shutil.copytree(os.path.join(KIT_ROOT, name), folder / name,
-                            ignore=shutil.ignore_patterns("__pycache__", ".hypothesis"))
-    for name in ("README.md", "pyproject.toml", "conftest.py"):
-        shutil.copy(os.path.join(KIT_ROOT, name), folder / name)
+def kit_copy(folder, whole=False):
+    """What dev reads of the kit in `folder`, with stubs made from the references as its exercises/; with `whole`,
+    the whole kit (the grader package and the kit's tests included), for a grader started in it."""
+    ignore = shutil.ignore_patterns("__pycache__", ".hypothesis")
+    if whole:
+        for name in ("grader", "solutions", "tests", "docs"):
+            if os.path.isdir(os.path.join(KIT_ROOT, name)):
+                shutil.copytree(os.path.join(KIT_ROOT, name), folder / name, ignore=ignore)
+        for name in ("README.md", "pyproject.toml", "conftest.py"):
+            shutil.copy(os.path.join(KIT_ROOT, name), folder / name)
+    else:
+        for name in READ:
+            source = os.path.join(KIT_ROOT, name)
+            (folder / name).mkdir(parents=True, exist_ok=True)
+            for file in os.listdir(source):
+                if file.endswith(".py") and os.path.isfile(os.path.join(source, file)):
+                    shutil.copyfile(os.path.join(source, file), folder / name / file)
+        for name in ("grader/catalog.toml", *blocks.places(KIT_ROOT)):
+            (folder / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(os.path.join(KIT_ROOT, name), folder / name)
     write_stubs(folder / "exercises")
     (folder / "exercises" / "__init__.py").write_text("")
     return with_cli_reference(folder)
@@ -55,31 +77,29 @@ def holding(folder, block):
     return blocks.locate([block], str(folder))[0][block]
 
 
-def kit_files(folder):
-    """The kit's files as git knows them (tracked, and new ones not ignored) in `folder`, with stubs made from the
-    references as its exercises/ (the suite never reads a learner's exercises/). No build, no cache: a copy to
-    run `dev` commands in that write files."""
-    try:
-        listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=KIT_ROOT,
-                                capture_output=True, check=True, timeout=60).stdout
-    except (OSError, subprocess.CalledProcessError):
-        pytest.skip("the kit is not a git checkout here")
-    for name in filter(None, (os.fsdecode(n) for n in listed.split(b"\0"))):
-        source = os.path.join(KIT_ROOT, name)
-        if name.split("/")[0] != "exercises" and os.path.isfile(source) and not os.path.islink(source):
-            (folder / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(source, folder / name)
-    write_stubs(folder / "exercises")
-    (folder / "exercises" / "__init__.py").write_text("")
-    return with_cli_reference(folder)
+def dev(capsys, folder, *args, command=dev_main):
+    """`python -m grader dev ARGS` (or another command's main, hint's) on the kit in `folder`, in this process: its
+    exit status and output."""
+    capsys.readouterr()
+    status = command(list(args), kit=Kit(str(folder)))
+    out, err = capsys.readouterr()
+    return subprocess.CompletedProcess(["dev", *args], status, out, err)
 
 
-def dev(folder, *args, command="dev"):
-    return grader(*([command] if command else []), *args, cwd=folder, timeout=900)
+def dev_check(capsys, folder, *args):
+    return dev(capsys, folder, "check", *args)
 
 
-def dev_check(folder, *args):
-    return dev(folder, "check", *args)
+def refused(capsys, folder, *args):
+    """The one line of stderr of a dev command on the kit in `folder` that is a usage error (exit status 2, no
+    output)."""
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exited:
+        dev_main(list(args), kit=Kit(str(folder)))
+    out, err = capsys.readouterr()
+    assert exited.value.code == 2 and not out, (args, out, err)
+    assert len(err.strip().splitlines()) == 1, (args, err)
+    return err
 
 
 def lines_under(output, section):
@@ -93,9 +113,9 @@ def lines_under(output, section):
     return lines
 
 
-def test_dev_check_names_each_fault_in_the_files_the_catalog_and_the_readme(tmp_path):
+def test_dev_check_names_each_fault_in_the_files_the_catalog_and_the_readme(tmp_path, capsys):
     kit = kit_copy(tmp_path / "kit")
-    clean = dev_check(kit, "--no-grade")
+    clean = dev_check(capsys, kit, "--no-grade")
     assert clean.returncode == 0, clean.stdout + clean.stderr
     assert "dev check: all good" in clean.stdout
     table = holding(kit, blocks.TABLE)
@@ -112,7 +132,7 @@ def test_dev_check_names_each_fault_in_the_files_the_catalog_and_the_readme(tmp_
     checks = kit / "tests" / "test_ex04_sharding.py"  # Hypothesis's own example: the reports would not count it
     checks.write_text(checks.read_text().replace("from hypothesis import given\n",
                                                  "from hypothesis import example, given\n"))
-    done = dev_check(kit, "--no-grade")
+    done = dev_check(capsys, kit, "--no-grade")
     assert done.returncode == 1, done.stdout + done.stderr
     assert "Traceback" not in done.stdout + done.stderr
     for problem in (f"{table} gives ex04_sharding 10 points; the catalog 15: run python -m grader dev update",
@@ -126,11 +146,11 @@ def test_dev_check_names_each_fault_in_the_files_the_catalog_and_the_readme(tmp_
     assert done.stdout.strip().endswith("dev check: 6 problems")
 
 
-def test_dev_check_refuses_a_stub_that_spells_out_its_reference(tmp_path):
+def test_dev_check_refuses_a_stub_that_spells_out_its_reference(tmp_path, capsys):
     """A stub poses the problem: at most a third of its reference's lines of code may occur in its text (its TODOs,
     docstrings and examples included). A stub whose TODO lists the reference's steps is refused, with the fix."""
     kit = kit_copy(tmp_path / "kit")
-    fine = dev_check(kit, "--no-grade")
+    fine = dev_check(capsys, kit, "--no-grade")
     assert fine.returncode == 0 and lines_under(fine.stdout, "stub size") == [], fine.stdout
     assert any(line.startswith("ok") and line.split()[1:3] == ["stub", "size:"] for line in fine.stdout.splitlines())
     reference = (kit / "solutions" / "ex16_mixed_precision.py").read_text().splitlines()
@@ -140,7 +160,7 @@ def test_dev_check_refuses_a_stub_that_spells_out_its_reference(tmp_path):
     stub = kit / "exercises" / "ex16_mixed_precision.py"
     stub.write_text(stub.read_text().replace("    raise NotImplementedError\n", "    # TODO: " + "\n    #  ".join(steps)
                                              + "\n    raise NotImplementedError\n"))
-    done = dev_check(kit, "--no-grade")
+    done = dev_check(capsys, kit, "--no-grade")
     assert done.returncode == 1 and "Traceback" not in done.stdout + done.stderr, done.stdout + done.stderr
     assert lines_under(done.stdout, "stub size") == [
         "exercises/ex16_mixed_precision.py holds 7 of the 9 lines of code of solutions/ex16_mixed_precision.py (at "
@@ -169,9 +189,9 @@ def test_the_stub_measure_reads_lines_of_code_and_whole_names(tmp_path):
 @pytest.mark.slow
 def test_dev_check_grades_references_and_stubs(tmp_path):
     """A stub that passes is a fault: the shipped stubs must all be 'not started'."""
-    kit = kit_copy(tmp_path / "kit")
+    kit = kit_copy(tmp_path / "kit", whole=True)
     (kit / "exercises" / "ex04_sharding.py").write_text(reference_source("ex04_sharding"))
-    done = dev_check(kit, "ex04", "--seed", SEED)
+    done = grader("dev", "check", "ex04", "--seed", SEED, cwd=kit, timeout=900)
     assert done.returncode == 1, done.stdout + done.stderr
     lines = done.stdout.splitlines()
     assert any(line.startswith("ok") and "references pass every check" in line for line in lines), done.stdout
@@ -183,8 +203,8 @@ def test_dev_check_grades_a_reference_that_logs_through_a_handler_made_at_import
     """ex11's Trainer logs through the handler transformers made when imported; dev check grades with its
     output redirected, where a fork server forked from the grader would hold only closed descriptors for
     it (the reference failed with "Bad file descriptor" so): then the servers are spawned afresh."""
-    kit = kit_copy(tmp_path / "kit")
-    done = dev_check(kit, "ex11", "--seed", SEED)
+    kit = kit_copy(tmp_path / "kit", whole=True)
+    done = grader("dev", "check", "ex11", "--seed", SEED, cwd=kit, timeout=900)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "references pass every check" in done.stdout and "Bad file descriptor" not in done.stdout
 
@@ -192,8 +212,13 @@ def test_dev_check_grades_a_reference_that_logs_through_a_handler_made_at_import
 @pytest.mark.parametrize("args", [[], ["chek"], ["check", "ex99"], ["check", "--bogus"], ["new"],
                                   ["new", "ex20_topk"], ["new", "ex20_topk", "--chapter", "two"],
                                   ["update", "--bogus"]])
-def test_dev_usage_errors_are_one_line(args):
-    done = grader("dev", *args, timeout=120)
+def test_dev_usage_errors_are_one_line(args, capsys):
+    assert "Traceback" not in refused(capsys, KIT_ROOT, *args)
+
+
+def test_a_dev_usage_error_from_the_command_line_is_one_line():
+    """The real command line: exit status 2, one line, no traceback."""
+    done = grader("dev", "check", "ex99", timeout=120)
     assert done.returncode == 2, done.stdout + done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
 
@@ -201,12 +226,12 @@ def test_dev_usage_errors_are_one_line(args):
 NEW = "ex29_topk_compression"
 
 
-def test_dev_new_writes_four_files_and_an_entry_and_dev_check_names_what_is_left(tmp_path):
+def test_dev_new_writes_four_files_and_an_entry_and_dev_check_names_what_is_left(tmp_path, capsys):
     """dev new, then dev check --no-grade names exactly the work left, each with its fix; hint says there are
     none; dev update rewrites the README once (a second run changes nothing) and --rebalance the points."""
-    kit = kit_files(tmp_path / "kit")
+    kit = kit_copy(tmp_path / "kit")
     catalog_before = (kit / "grader" / "catalog.toml").read_text()
-    done = dev(kit, "new", NEW, "--chapter", "2")
+    done = dev(capsys, kit, "new", NEW, "--chapter", "2")
     assert done.returncode == 0, done.stdout + done.stderr
     paths = layout.files(NEW)
     for path in paths.all():
@@ -224,7 +249,7 @@ def test_dev_new_writes_four_files_and_an_entry_and_dev_check_names_what_is_left
     assert set(entry) >= {key for e in entries if e["id"] != NEW for key in e}  # every field the others have
     assert (kit / "grader" / "catalog.toml").read_text().startswith(catalog_before.split("[[exercise]]")[0])
 
-    check = dev_check(kit, "--no-grade")
+    check = dev_check(capsys, kit, "--no-grade")
     assert check.returncode == 1, check.stdout + check.stderr
     assert "Traceback" not in check.stdout + check.stderr
     failed = [line.split()[1].rstrip(":") for line in check.stdout.splitlines() if line.startswith("FAIL")]
@@ -241,12 +266,14 @@ def test_dev_new_writes_four_files_and_an_entry_and_dev_check_names_what_is_left
     assert len(lines_under(check.stdout, "skeletons")) == 4  # a warning: the four files to write
     assert check.stdout.strip().endswith("dev check: 3 problems")
 
-    hint = dev(kit, "hint", NEW, command=None)
+    from grader.learner.commands import hint as hint_command
+
+    hint = dev(capsys, kit, NEW, command=hint_command)
     assert hint.returncode == 0 and hint.stdout.strip() == f"{NEW} has no hints yet: its checks' messages say what " \
                                                            f"went wrong", hint.stdout + hint.stderr
-    assert dev(kit, "hint", NEW, "--all", command=None).stdout == hint.stdout
+    assert dev(capsys, kit, NEW, "--all", command=hint_command).stdout == hint.stdout
 
-    update = dev(kit, "update")
+    update = dev(capsys, kit, "update")
     assert update.returncode == 1, update.stdout + update.stderr  # chapter 2 still adds up to 115
     rewritten = ([f"{table}: the course map and the exercise table rewritten"] if table == course_map else
                  [f"{course_map}: the course map rewritten", f"{table}: the exercise table rewritten"])
@@ -256,25 +283,25 @@ def test_dev_new_writes_four_files_and_an_entry_and_dev_check_names_what_is_left
     readme = (kit / course_map).read_text()
     assert "ex12 an Accelerator training loop, ex21 resume a training run, ex29 topk compression |" in readme
     texts = {path: (kit / path).read_text() for path in blocks.places(str(kit))}
-    again = dev(kit, "update")
+    again = dev(capsys, kit, "update")
     assert f"{table}: up to date" in again.stdout and f"{course_map}: up to date" in again.stdout, again.stdout
     assert {path: (kit / path).read_text() for path in texts} == texts
 
-    rebalance = dev(kit, "update", "--rebalance")
+    rebalance = dev(capsys, kit, "update", "--rebalance")
     assert rebalance.returncode == 0, rebalance.stdout + rebalance.stderr
     points = {e["id"][:4]: e["points"] for e in tomllib.loads((kit / "grader" / "catalog.toml").read_text())["exercise"]
               if e["chapter"] == 2}
     assert points == dict(ex05=15, ex06=10, ex07=15, ex11=15, ex12=15, ex21=15, ex29=15)
     texts = {path: (kit / path).read_text() for path in blocks.places(str(kit))}
-    assert dev(kit, "update").returncode == 0
+    assert dev(capsys, kit, "update").returncode == 0
     assert {path: (kit / path).read_text() for path in texts} == texts
-    left = dev_check(kit, "--no-grade")
+    left = dev_check(capsys, kit, "--no-grade")
     failed = [line.split()[1].rstrip(":") for line in left.stdout.splitlines() if line.startswith("FAIL")]
     assert failed == ["hints"] and left.stdout.strip().endswith("dev check: 1 problem"), left.stdout
 
 
-def test_dev_new_refuses_in_one_line_and_writes_nothing(tmp_path):
-    kit = kit_files(tmp_path / "kit")
+def test_dev_new_refuses_in_one_line_and_writes_nothing(tmp_path, capsys):
+    kit = kit_copy(tmp_path / "kit")
     (kit / "solutions" / "ex28_already_here.py").write_text("")
     before = {path: path.read_bytes() for path in kit.rglob("*") if path.is_file()}
     for args, says in ((["ex2_short", "--chapter", "1"], "not an id of the form exNN_lowercase_words"),
@@ -283,27 +310,25 @@ def test_dev_new_refuses_in_one_line_and_writes_nothing(tmp_path):
                        (["ex04_other", "--chapter", "1"], "number 04 is taken by ex04_sharding"),
                        (["ex27_fine", "--chapter", "9"], "unknown chapter 9 (known: 1, 2, 3, 4, 5)"),
                        (["ex28_already_here", "--chapter", "1"], "solutions/ex28_already_here.py already exists")):
-        done = dev(kit, "new", *args)
-        assert done.returncode == 2, (args, done.stdout + done.stderr)
-        assert len(done.stderr.strip().splitlines()) == 1 and says in done.stderr, (args, done.stderr)
-        assert not done.stdout
+        error = refused(capsys, kit, "new", *args)
+        assert says in error, (args, error)
     assert {path: path.read_bytes() for path in kit.rglob("*") if path.is_file()} == before
 
 
-def test_dev_check_asks_for_dev_update_when_the_readme_is_out_of_date(tmp_path):
-    kit = kit_files(tmp_path / "kit")
+def test_dev_check_asks_for_dev_update_when_the_readme_is_out_of_date(tmp_path, capsys):
+    kit = kit_copy(tmp_path / "kit")
     course_map, table = holding(kit, blocks.MAP), holding(kit, blocks.TABLE)
     readme = (kit / course_map).read_text()
     (kit / course_map).write_text(readme.replace("| 2 distributed training |", "| 2 distributed learning |"))
-    check = dev_check(kit, "--no-grade")
+    check = dev_check(capsys, kit, "--no-grade")
     its = "course map or exercise table" if course_map == table else "course map"
     assert lines_under(check.stdout, "README") == [
         f"{course_map}: its {its} is out of date with grader/catalog.toml: "
         "run python -m grader dev update"], check.stdout
-    assert dev(kit, "update").returncode == 0 and (kit / course_map).read_text() == readme
+    assert dev(capsys, kit, "update").returncode == 0 and (kit / course_map).read_text() == readme
     text = (kit / table).read_text()
     (kit / table).write_text(text.replace(TABLE_END + "\n", ""))
-    for done in (dev_check(kit, "--no-grade"), dev(kit, "update")):
+    for done in (dev_check(capsys, kit, "--no-grade"), dev(capsys, kit, "update")):
         assert done.returncode == 1 and "the markers" in done.stdout + done.stderr, done.stdout + done.stderr
 
 
@@ -361,31 +386,40 @@ def test_every_command_exposes_its_parser_and_dev_imports_no_command():
                 assert not any(name == "grader.cli" or name.startswith("grader.cli.") for name in imported), file
 
 
-def test_dev_check_names_a_stale_cli_reference_and_dev_update_rewrites_it(tmp_path):
-    """A parser's help changed: dev check names the CLI reference, dev update rewrites it from the parsers, and
-    then dev check is content."""
-    kit = kit_files(tmp_path / "kit")
+def test_dev_check_names_a_stale_cli_reference_and_dev_update_rewrites_it(tmp_path, capsys, monkeypatch):
+    """A parser's help changed (merge's, in this process): dev check names the CLI reference, dev update rewrites it
+    from the parsers, and then dev check is content."""
+    from grader.batch import merge
+
+    kit = kit_copy(tmp_path / "kit")
     where = holding(kit, blocks.CLI)
-    merge = kit / "grader" / "batch" / "merge.py"
-    merge.write_text(merge.read_text().replace('help="write the class\'s CSV summary"',
-                                               'help="write the class\'s CSV summary, a row a student"'))
-    check = dev_check(kit, "--no-grade")
+    build_parser = merge.build_parser
+
+    def changed():
+        parser = build_parser()
+        csv = next(action for action in parser._actions if "--csv" in action.option_strings)
+        assert csv.help == "write the class's CSV summary"
+        csv.help += ", a row a student"
+        return parser
+
+    monkeypatch.setattr(merge, "build_parser", changed)
+    check = dev_check(capsys, kit, "--no-grade")
     assert check.returncode == 1, check.stdout + check.stderr
     assert lines_under(check.stdout, "CLI reference") == [
         f"{where}: its CLI reference is out of date with the parsers: run python -m grader dev update"], check.stdout
     assert check.stdout.strip().endswith("dev check: 1 problem")
-    update = dev(kit, "update")
+    update = dev(capsys, kit, "update")
     assert update.returncode == 0, update.stdout + update.stderr
     assert f"{where}: the CLI reference rewritten from the parsers" in update.stdout
     assert "| `--csv PATH` |  | write the class's CSV summary, a row a student |" in (kit / where).read_text()
-    again = dev_check(kit, "--no-grade")
+    again = dev_check(capsys, kit, "--no-grade")
     assert again.returncode == 0 and "dev check: all good" in again.stdout, again.stdout
 
 
-def test_each_block_is_found_by_its_markers_in_any_docs_file(tmp_path):
+def test_each_block_is_found_by_its_markers_in_any_docs_file(tmp_path, capsys):
     """A block moved into another docs/*.md file is found there, checked and rewritten there; a block whose
     markers are in no file is a problem that names them."""
-    kit = kit_files(tmp_path / "kit")
+    kit = kit_copy(tmp_path / "kit")
     course_map = holding(kit, blocks.MAP)
     text = (kit / course_map).read_text()
     begin, end = blocks.MAP.markers
@@ -393,22 +427,22 @@ def test_each_block_is_found_by_its_markers_in_any_docs_file(tmp_path):
     (kit / course_map).write_text(text.replace(block + "\n", ""))
     (kit / "docs" / "x.md").write_text("# The course\n\n" + block.replace("| 2 distributed training |",
                                                                           "| 2 distributed learning |") + "\n")
-    check = dev_check(kit, "--no-grade")
+    check = dev_check(capsys, kit, "--no-grade")
     assert lines_under(check.stdout, "README") == [
         "docs/x.md: its course map is out of date with grader/catalog.toml: run python -m grader dev update"], \
         check.stdout
-    update = dev(kit, "update")
+    update = dev(capsys, kit, "update")
     assert update.returncode == 0 and "docs/x.md: the course map rewritten from grader/catalog.toml" in update.stdout
     assert (kit / "docs" / "x.md").read_text() == "# The course\n\n" + block + "\n"
-    assert dev_check(kit, "--no-grade").returncode == 0
+    assert dev_check(capsys, kit, "--no-grade").returncode == 0
 
     (kit / "docs" / "x.md").write_text("# The course\n")
     missing = f"the markers {begin} and {end} are in none of README.md, docs/*.md: put them back around the " \
               f"course map"
-    check = dev_check(kit, "--no-grade")
+    check = dev_check(capsys, kit, "--no-grade")
     assert check.returncode == 1 and any(line.startswith(missing) for line in lines_under(check.stdout, "README")), \
         check.stdout
-    update = dev(kit, "update")
+    update = dev(capsys, kit, "update")
     assert update.returncode == 1 and missing in update.stderr, update.stdout + update.stderr
 
 
@@ -458,8 +492,9 @@ def test_every_checks_docstring_comes_first_where_the_reports_read_it():
     every check file, and on a check written so."""
     from grader.dev import late_docstrings
     from grader.dev.check import check_docstrings
+    from grader.dev.kit import Work
 
-    assert check_docstrings()[0] == []
+    assert check_docstrings(Work.read(Kit(KIT_ROOT)))[0] == []
     late = 'def test_x(grade, case):\n    assume_dtype_on(grade.device, "float64")\n    """The sentence."""\n'
     assert [line.split(": ")[0] for line in late_docstrings(late, "t.py")] == ["t.py:3"]
     first = 'def test_x(grade, case):\n    """The sentence."""\n    assume_dtype_on(grade.device, "float64")\n'

@@ -67,6 +67,12 @@ def job(lane: str = "cpu") -> Callable[[Make], Make]:
     return declare
 
 
+def used_by(item: pytest.Item) -> list[str]:
+    """The declared fixtures (and job) of its module that `item` reads: gradings made in grader processes."""
+    module = getattr(getattr(item, "module", None), "__name__", "")
+    return [name for name in (*getattr(item, "fixturenames", ()), JOB) if (module, name) in _declared]
+
+
 def start(items: list[pytest.Item], tmp_path_factory: pytest.TempPathFactory) -> None:
     """Start, in the order the tests will first use them, the declared gradings the selected tests use."""
     if os.environ.get("PYTEST_XDIST_WORKER"):
@@ -78,9 +84,8 @@ def start(items: list[pytest.Item], tmp_path_factory: pytest.TempPathFactory) ->
                                                   for mark in item.iter_markers("skipif")):
             continue  # a test that will be skipped reads nothing
         module = getattr(getattr(item, "module", None), "__name__", "")
-        for name in (*getattr(item, "fixturenames", ()), JOB):
-            if (module, name) in _declared:
-                users.setdefault((module, name), []).append(item)
+        for name in used_by(item):
+            users.setdefault((module, name), []).append(item)
     for key, using in users.items():
         if key not in _started:
             lane, make = _declared[key]

@@ -57,6 +57,13 @@ OWN_CODE = {  # the kit's own code, the kernel and the shell: the same under any
 }
 
 
+def graded_ahead(item):
+    """The gradings made ahead in grader processes (tests/kit/ahead.py) that `item` reads. Such a test is marked
+    slow: the quick tier (`pytest tests/kit -m "not slow"`) waits on no grading made in a grader process. (A job's
+    readers, test_catches.py's, grade as they go: they are marked by hand.)"""
+    return [name for name in ahead.used_by(item) if name != ahead.JOB]
+
+
 def pytest_configure(config):
     if not config.pluginmanager.hasplugin("timeout"):
         message = "pytest-timeout is not active: a hanging kit test would hang the suite (pip install -e .)"
@@ -82,6 +89,8 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.versions)
         if item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+        if graded_ahead(item):
+            item.add_marker(pytest.mark.slow)
         if item.get_closest_marker("timeout") is None:
             item.add_marker(pytest.mark.timeout(TIMEOUT))
     items.sort(key=lambda item: item.path.name in LAST)  # stable: the order within stays

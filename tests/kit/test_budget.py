@@ -75,6 +75,7 @@ def test_a_probes_functions_are_read_from_its_check_file():
     assert functions_called(ex05, "no_such_probe") == frozenset()
 
 
+@pytest.mark.slow
 def test_every_probe_run_on_a_submission_names_the_functions_it_calls():
     """So that a hang stops only the calls of the same functions: a probe whose calls cannot be told (no
     `ctx.module.NAME` in it or its helpers) would stop every later call of its exercise after a hang."""

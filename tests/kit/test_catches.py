@@ -25,16 +25,14 @@ from tests.kit.harness import checks_of, failed_checks, grade_submissions
 CATCHES = {exercise.id: catching.load(exercise.id) for exercise in catalog.default().exercises}
 GPU = any(wrong.on_a_gpu for catches in CATCHES.values() for wrong in catches.wrong) and cuda_present()
 NO_GPU = pytest.mark.skipif(not GPU, reason="a mistake only a GPU shows: there is no GPU here")
-QUICK = ("ex04_sharding",)  # graded in the quick tier too (pytest tests/kit -m "not slow"): a few seconds
 
 
 def _cases(kind):
     cases = []
     for exercise, catches in CATCHES.items():
         for entry in getattr(catches, kind):
-            marks = [pytest.mark.xdist_group(exercise)]  # one worker grades an exercise's catches (--dist loadgroup)
-            if exercise not in QUICK:
-                marks.append(pytest.mark.slow)
+            # one worker grades an exercise's catches (--dist loadgroup); graded in grader processes: slow
+            marks = [pytest.mark.xdist_group(exercise), pytest.mark.slow]
             if getattr(entry, "on_a_gpu", False):
                 marks.append(NO_GPU)
             cases.append(pytest.param(exercise, entry, id=f"{exercise}-{entry.name}", marks=marks))

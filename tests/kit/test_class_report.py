@@ -257,6 +257,7 @@ def test_merge_and_a_regrade_write_the_same_class_report(graded, markdown):
     assert done.returncode == 2 and "a CSV's rows hold no checks" in done.stderr, done.stderr
 
 
+@pytest.mark.slow
 def test_a_class_report_that_cannot_be_written_is_a_one_line_usage_error(tmp_path):
     (tmp_path / "class" / "one").mkdir(parents=True)
     for args, said in ((["--class-report", str(tmp_path / "no" / "class.html")], "does not exist"),

@@ -27,6 +27,7 @@ def test_list_shows_every_exercise_with_points_and_the_last_status(tmp_path):
     assert "next: edit exercises/ex01_load_model.py" in done.stdout
 
 
+@pytest.mark.slow
 def test_hint_shows_the_catalog_hints_one_at_a_time(tmp_path):
     from grader import catalog
 
@@ -39,6 +40,7 @@ def test_hint_shows_the_catalog_hints_one_at_a_time(tmp_path):
     assert all(h in everything for h in hints)
 
 
+@pytest.mark.slow
 def test_commands_reject_bad_input_with_one_line():
     for args in (["hint", "ex99"], ["hint"], ["list", "--bogus"], ["watch", "ex99"], ["hint", "ex4"],
                  ["demo", "ex99"], ["demo", "ex07", "--nproc", "9"]):
@@ -135,6 +137,7 @@ def test_accelerate_demo_trains_with_the_learners_pipeline_loop_and_metric(demo_
     assert len(accuracy) == 2 and accuracy[1] > accuracy[0], out
 
 
+@pytest.mark.slow
 def test_demo_says_which_exercises_to_solve_first(stubs):
     done = grader("demo", "ex07", "--target", stubs, timeout=120)
     assert done.returncode == 1
@@ -185,6 +188,7 @@ def test_demo_explains_a_loss_that_did_not_fall():
     assert "accelerator.backward" in stayed and "prepared" in stayed
 
 
+@pytest.mark.slow
 def test_ex02s_example_runs_as_written():
     """Each example block of the ex02 stub's docstring is a program of its own; with the reference's
     functions (the docstring is all that is read of the stub), each must run without an error."""

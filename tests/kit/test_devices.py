@@ -150,6 +150,7 @@ def _collected(*check_files, plugin="tests.kit.fake_mps"):
     return cases, done.stdout
 
 
+@pytest.mark.slow
 def test_on_mps_the_float64_and_gloo_checks_are_collected_for_the_cpu_only():
     """A collection where mps is found (pretended: nothing runs): the checks marked for a process group or
     float64 are not parametrized for mps, the others are, and the collection says which and why."""
@@ -192,6 +193,7 @@ def test_the_report_names_the_checks_kept_off_a_device():
     assert TargetResult.from_dict(json.loads(json.dumps(result.as_dict()))).kept_off == kept
 
 
+@pytest.mark.slow
 def test_mps_where_there_is_none_is_a_usage_error_of_one_line():
     if MPS:
         pytest.skip("Apple's GPU is here: --device mps is no usage error")

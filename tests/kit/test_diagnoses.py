@@ -111,6 +111,7 @@ def test_verbose_shows_what_the_code_printed_beside_a_wrong_value(tmp_path):
     assert not any("your code printed" in m for m in failed_checks(quiet["prints"]).values())
 
 
+@pytest.mark.slow
 def test_an_invalid_result_is_called_so_once(tmp_path):
     folder = tmp_path / "tuple"
     folder.mkdir()

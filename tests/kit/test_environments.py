@@ -42,6 +42,7 @@ def installed(name):
 # --- every Python the kit admits ------------------------------------------------------------------
 
 @pytest.mark.parametrize("version", PYTHONS)
+@pytest.mark.slow
 def test_the_kit_compiles_and_the_grader_starts_on_python(version, tmp_path):
     interpreter = python(version)
     if interpreter is None:
@@ -69,6 +70,7 @@ def test_python_310_names_what_is_missing_and_exits_2():
     assert "tomli" in done.stderr  # 3.10 reads catalog.toml with it
 
 
+@pytest.mark.slow
 def test_nothing_in_the_kit_needs_a_python_newer_than_310():
     if shutil.which("vermin") is None:
         pytest.skip("vermin is not installed (pip install vermin; .ci/run installs it)")

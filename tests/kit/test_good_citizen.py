@@ -15,6 +15,7 @@ import sys
 import uuid
 
 import psutil
+import pytest
 from hypothesis import core, settings
 
 from grader.grading import engine
@@ -81,6 +82,7 @@ def processes_below():
     return found
 
 
+@pytest.mark.slow
 def test_grading_in_a_process_it_does_not_own_leaves_the_process_as_it_was(stubs):
     inprocess.close()  # the fork servers are the process's, shared by its engines: the suite's warm one closes first
     kit = Kit.default()
@@ -152,6 +154,7 @@ def sleeping(mark):
     return found
 
 
+@pytest.mark.slow
 def test_what_a_submission_leaves_running_dies_in_a_process_that_is_no_subreaper(tmp_path):
     """Without a container (left off here, absent where the grader is not root) and without namespaces of the
     worker's own, what a submission leaves running in a session of its own is re-parented to the fork server its

@@ -15,6 +15,8 @@ import subprocess
 import sys
 import zipfile
 
+import pytest
+
 from grader import text
 from grader.reports import report
 from tests.kit import ahead, gradescope
@@ -145,6 +147,7 @@ exec {python} "$@" {exercise} --profile fast --device cpu --timeout 20
 """
 
 
+@pytest.mark.slow
 def test_the_bundle_has_a_budget_and_keeps_its_seed_off_every_command_line(tmp_path):
     bundle = tmp_path / "autograder.zip"
     done = grader("autograder", str(bundle), "--seed", SEED)

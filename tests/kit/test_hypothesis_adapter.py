@@ -165,6 +165,7 @@ print(json.dumps(seen))
 """
 
 
+@pytest.mark.slow
 def test_the_grading_seed_decides_the_draws_where_ci_is_set_too():
     """Hypothesis derandomizes wherever CI is set (its own "ci" profile), which would ignore the grading's seed
     (the same inputs for every student, a release's recorded inputs missed): the kit's profiles turn it off."""
@@ -215,6 +216,7 @@ print(json.dumps(before == draws()))
 """
 
 
+@pytest.mark.slow
 def test_the_same_seed_draws_the_same_inputs_whatever_local_modules_are_loaded(tmp_path):
     """Hypothesis also draws constants from the local modules a process has loaded; the kit's generation gives
     it none, so a release's recording and its replay (other modules loaded) draw the same inputs."""

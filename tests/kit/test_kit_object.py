@@ -9,6 +9,8 @@ import shutil
 import subprocess
 import sys
 
+import pytest
+
 from grader.kit import Kit
 from tests.kit.harness import KIT_ROOT, SEED
 
@@ -83,6 +85,7 @@ def test_a_kit_of_its_own_knows_only_its_exercises_and_files(tmp_path):
     assert real.catalog is Kit(KIT_ROOT).catalog  # one catalog file, read once a process
 
 
+@pytest.mark.slow
 def test_two_kits_are_graded_one_after_the_other_in_one_process(tmp_path):
     """The small kit first, then the real one, in one grader process: each result lists its own kit's exercises,
     titles and checks (the small kit's extra check stays out of the real kit's ex04)."""

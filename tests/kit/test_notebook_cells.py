@@ -190,6 +190,7 @@ def _normalized_apart(folder):
     return json.loads(done.stdout)
 
 
+@pytest.mark.slow
 def test_a_notebook_too_large_to_parse_is_refused_without_the_grading_process_reading_it(tmp_path):
     """A megabyte of one long list: refused in one line (its exercises score 0 for it), and the grading
     process stays small; the same notebook without it is graded."""

@@ -53,6 +53,7 @@ def code_folder(tmp, replaced=None):
 
 
 @pytest.mark.skipif(not memory_boxes(), reason="needs root and a v1 memory cgroup")
+@pytest.mark.slow
 def test_a_correct_chapter_notebook_scores_full_in_gradescopes_box(tmp_path):
     """Chapter 1's notebook filled in with the references, graded in Gradescope's default 768 MB box, scores what
     its .py twins score: 100. Each exercise's module holds what that exercise's functions need
@@ -80,6 +81,7 @@ def built(tmp_path_factory):
     return out, done
 
 
+@pytest.mark.slow
 def test_one_valid_notebook_per_chapter_with_a_check_cell_per_exercise(built):
     out, done = built
     chapters = [c for c in catalog.default().chapters if c.exercises]
@@ -114,6 +116,7 @@ def test_a_chapter_says_how_many_exercises_it_has_in_words_that_fit_one():
     assert f"{len(CHAPTER.exercises)} exercises, " in chapter_notebook(CHAPTER).cells[0].source
 
 
+@pytest.mark.slow
 def test_the_first_code_cell_is_the_setup_cell_and_a_url_is_named_only_as_a_url(built, tmp_path):
     out, _ = built
     for chapter in (c for c in catalog.default().chapters if c.exercises):
@@ -219,6 +222,7 @@ def test_the_setup_cell_is_a_no_op_in_a_real_kernel_with_the_kit(tmp_path):
     assert ran.cells[0].outputs == [], shown(ran.cells[0])
 
 
+@pytest.mark.slow
 def test_notebooks_are_the_same_bytes_each_time_and_never_overwrite_work(built, tmp_path):
     out, _ = built
     again = grader("notebooks", "--out", str(tmp_path), "--chapter", "4")

@@ -192,6 +192,7 @@ def test_the_meters_timeline_is_read_as_it_is_made():
 # --- graded -------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_ex17s_json_holds_adamws_phases_the_first_step_making_the_state(tmp_path):
     """ex17's references graded: the JSON holds the phases of the figure's AdamW steps for yours and the
     reference, the first optimizer step rising above the later steps' by AdamW's state (two float32 values a
@@ -212,6 +213,7 @@ def test_ex17s_json_holds_adamws_phases_the_first_step_making_the_state(tmp_path
         assert later["forward"]["start"] - first["forward"]["start"] == state
 
 
+@pytest.mark.slow
 def test_phases_change_no_status_and_no_score(tmp_path, monkeypatch):
     """ex17's references and a wrong count graded with the phases and without them: the same statuses and scores,
     only the figures' phases differ."""

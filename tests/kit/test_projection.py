@@ -51,6 +51,7 @@ def result(*figures):
 # --- the counts at size ---------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_recorded_totals_are_measured_again(measured):
     assert measured == projection.TOTALS
 

@@ -376,6 +376,7 @@ def _rows(data):
 
 
 @needs_landlock
+@pytest.mark.slow
 def test_signals_to_the_grader_its_fork_servers_and_reference_workers_are_refused(tmp_path):
     """Every signal refused, and nothing of the grading held up: a SIGSTOP that reached the grader would hold
     it (the harness's time-out then fails the test), one that reached a fork server or a reference worker
@@ -468,6 +469,7 @@ def _fork_server_names(pid, timeout=120):
 @pytest.mark.skipif(not sandbox.forkservers.AUTHENTICATED or not sandbox.forkservers.ABSTRACT_ADDRESSES,
                     reason="abstract, authenticated fork servers are Linux's, below Python 3.14")
 @pytest.mark.parametrize("who", ["another user", "another process of the grader's user"])
+@pytest.mark.slow
 def test_nothing_but_the_grader_gets_a_fork_server_to_fork(tmp_path, who):
     """Whoever connects to a warm grader's fork servers (another user of a shared machine, a process
     of the same user: another grader, a worker out of Landlock's scope) is closed before a byte of its
@@ -569,6 +571,7 @@ with open("notes.txt", "a") as handle:
 return _reference_shard_indices(num_samples, rank, world_size, **kwargs)""", at_import="_NOTES = []\n")
 
 
+@pytest.mark.slow
 def test_under_a_secret_seed_no_check_hands_back_another_checks_inputs(tmp_path):
     """Under a secret seed (--seed-file) each check of a submission runs on fresh workers with an empty
     scratch folder, so the notes a submission takes of one check's drawn inputs are gone before the next
@@ -629,6 +632,7 @@ torch.get_rng_state = torch.random.get_rng_state
                                         "    return DataLoader(dataset, batch_size=batch_size,"))
 
 
+@pytest.mark.slow
 def test_a_replaced_random_state_getter_hides_no_reseeding(tmp_path):
     """The check reads torch's global random state through a getter bound before the submission is imported."""
     seeded = "test_make_dataloader_gives_the_seeded_batches"
@@ -732,6 +736,7 @@ def _kit_with_a_reference_that(tmp_path, starts_with):
     return kit
 
 
+@pytest.mark.slow
 def test_a_failing_reference_is_the_graders_failure_not_the_students(tmp_path):
     kit = _kit_with_a_reference_that(tmp_path, "    raise RuntimeError('kit bug')\n")
     report = tmp_path / "report.json"
@@ -913,6 +918,7 @@ needs_every_layer = pytest.mark.skipif(
 
 
 @needs_every_layer
+@pytest.mark.slow
 def test_a_worker_starts_from_nothing(tmp_path):
     found = _inventory(tmp_path)
     assert found["descriptors"] == ["socket"], found  # its channel; the log is fds 1 and 2
@@ -928,6 +934,7 @@ def test_a_worker_starts_from_nothing(tmp_path):
 
 
 @needs_every_layer
+@pytest.mark.slow
 def test_without_namespaces_and_seccomp_the_inventory_shows_what_they_stop(tmp_path):
     """The same inventory with those two layers off: what each stops is then within reach (so the
     test above can fail), while what the other layers stop stays out of reach."""
@@ -959,6 +966,7 @@ raise PermissionError(f"typed {len(typed)} characters into a terminal")''')
 
 @needs_landlock
 @pytest.mark.parametrize("without", ["", "namespaces"])
+@pytest.mark.slow
 def test_a_submission_cannot_type_into_the_graders_terminal(tmp_path, without):
     """The grader runs in a terminal of the test's own (a pseudo-terminal, never the developer's):
     nothing the submission does may queue input there (TIOCSTI)."""
@@ -1154,6 +1162,7 @@ def test_an_unreadable_box_falls_back_on_the_estimate(tmp_path, monkeypatch):
     assert mark is not None and mark.share == memory.submission_share() == (1200 - memory.GRADER_MB) << 20
 
 
+@pytest.mark.slow
 def test_a_reference_that_fails_once_is_run_again_alone(tmp_path):
     """A reference call that fails once (a resource the grader lacked for a moment) is run again
     with no submission running; only a second failure makes the check "not graded"."""
@@ -1269,6 +1278,7 @@ raise PermissionError(f"io_uring_setup gave {fd}, errno {ctypes.get_errno()}")''
 @needs_landlock
 @pytest.mark.skipif(not sandbox.syscall_filter.available(), reason="no libseccomp here")
 @pytest.mark.parametrize("without", ["", "seccomp"])
+@pytest.mark.slow
 def test_a_submission_cannot_set_up_io_uring(tmp_path, without):
     """io_uring makes sockets (and every other call) past the seccomp rules on `socket`: refused in a
     worker (EPERM, or ENOSYS). Without the filter the same code gets a ring, so the attack is real here."""
@@ -1306,6 +1316,7 @@ REACHES_SYS_MODULES = {"os_sys": "os.sys.modules", "vars_sys": 'vars(sys)["modul
                        "getattr_sys": 'getattr(sys, "modules")'}
 
 
+@pytest.mark.slow
 def test_rebinding_the_workers_probe_changes_nothing(tmp_path):
     """A submission that finds the worker's module through an alias of sys.modules and rebinds its probe
     (to one returning what the reference returns) still fails the check its own code fails, and is flagged."""

@@ -354,6 +354,7 @@ def _exercise(result, exercise):
     return timeless({"exercises": [e for e in result["exercises"] if e["id"] == exercise]})["exercises"][0]
 
 
+@pytest.mark.slow
 def test_one_exercise_is_graded_again_for_the_whole_class_and_the_others_are_kept(two_exercises):
     """ex19's check fixed since the batch (its digest in the record differs): --regrade-exercise ex19 grades ex19
     again for every student and keeps each row's ex04 as it was (ana's later edit of ex04 is not graded), the
@@ -381,6 +382,7 @@ def test_one_exercise_is_graded_again_for_the_whole_class_and_the_others_are_kep
     assert list(rows(tmp / "again.csv")) == ["ana", "ben", "cleo"]
 
 
+@pytest.mark.slow
 def test_one_exercise_graded_again_refuses_what_it_cannot_prove(two_exercises):
     """Each refusal in one line, exit 2, before grading: a kept exercise graded by another version of it, a CSV, an
     exercise the batch did not grade, a late folder, and the option without --regrade."""

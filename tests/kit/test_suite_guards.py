@@ -13,6 +13,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from tests.kit.harness import KIT_ROOT
 
 HANGS = '''
@@ -24,6 +26,7 @@ def test_that_hangs():
 '''
 
 
+@pytest.mark.slow
 def test_a_hanging_kit_test_fails_with_its_stack_within_its_timeout(tmp_path):
     (tmp_path / "test_hangs.py").write_text(HANGS)
     done = subprocess.run([sys.executable, "-m", "pytest", "-p", "tests.kit.conftest", "-q", "-p", "no:cacheprovider",

@@ -335,6 +335,7 @@ def test_a_second_grading_in_one_process_works():
     assert done.stdout.count("15 / 15") >= 4  # each grading's chapter line and total
 
 
+@pytest.mark.slow
 def test_a_service_that_died_is_named_by_its_status_and_last_line_and_leaves_no_log_file():
     """Why the service stopped: its exit status and the last line it wrote, read from a log that has no name, so a
     notebook kernel killed before it could close it leaves nothing in the temporary folder."""

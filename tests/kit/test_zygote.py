@@ -36,6 +36,7 @@ def _grade_both_ways(tmp_path, *args):
     return runs[True], runs[False]
 
 
+@pytest.mark.slow
 def test_a_forked_grader_reports_and_prints_what_a_fresh_one_does(tmp_path):
     (fresh, fresh_report), (forked, forked_report) = _grade_both_ways(tmp_path, "--profile", "fast")
     assert harness._zygote() is not None, "the zygote did not start"
@@ -56,6 +57,7 @@ def test_a_forked_grader_has_the_folder_environment_and_exit_status_asked_for(tm
         assert (done.returncode, done.stdout) == (7, f"{tmp_path} {fresh} ['a', 'b c']\n"), done
 
 
+@pytest.mark.slow
 def test_a_forked_grader_that_outlives_its_timeout_is_killed_as_a_fresh_one_is(tmp_path):
     (tmp_path / "grader").mkdir()
     (tmp_path / "grader" / "__init__.py").write_text("")

@@ -3,21 +3,37 @@
 how much of a reference a stub's text gives away."""
 
 import ast
+import functools
 import io
 import re
 import tokenize
 
 
+@functools.lru_cache(maxsize=256)
+def _tree(source: str) -> ast.Module:
+    return ast.parse(source)
+
+
+def parse(source: str, path: str) -> ast.Module:
+    """`source`'s tree, parsed once for all its readers (dev check reads each check file, reference and stub several
+    times): shared, so no reader may change it. A syntax error names `path`."""
+    try:
+        return _tree(source)
+    except SyntaxError as error:
+        error.filename = path
+        raise
+
+
 def check_names(path: str) -> list[str]:
     with open(path) as handle:
-        return [node.name for node in ast.parse(handle.read(), path).body
+        return [node.name for node in parse(handle.read(), path).body
                 if isinstance(node, ast.FunctionDef) and node.name.startswith("test_")]
 
 
 def hypothesis_examples(source: str, path: str) -> list[str]:
     """Each use of Hypothesis's own `example` in a check file: the kit counts only its own (`grader.checks.example`)
     to tell an explicit example from a drawn input, so with Hypothesis's a failure would be reported as drawn."""
-    tree = ast.parse(source)
+    tree = parse(source, path)
     modules = {alias.asname or alias.name for node in ast.walk(tree) if isinstance(node, ast.Import)
                for alias in node.names if alias.name == "hypothesis"}
     lines = sorted({node.lineno for node in ast.walk(tree)
@@ -33,7 +49,7 @@ def late_docstrings(source: str, path: str) -> list[str]:
     """Each check whose sentence is a string statement after its first: Python takes only a first statement for the
     docstring, so the reports (Gradescope's included) would show the function's name instead of the sentence."""
     found = []
-    for node in ast.parse(source).body:
+    for node in parse(source, path).body:
         if not (isinstance(node, ast.FunctionDef) and node.name.startswith("test_")):
             continue
         late = [statement for statement in node.body[1:] if isinstance(statement, ast.Expr)
@@ -52,7 +68,7 @@ def unmarked_group_checks(source: str, path: str) -> list[str]:
     device: gloo carries no MPS tensors, so such a check is `device_free` or marked `NEEDS_GLOO` (or
     `pytest.mark.not_on("mps", why=...)`)."""
     found = []
-    for node in ast.parse(source).body:
+    for node in parse(source, path).body:
         if not (isinstance(node, ast.FunctionDef) and node.name.startswith("test_")):
             continue
         marks = [ast.unparse(decorator) for decorator in node.decorator_list]
@@ -69,7 +85,7 @@ def unmarked_group_checks(source: str, path: str) -> list[str]:
 def functions(path: str) -> dict[str, str]:
     """{name: signature text} of a module's public top-level functions; read, never imported."""
     with open(path) as handle:
-        tree = ast.parse(handle.read(), path)
+        tree = parse(handle.read(), path)
     return {node.name: ast.unparse(node.args) + (f" -> {ast.unparse(node.returns)}" if node.returns else "")
             for node in tree.body if isinstance(node, ast.FunctionDef) and not node.name.startswith("_")}
 
@@ -88,7 +104,7 @@ def body_lines(path: str) -> list[str]:
     `raise NotImplementedError` (a stub's placeholder), not a line of brackets alone."""
     with open(path) as handle:
         source = handle.read()
-    lines, tree, counted = source.splitlines(), ast.parse(source, path), set()
+    lines, tree, counted = source.splitlines(), parse(source, path), set()
     functions = [node for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
     functions += [item for node in tree.body if isinstance(node, ast.ClassDef) for item in node.body
                   if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))]

@@ -171,6 +171,20 @@ def test_dev_check_refuses_a_stub_that_spells_out_its_reference(tmp_path, capsys
     assert done.stdout.strip().endswith("dev check: 1 problem")
 
 
+def test_dev_check_names_a_check_file_that_does_not_parse(tmp_path, capsys):
+    """A check file that does not parse is named by its path in the kit and its line, once (the other sections
+    that read it leave it to this one)."""
+    kit = kit_copy(tmp_path / "kit")
+    checks = kit / "tests" / "test_ex04_sharding.py"
+    checks.write_text(checks.read_text() + "\n\ndef test_broken(:\n    pass\n")
+    done = dev_check(capsys, kit, "--no-grade")
+    assert done.returncode == 1, done.stdout + done.stderr
+    line = len(checks.read_text().splitlines()) - 1
+    assert lines_under(done.stdout, "wrong implementations") == [
+        f"tests/test_ex04_sharding.py:{line}: syntax error: fix it"], done.stdout
+    assert done.stdout.strip().endswith("dev check: 1 problem"), done.stdout
+
+
 def test_the_stub_measure_reads_lines_of_code_and_whole_names(tmp_path):
     """The reference's lines of code (no docstring, comment, or bracket alone; a trailing comment cut off) that the
     stub's text holds, comments included, a name inside a longer name not counted."""

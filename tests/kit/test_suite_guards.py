@@ -128,3 +128,25 @@ def test_every_kit_test_module_says_whether_a_release_can_change_it():
     assert conftest.unclassified([*modules, "test_new.py"]) == ["test_new.py"]
     assert not conftest.VERSIONS.keys() & conftest.OWN_CODE
     assert set(conftest.VERSIONS) | conftest.OWN_CODE <= set(modules)  # none named that is not there
+
+
+def test_a_test_that_reads_a_grading_made_ahead_is_out_of_the_quick_tier(request):
+    """The quick tier waits on no grading made in a grader process: conftest marks slow each test that reads a
+    fixture declared with tests/kit/ahead.py (its module's, by name), and no other on that account."""
+    from types import SimpleNamespace
+
+    from tests.kit import ahead, conftest
+
+    def made_ahead_for_this_test(tmp_path_factory):  # declared, never used: nothing grades it
+        raise AssertionError("not to be made")
+
+    ahead.fixture()(made_ahead_for_this_test)
+    here = SimpleNamespace(__name__=__name__)
+    item = SimpleNamespace(module=here, fixturenames=["tmp_path", "made_ahead_for_this_test"])
+    assert conftest.graded_ahead(item) == ["made_ahead_for_this_test"]
+    assert conftest.graded_ahead(SimpleNamespace(module=here, fixturenames=["tmp_path"])) == []
+    elsewhere = SimpleNamespace(module=SimpleNamespace(__name__="tests.kit.test_elsewhere"),
+                                fixturenames=["made_ahead_for_this_test"])
+    assert conftest.graded_ahead(elsewhere) == []
+    session = [i for i in request.session.items if conftest.graded_ahead(i)]
+    assert session == [] or all(i.get_closest_marker("slow") for i in session)

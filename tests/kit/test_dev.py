@@ -213,6 +213,7 @@ def test_dev_check_grades_references_and_stubs(tmp_path):
     assert "exercises/ex04_sharding.py test_" in done.stdout and ": passed" in done.stdout
 
 
+@pytest.mark.slow
 def test_dev_check_grades_a_reference_that_logs_through_a_handler_made_at_import(tmp_path):
     """ex11's Trainer logs through the handler transformers made when imported; dev check grades with its
     output redirected, where a fork server forked from the grader would hold only closed descriptors for

@@ -15,8 +15,12 @@ A failure inside a background grading is raised where the fixture is used, so it
 that read it, as before. A `job` is work for a whole module's selected tests that no fixture waits
 for: it shares its results itself, and a test may do a part the job has not reached yet (see
 test_catches.py's Gradings); a job that fails fails the session at its end.
+
+While gradings run in those threads, `ast.parse` runs one call at a time (`one_parse_at_a_time`).
 """
 
+import ast
+import functools
 import os
 import threading
 from collections.abc import Callable
@@ -34,6 +38,33 @@ _declared: dict[tuple[str, str], tuple[str, Make]] = {}  # (module, fixture name
 _started: dict[tuple[str, str], Future] = {}
 _lock = threading.Lock()
 _pools: dict[str, ThreadPoolExecutor] = {}
+_parsing = threading.RLock()  # reentrant: a finalizer run inside a parse may parse too
+
+
+def one_parse_at_a_time() -> Callable[[], None]:
+    """Make `ast.parse` run in one thread at a time, until the function returned is called.
+
+    CPython 3.11 before 3.11.8 keeps the depth of the tree a parse is building in one place for all threads, and a
+    garbage collection in the middle of one parse can hand the interpreter to another thread whose parse resets it:
+    SystemError "AST constructor recursion depth mismatch" (python/cpython#106905; CI's Python is 3.11.7). The
+    gradings made ahead parse (tests/kit/stubs.py writes the stubs from the references' trees) while the tests
+    parse too (pytest's assertion rewriting, `dev`, the tests' own readers)."""
+    parse = ast.parse
+
+    @functools.wraps(parse)
+    def parse_alone(*args: Any, **kwargs: Any) -> Any:
+        with _parsing:
+            return parse(*args, **kwargs)
+
+    ast.parse = parse_alone
+
+    def restore() -> None:
+        ast.parse = parse
+
+    return restore
+
+
+_restore_parse: list[Callable[[], None]] = []  # set while gradings run ahead
 
 
 def fixture(lane: str = "cpu") -> Callable[[Make], Any]:
@@ -89,6 +120,8 @@ def start(items: list[pytest.Item], tmp_path_factory: pytest.TempPathFactory) ->
     for key, using in users.items():
         if key not in _started:
             lane, make = _declared[key]
+            if not _pools:
+                _restore_parse.append(one_parse_at_a_time())
             if lane not in _pools:
                 _pools[lane] = ThreadPoolExecutor(max_workers=CPU_LANE_WIDTH if lane == "cpu" else 8,
                                                   thread_name_prefix=f"ahead-{lane}")
@@ -119,6 +152,8 @@ def stop() -> None:
     for pool in _pools.values():
         pool.shutdown(wait=True, cancel_futures=True)
     _pools.clear()
+    while _restore_parse:
+        _restore_parse.pop()()
     failed = [f"{module}'s job: {type(future.exception()).__name__}: {future.exception()}"
               for (module, name), future in _started.items()
               if name == JOB and future.done() and not future.cancelled() and future.exception() is not None]

@@ -302,19 +302,21 @@ def _die_with_parent() -> None:
     host.try_prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG (Linux's; elsewhere the grader's close kills it)
 
 
-GROUP_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-                   "GLOO_SOCKET_IFNAME")  # what joining a group sets (`_join_group`), and leaving it restores
+def _group_environment(rank: int, world: int) -> dict[str, str]:
+    """The environment variables a worker of a group has, as a launcher sets them."""
+    return dict(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world),
+                MASTER_ADDR="127.0.0.1", MASTER_PORT="29400",
+                GLOO_SOCKET_IFNAME=host.LOOPBACK)  # a group's network may have loopback alone (see namespaces)
+
+
+GROUP_VARIABLES = tuple(_group_environment(0, 1))  # what joining a group sets, and leaving it restores
 
 
 def _join_group(spec: WorkerSpec) -> None:
     import torch.distributed as dist
 
     rank, world = spec.rank, spec.world_size
-    os.environ.update(
-        RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world),
-        MASTER_ADDR="127.0.0.1", MASTER_PORT="29400",
-        GLOO_SOCKET_IFNAME=host.LOOPBACK,  # a group's network may have loopback alone (see namespaces)
-    )
+    os.environ.update(_group_environment(rank, world))
     dist.init_process_group(
         "gloo", init_method="file://" + spec.store, rank=rank, world_size=world,
         timeout=datetime.timedelta(seconds=spec.collective_timeout),

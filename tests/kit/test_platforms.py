@@ -50,9 +50,22 @@ def _grade(tmp_path, targets, *, env=None, launcher=lambda command: command, exe
     command = launcher([sys.executable, "-m", "grader", *exercises, *chosen, "--json", str(report),
                         "--seed", SEED, "--profile", "fast", "--device", "cpu", "-q"])
     done = _run(command, env)
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 0, done.stderr[-3000:] + _not_graded(report)
     data = json.loads(report.read_text())
     return data["submissions"] if len(targets) > 1 else [data]
+
+
+def _not_graded(report):
+    """Why the grader could not grade what it did not (its report's messages), for a failure's line: its stderr
+    says only which."""
+    if not report.is_file():
+        return ""
+    data = json.loads(report.read_text())
+    return "".join(f"\n{target['target']} {exercise['id']}: "
+                   + ("; ".join(c["message"] for c in exercise["checks"] if c["status_id"] == "not_graded")
+                      or "no check ran")
+                   for target in data.get("submissions", [data]) for exercise in target["exercises"]
+                   if exercise["status_id"] == "not_graded")
 
 
 def _full_and_zero(tmp_path, **how):

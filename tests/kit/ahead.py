@@ -16,11 +16,10 @@ that read it, as before. A `job` is work for a whole module's selected tests tha
 for: it shares its results itself, and a test may do a part the job has not reached yet (see
 test_catches.py's Gradings); a job that fails fails the session at its end.
 
-While gradings run in those threads, `ast.parse` runs one call at a time (`one_parse_at_a_time`).
+While gradings run in those threads, `ast.parse` runs one call at a time (`parse_alone`).
 """
 
 import ast
-import functools
 import os
 import threading
 from collections.abc import Callable
@@ -39,32 +38,19 @@ _started: dict[tuple[str, str], Future] = {}
 _lock = threading.Lock()
 _pools: dict[str, ThreadPoolExecutor] = {}
 _parsing = threading.RLock()  # reentrant: a finalizer run inside a parse may parse too
+_interpreters_parse = ast.parse  # what stop() puts back
 
 
-def one_parse_at_a_time() -> Callable[[], None]:
-    """Make `ast.parse` run in one thread at a time, until the function returned is called.
+def parse_alone(*args: Any, **kwargs: Any) -> Any:
+    """`ast.parse`, in one thread at a time: what `ast.parse` is while gradings run ahead.
 
     CPython 3.11 before 3.11.8 keeps the depth of the tree a parse is building in one place for all threads, and a
     garbage collection in the middle of one parse can hand the interpreter to another thread whose parse resets it:
     SystemError "AST constructor recursion depth mismatch" (python/cpython#106905; CI's Python is 3.11.7). The
     gradings made ahead parse (tests/kit/stubs.py writes the stubs from the references' trees) while the tests
     parse too (pytest's assertion rewriting, `dev`, the tests' own readers)."""
-    parse = ast.parse
-
-    @functools.wraps(parse)
-    def parse_alone(*args: Any, **kwargs: Any) -> Any:
-        with _parsing:
-            return parse(*args, **kwargs)
-
-    ast.parse = parse_alone
-
-    def restore() -> None:
-        ast.parse = parse
-
-    return restore
-
-
-_restore_parse: list[Callable[[], None]] = []  # set while gradings run ahead
+    with _parsing:
+        return _interpreters_parse(*args, **kwargs)
 
 
 def fixture(lane: str = "cpu") -> Callable[[Make], Any]:
@@ -109,6 +95,7 @@ def start(items: list[pytest.Item], tmp_path_factory: pytest.TempPathFactory) ->
     if os.environ.get("PYTEST_XDIST_WORKER"):
         return  # each xdist worker runs a part of the tests: it computes what its part uses
     tmp_path_factory.getbasetemp()  # made here, once, not by two threads at once
+    ast.parse = parse_alone
     users: dict[tuple[str, str], list[pytest.Item]] = {}  # in the order the tests run
     for item in items:
         if item.get_closest_marker("skip") or any(mark.args and mark.args[0] is True
@@ -120,8 +107,6 @@ def start(items: list[pytest.Item], tmp_path_factory: pytest.TempPathFactory) ->
     for key, using in users.items():
         if key not in _started:
             lane, make = _declared[key]
-            if not _pools:
-                _restore_parse.append(one_parse_at_a_time())
             if lane not in _pools:
                 _pools[lane] = ThreadPoolExecutor(max_workers=CPU_LANE_WIDTH if lane == "cpu" else 8,
                                                   thread_name_prefix=f"ahead-{lane}")
@@ -152,8 +137,7 @@ def stop() -> None:
     for pool in _pools.values():
         pool.shutdown(wait=True, cancel_futures=True)
     _pools.clear()
-    while _restore_parse:
-        _restore_parse.pop()()
+    ast.parse = _interpreters_parse
     failed = [f"{module}'s job: {type(future.exception()).__name__}: {future.exception()}"
               for (module, name), future in _started.items()
               if name == JOB and future.done() and not future.cancelled() and future.exception() is not None]

@@ -16,7 +16,7 @@ import pytest
 from grader import sandbox
 from grader.records import Absence
 from grader.sandbox import forkservers, host, landlock, namespaces
-from tests.kit.harness import KIT_ROOT, SEED
+from tests.kit.harness import KIT_ROOT, SEED, failed_checks
 from tests.kit.platforms import refusing, site_folder
 
 LINUX_LAYERS = ("landlock", "user", "namespaces", "seccomp", "container", "scratch")
@@ -56,16 +56,18 @@ def _grade(tmp_path, targets, *, env=None, launcher=lambda command: command, exe
 
 
 def _not_graded(report):
-    """Why the grader could not grade what it did not (its report's messages), for a failure's line: its stderr
-    says only which."""
+    """The exercises the grader could not grade (its report's `not_graded`), each with its checks' messages, for a
+    failure's line: its stderr names only the exercises."""
     if not report.is_file():
         return ""
     data = json.loads(report.read_text())
-    return "".join(f"\n{target['target']} {exercise['id']}: "
-                   + ("; ".join(c["message"] for c in exercise["checks"] if c["status_id"] == "not_graded")
-                      or "no check ran")
-                   for target in data.get("submissions", [data]) for exercise in target["exercises"]
-                   if exercise["status_id"] == "not_graded")
+    said = ""
+    for target in data.get("submissions", [data]):
+        for exercise in target["exercises"]:
+            if exercise["id"] in target["not_graded"]:
+                messages = failed_checks({"exercises": [exercise]}) or "no check ran"
+                said += f"\n{target['target']} {exercise['id']}: {messages}"
+    return said
 
 
 def _full_and_zero(tmp_path, **how):
